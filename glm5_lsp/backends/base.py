@@ -1,0 +1,61 @@
+"""The one interface every generator implements: the in-process runtime, a served GLM-5 over HTTP.
+
+The pipeline, the repair loop, the server, ``batch`` and ``eval`` only ever talk to a
+:class:`Backend`. Features that need the runtime's internals (the attention policy from
+``Prompt.spans``, a ``logits_processor`` such as the decoding monitor) are honoured only where
+``supports_internals`` is true; other backends ignore them and log that once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+from glm5_lsp.spans import Prompt
+
+
+class LogitsProcessor(Protocol):
+    """Called once per decoding step with the ids generated so far and the next-token logits ``[V]``.
+
+    Returns the (possibly modified) logits. Used by the repair layer's name monitor.
+    """
+
+    def __call__(self, generated_ids: Sequence[int], logits: "object") -> "object": ...
+
+
+class BackendError(RuntimeError):
+    """A request that cannot be served (bad input, a 4xx from a server, a model that will not load)."""
+
+
+@dataclass
+class CompletionRequest:
+    prompt: Prompt
+    max_tokens: int = 128
+    temperature: float = 0.0  # 0 is greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    # Runtime-only features (ignored, with one log line, by backends without internals):
+    use_attention_policy: bool = True
+    logits_processor: LogitsProcessor | None = None
+    # Streaming and cancellation, checked between tokens:
+    on_text: Callable[[str], None] | None = None
+    should_cancel: Callable[[], bool] | None = None
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str  # "stop" (stop string or end-of-text), "length", "cancelled"
+    logprob: float | None = None  # sum of the chosen tokens' log-probabilities, when known
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the previous request's cache
+    seconds: float = 0.0
+
+
+class Backend(Protocol):
+    name: str
+    supports_internals: bool
+
+    def complete(self, request: CompletionRequest) -> Completion: ...
