@@ -1,0 +1,57 @@
+"""Diagnostic providers, one per module, and the set to use for a language.
+
+``default_providers(language)`` returns every provider that can check that language on this
+machine: the in-process ones always (compile, tree-sitter, pyflakes), the external tools (ruff,
+gcc/g++, node, go) only when ``shutil.which`` finds them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from glm5_lsp.repair.diagnostics import DiagnosticProvider
+from glm5_lsp.repair.providers.gcc import GccProvider
+from glm5_lsp.repair.providers.go_vet import GoVetProvider
+from glm5_lsp.repair.providers.node_check import NodeCheckProvider
+from glm5_lsp.repair.providers.pyflakes_check import PyflakesProvider
+from glm5_lsp.repair.providers.python_compile import PythonCompileProvider
+from glm5_lsp.repair.providers.ruff_check import RuffProvider
+from glm5_lsp.repair.providers.runner import DiagnosisReport, DiagnosticRunner
+from glm5_lsp.repair.providers.tree_sitter_errors import TreeSitterProvider
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DiagnosisReport", "DiagnosticRunner", "GccProvider", "GoVetProvider", "NodeCheckProvider",
+    "PyflakesProvider", "PythonCompileProvider", "RuffProvider", "TreeSitterProvider", "default_providers",
+    "default_runner",
+]
+
+
+def default_providers(language: str, use_external: bool = True) -> list[DiagnosticProvider]:
+    """Every provider for ``language`` available here (external tools only with ``use_external``)."""
+    providers: list[DiagnosticProvider] = []
+    if language == "python":
+        providers += [PythonCompileProvider(), PyflakesProvider()]
+    tree_sitter = TreeSitterProvider()
+    if language in tree_sitter.languages:
+        providers.append(tree_sitter)
+    if not use_external:
+        return providers
+    external = {
+        "python": lambda: RuffProvider(),
+        "c": lambda: GccProvider("c"),
+        "cpp": lambda: GccProvider("cpp"),
+        "javascript": lambda: NodeCheckProvider(),
+        "go": lambda: GoVetProvider(),
+    }
+    if language in external:
+        try:
+            providers.append(external[language]())
+        except FileNotFoundError as exc:
+            log.info("no external checker for %s: %s", language, exc)
+    return providers
+
+
+def default_runner(language: str, timeout_s: float = 10.0, use_external: bool = True) -> DiagnosticRunner:
+    return DiagnosticRunner(default_providers(language, use_external), timeout_s)

@@ -1,0 +1,40 @@
+"""Running an external checker: a temporary file when it needs one, a timeout always."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class ProcessOutput:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_checker(argv: list[str], stdin: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                cwd: str | None = None) -> ProcessOutput:
+    """Run ``argv``; raises ``subprocess.TimeoutExpired`` past ``timeout_s`` (the runner skips the provider)."""
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
+                          env={**os.environ, "LC_ALL": "C"})
+    return ProcessOutput(done.returncode, done.stdout, done.stderr)
+
+
+def write_temp_source(folder: str, path: str, text: str, default_suffix: str) -> Path:
+    """Write ``text`` to a file in ``folder`` named like ``path`` (its suffix matters to compilers)."""
+    name = Path(path).name if path else ""
+    if not name or Path(name).suffix == "":
+        name = f"candidate{default_suffix}"
+    target = Path(folder) / name
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+def temp_folder() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="glm5-lsp-check-")

@@ -1,0 +1,55 @@
+"""ruff (when installed): its pyflakes-compatible rules and syntax errors, read from its JSON output.
+
+Runs ``ruff check --isolated`` so a project's own ruff configuration (import sorting, line length)
+does not turn style nits into blocking diagnostics; ``select`` chooses the rules (syntax + pyflakes
+by default). Severity: syntax errors and the rules that fail at run time are errors, ``F841``
+(unused local, normal mid-edit) is info, the rest are warnings.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.providers.positions import clamp_position
+from glm5_lsp.repair.providers.process import DEFAULT_TIMEOUT_S, run_checker
+
+ERROR_CODES: frozenset[str] = frozenset({
+    "invalid-syntax", "F821", "F822", "F823", "F701", "F702", "F704", "F706", "F707", "F831",
+    "F501", "F502", "F503", "F505", "F506", "F507", "F508", "F509", "F521", "F522", "F523", "F524", "F525",
+})
+INFO_CODES: frozenset[str] = frozenset({"F841", "F842"})
+
+
+class RuffProvider:
+    name = "ruff"
+    languages = frozenset({"python"})
+
+    def __init__(self, executable: str | None = None, select: tuple[str, ...] = ("E9", "F"),
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        found = executable or shutil.which("ruff")
+        if found is None:
+            raise FileNotFoundError("ruff is not installed (no `ruff` on PATH)")
+        self.executable = found
+        self.select = select
+        self.timeout_s = timeout_s
+
+    def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+        argv = [self.executable, "check", "--isolated", "--no-cache", "--output-format", "json",
+                "--select", ",".join(self.select), "--stdin-filename", path or "candidate.py", "-"]
+        out = run_checker(argv, stdin=text, timeout_s=self.timeout_s)
+        if out.returncode not in (0, 1):
+            raise RuntimeError(f"ruff failed (exit {out.returncode}): {out.stderr.strip()[:200]}")
+        return [self._convert(text, item) for item in json.loads(out.stdout or "[]")]
+
+    def _convert(self, text: str, item: dict) -> Diagnostic:
+        code = str(item.get("code") or "invalid-syntax")
+        start, end = item.get("location") or {}, item.get("end_location") or {}
+        line, col = clamp_position(text, int(start.get("row", 1)) - 1, int(start.get("column", 1)) - 1)
+        end_line, end_col = clamp_position(text, int(end.get("row", line + 1)) - 1, int(end.get("column", 1)) - 1)
+        if (end_line, end_col) < (line, col):
+            end_line, end_col = line, col
+        severity = "error" if code in ERROR_CODES or code.startswith("E9") else (
+            "info" if code in INFO_CODES else "warning")
+        return Diagnostic(line, col, end_line, end_col, str(item.get("message", "")), severity, self.name, code)

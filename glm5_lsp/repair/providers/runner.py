@@ -1,0 +1,69 @@
+"""Run a set of providers on a text: each with a time limit, a failing one skipped with a log line.
+
+A provider that raises, or runs past ``timeout_s``, contributes nothing to this call and is named in
+``DiagnosisReport.skipped``; the other providers' diagnostics still come back. In-process providers
+run on a daemon worker thread so a hung one cannot hold up the caller (the thread is abandoned).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from glm5_lsp.repair.diagnostics import Diagnostic, DiagnosticProvider, sort_diagnostics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DiagnosisReport:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "name: why" for each provider that gave up
+
+
+class DiagnosticRunner:
+    """The providers for one language family, run together."""
+
+    def __init__(self, providers: Sequence[DiagnosticProvider], timeout_s: float = 10.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.providers = list(providers)
+        self.timeout_s = timeout_s
+
+    def diagnose(self, text: str, path: str, language: str) -> DiagnosisReport:
+        report = DiagnosisReport()
+        for provider in self.providers:
+            if language not in provider.languages:
+                continue
+            found, why = _run_with_timeout(provider, text, path, language, self.timeout_s)
+            if why is not None:
+                log.warning("diagnostic provider %s skipped: %s", provider.name, why)
+                report.skipped.append(f"{provider.name}: {why}")
+                continue
+            report.diagnostics.extend(found)
+        report.diagnostics = sort_diagnostics(report.diagnostics)
+        return report
+
+
+def _run_with_timeout(provider: DiagnosticProvider, text: str, path: str, language: str,
+                      timeout_s: float) -> tuple[list[Diagnostic], str | None]:
+    """``(diagnostics, None)`` on success, ``([], reason)`` when it raised or ran out of time."""
+    box: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = list(provider.diagnose(text, path, language))
+        except BaseException as exc:  # noqa: BLE001 -- any failure of a checker is reported, never raised
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name=f"diagnose-{provider.name}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        return [], f"timed out after {timeout_s:g}s"
+    if "error" in box:
+        exc = box["error"]
+        return [], f"{type(exc).__name__}: {exc}"
+    return box["result"], None  # type: ignore[return-value]
