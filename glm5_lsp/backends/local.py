@@ -1,0 +1,160 @@
+"""The in-process backend: the project's own GLM-5 runtime on a local checkpoint.
+
+The model and tokenizer load lazily on the first request (so constructing a backend is free). One
+:class:`~glm5_lsp.model.Generator` is kept for the backend's life, so consecutive requests that
+share a prompt prefix (keystrokes in one file) reuse its KV cache. One lock serialises the model:
+requests from several threads are safe and run one at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from glm5_lsp.backends.base import BackendError, Completion, CompletionRequest
+from glm5_lsp.spans import ROLE_NAMES, Prompt
+
+if TYPE_CHECKING:  # torch and the runtime are imported on first use only
+    from glm5_lsp.model import Generator, Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def token_roles(prompt: Prompt, offsets: Sequence[tuple[int, int]], shift: int = 0) -> list[int]:
+    """Per-token role ids from the prompt's character spans.
+
+    ``offsets[i]`` is token ``i``'s character range in the encoded text, which starts at character
+    ``shift`` of ``prompt.text()``. A token takes the role of its first character; a token spanning
+    an ``error_context`` character anywhere takes ``error_context`` (never dropped by sparsity).
+    """
+    text_roles = _character_roles(prompt)
+    error = ROLE_NAMES.index("error_context")
+    roles = []
+    for start, end in offsets:
+        lo, hi = start + shift, max(end + shift, start + shift + 1)
+        window = text_roles[lo:hi]
+        if not window:
+            roles.append(0)
+        elif error in window:
+            roles.append(error)
+        else:
+            roles.append(window[0])
+    return roles
+
+
+def _character_roles(prompt: Prompt) -> list[int]:
+    roles = [0] * len(prompt.text())
+    for span in prompt.spans:  # later spans override earlier ones, as in Prompt.role_at
+        role = ROLE_NAMES.index(span.role)
+        end = min(span.end, len(roles))
+        roles[span.start:end] = [role] * max(0, end - span.start)
+    return roles
+
+
+class LocalBackend:
+    """:class:`~glm5_lsp.backends.base.Backend` over ``glm5_lsp.model`` (attention policy, logits processor)."""
+
+    name = "local"
+    supports_internals = True
+
+    def __init__(self, model_path: str | Path | None = None, device: str = "cpu", use_fim: bool = True) -> None:
+        self.model_path = Path(model_path) if model_path is not None else None
+        self.device = device
+        self.use_fim = use_fim
+        self._lock = threading.Lock()
+        self._generator: Generator | None = None
+        self._tokenizer: Tokenizer | None = None
+
+    # ---- loading ------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load the model and tokenizer now (otherwise the first request does)."""
+        with self._lock:
+            self._ensure_loaded()
+
+    def _ensure_loaded(self) -> "Generator":
+        if self._generator is not None:
+            return self._generator
+        if self.model_path is not None and not (self.model_path / "config.json").is_file():
+            raise BackendError(f"no checkpoint at {self.model_path} (config.json missing); pass --model PATH")
+        try:
+            from glm5_lsp import model as runtime
+
+            path = self.model_path or Path(runtime.default_model_path())
+        except ImportError as error:  # pragma: no cover - the runtime ships with the package
+            raise BackendError(f"the GLM-5 runtime is not available: {error}") from error
+        except FileNotFoundError as error:
+            raise BackendError(str(error)) from error
+        started = time.perf_counter()
+        try:
+            model = runtime.load_model(path, device=self.device)
+            tokenizer = runtime.load_tokenizer(path)
+        except (OSError, ValueError, KeyError) as error:
+            raise BackendError(f"cannot load the checkpoint at {path}: {error}") from error
+        model.eval()
+        self._tokenizer = tokenizer
+        self._generator = runtime.Generator(model, tokenizer)
+        self.model_path = Path(path)
+        log.info("loaded %s on %s in %.1fs", path, self.device, time.perf_counter() - started)
+        return self._generator
+
+    @property
+    def tokenizer(self) -> "Tokenizer":
+        with self._lock:
+            self._ensure_loaded()
+        assert self._tokenizer is not None
+        return self._tokenizer
+
+    # ---- prompts ------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: Prompt) -> tuple[list[int], list[int]]:
+        """Token ids for the prompt (FIM form when there is a suffix and FIM tokens) and their roles."""
+        tokenizer = self._tokenizer
+        assert tokenizer is not None
+        has_fim = None not in (tokenizer.fim_prefix_id, tokenizer.fim_suffix_id, tokenizer.fim_middle_id)
+        if prompt.suffix and has_fim and self.use_fim:
+            prefix_ids, prefix_offsets = tokenizer.encode_with_offsets(prompt.prefix)
+            suffix_ids, suffix_offsets = tokenizer.encode_with_offsets(prompt.suffix)
+            ids = tokenizer.fim_prompt_ids(prompt.prefix, prompt.suffix)
+            expected = [tokenizer.fim_prefix_id, *prefix_ids, tokenizer.fim_suffix_id, *suffix_ids,
+                        tokenizer.fim_middle_id]
+            if ids != expected:  # the tokenizer lays FIM out differently: roles stay plain code
+                return ids, [0] * len(ids)
+            roles = [0, *token_roles(prompt, prefix_offsets), 0,
+                     *token_roles(prompt, suffix_offsets, shift=len(prompt.prefix)), 0]
+            return ids, roles
+        ids, offsets = tokenizer.encode_with_offsets(prompt.prefix)  # left to right; the suffix is unused
+        return ids, token_roles(prompt, offsets)
+
+    # ---- Backend --------------------------------------------------------------------------
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        started = time.perf_counter()
+        with self._lock:
+            generator = self._ensure_loaded()
+            from glm5_lsp.model import GenerationConfig
+
+            ids, roles = self.encode_prompt(request.prompt)
+            if not ids:
+                raise BackendError("empty prompt")
+            config = GenerationConfig(
+                max_new_tokens=request.max_tokens, temperature=request.temperature, top_p=request.top_p,
+                seed=request.seed, stop=list(request.stop),
+            )
+            role_tensor: Any = None
+            if request.use_attention_policy and any(roles):
+                import torch
+
+                role_tensor = torch.tensor([roles], dtype=torch.long)
+            generation = generator.generate(
+                ids, config, roles=role_tensor, logits_processor=request.logits_processor,
+                on_text=request.on_text, should_cancel=request.should_cancel,
+            )
+        return Completion(
+            text=generation.text, finish_reason=generation.finish_reason, logprob=generation.logprob,
+            prompt_tokens=generation.prompt_tokens, completion_tokens=len(generation.token_ids),
+            cached_tokens=generation.cached_tokens, seconds=time.perf_counter() - started,
+        )

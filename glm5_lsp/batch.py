@@ -1,0 +1,275 @@
+"""``glm5-lsp batch IN.jsonl -o OUT.jsonl``: resumable headless generation through the pipeline.
+
+Each input line is one task with a unique ``id`` and a ``kind``:
+
+- ``complete``: ``prefix``, ``suffix`` (optional ``path``, ``language``, ``multiline``): the text for the cursor;
+- ``generate``: ``prompt`` (a signature plus docstring, or an instruction; optional ``language``);
+- ``fix``: ``code`` (optional ``diagnostics``, ``path``, ``language``): the whole fixed code.
+
+Each result is appended to the output as one JSON line as soon as it finishes: one ``os.write`` of
+the whole line on an ``O_APPEND`` descriptor, then ``fsync``. Rerunning the same command skips every
+id already in the output, so a killed run (even ``kill -9``) loses only the tasks in flight, and a
+line torn by a crash mid-write is cut off before new lines are added. A task that fails is recorded
+with its ``error``; bad input lines (no id, a repeated id, not JSON) are reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from tqdm import tqdm
+
+from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings
+
+log = logging.getLogger(__name__)
+
+KINDS: tuple[str, ...] = ("complete", "generate", "fix")
+
+
+@dataclass
+class BatchSummary:
+    total: int = 0  # valid tasks in the input
+    skipped: int = 0  # already in the output (resumed)
+    done: int = 0  # finished in this run
+    errors: int = 0  # finished with an error in this run
+    problems: list[str] = field(default_factory=list)  # input lines that could not be tasks
+    seconds: float = 0.0
+
+
+# ---- input ------------------------------------------------------------------------------------
+
+
+def read_tasks(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Valid-looking tasks (a JSON object with a fresh string/int id) and one message per bad line."""
+    tasks: list[dict[str, Any]] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                task = json.loads(line)
+            except json.JSONDecodeError as error:
+                problems.append(f"line {number}: not JSON ({error.msg})")
+                continue
+            if not isinstance(task, dict):
+                problems.append(f"line {number}: not a JSON object")
+                continue
+            task_id = task.get("id")
+            if not isinstance(task_id, (str, int)) or isinstance(task_id, bool) or task_id == "":
+                problems.append(f"line {number}: missing or invalid id")
+                continue
+            key = str(task_id)
+            if key in seen:
+                problems.append(f"line {number}: duplicate id {task_id!r} (first one kept)")
+                continue
+            seen.add(key)
+            tasks.append(task)
+    return tasks, problems
+
+
+# ---- output -----------------------------------------------------------------------------------
+
+
+def finished_ids(path: Path) -> set[str]:
+    """Ids already in the output; a torn last line (a crash mid-write) is cut off the file first."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    complete_end = data.rfind(b"\n") + 1
+    if complete_end < len(data):
+        log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted run", path, len(data) - complete_end)
+        os.truncate(path, complete_end)
+        data = data[:complete_end]
+    ids: set[str] = set()
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            ids.add(str(record["id"]))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            log.warning("%s line %d: unreadable, ignored (its task will run again)", path, number)
+    return ids
+
+
+class AppendLog:
+    """Whole-line appends: one ``os.write`` per line on an ``O_APPEND`` descriptor, then ``fsync``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        with self._lock:
+            written = os.write(self._fd, line)
+            while written < len(line):  # only on a full disk or a signal; keep the line whole
+                written += os.write(self._fd, line[written:])
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> "AppendLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- running ----------------------------------------------------------------------------------
+
+
+def run_task(pipeline: Pipeline, task: dict[str, Any]) -> PipelineResult:
+    """One task through the pipeline; raises ``ValueError`` for a malformed task."""
+    kind = task.get("kind")
+    language = task.get("language")
+    if kind == "complete":
+        prefix, suffix = _text(task, "prefix"), _text(task, "suffix", required=False)
+        return pipeline.complete(prefix + suffix, len(prefix), path=task.get("path"), language=language,
+                                 multiline=task.get("multiline"))
+    if kind == "generate":
+        return pipeline.generate(_text(task, "prompt"), language=language or "python")
+    if kind == "fix":
+        diagnostics = task.get("diagnostics")
+        if diagnostics is not None and not isinstance(diagnostics, list):
+            raise ValueError("'diagnostics' must be a list")
+        return pipeline.fix(_text(task, "code"), diagnostics=diagnostics, path=task.get("path"), language=language)
+    raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
+
+
+def _text(task: dict[str, Any], key: str, required: bool = True) -> str:
+    value = task.get(key, None if required else "")
+    if not isinstance(value, str):
+        raise ValueError(f"{key!r} must be a string" if key in task else f"missing {key!r}")
+    return value
+
+
+def _record(task: dict[str, Any], result: PipelineResult | None, error: str | None, seconds: float) -> dict[str, Any]:
+    record: dict[str, Any] = {"id": task["id"], "kind": task.get("kind")}
+    if result is not None:
+        record.update(result.to_dict())
+    record["seconds"] = round(seconds, 4)
+    record["error"] = error
+    return record
+
+
+def run_batch(
+    input_path: Path,
+    output_path: Path,
+    pipeline_factory: Callable[[], Pipeline],
+    workers: int = 1,
+    progress: bool = True,
+) -> BatchSummary:
+    """Run every task of ``input_path`` not yet in ``output_path``; each worker thread gets its own pipeline."""
+    if workers < 1:
+        raise ValueError("--workers must be at least 1")
+    started = time.perf_counter()
+    tasks, problems = read_tasks(input_path)
+    for problem in problems:
+        log.warning("%s %s", input_path, problem)
+    done_ids = finished_ids(output_path)
+    pending = [task for task in tasks if str(task["id"]) not in done_ids]
+    summary = BatchSummary(total=len(tasks), skipped=len(tasks) - len(pending), problems=problems)
+    local = threading.local()
+
+    def work(task: dict[str, Any]) -> dict[str, Any]:
+        begun = time.perf_counter()
+        try:
+            if getattr(local, "pipeline", None) is None:
+                local.pipeline = pipeline_factory()
+            result = run_task(local.pipeline, task)
+            return _record(task, result, None, time.perf_counter() - begun)
+        except Exception as error:  # recorded in the output line, never fatal to the run
+            log.debug("task %r failed", task["id"], exc_info=True)
+            return _record(task, None, f"{type(error).__name__}: {error}", time.perf_counter() - begun)
+
+    bar = tqdm(total=len(pending), unit="task", disable=not progress, dynamic_ncols=True,
+               desc=f"batch ({summary.skipped} done before)" if summary.skipped else "batch")
+    with AppendLog(output_path) as out, ThreadPoolExecutor(max_workers=workers) as pool:
+        for record in _completed(pool, work, pending, workers):
+            out.append(record)
+            summary.done += 1
+            summary.errors += record["error"] is not None
+            bar.update(1)
+    bar.close()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _completed(pool: ThreadPoolExecutor, work: Callable[[dict[str, Any]], dict[str, Any]],
+               tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+    """Results as they finish, keeping at most ``2 * workers`` tasks submitted at a time."""
+    queue = iter(tasks)
+    running: set[Future[dict[str, Any]]] = set()
+    for task in queue:
+        running.add(pool.submit(work, task))
+        if len(running) >= 2 * workers:
+            break
+    while running:
+        finished, running = wait(running, return_when=FIRST_COMPLETED)
+        for future in finished:
+            yield future.result()
+            nxt = next(queue, None)
+            if nxt is not None:
+                running.add(pool.submit(work, nxt))
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from glm5_lsp.backends.factory import add_backend_arguments
+
+    parser.add_argument("input", type=Path, help="tasks, one JSON object a line")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="results (appended; rerun to resume)")
+    parser.add_argument("--workers", type=int, default=1, help="tasks run at once (local: one model copy each)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="tokens per multi-line/generate/fix answer")
+    parser.add_argument("--no-repair", action="store_true", help="skip the diagnostics check")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_backend_arguments(parser)
+
+
+def make_pipeline_factory(args: argparse.Namespace) -> Callable[[], Pipeline]:
+    """A factory giving each worker its own pipeline (and, for the local runtime, its own model)."""
+    from glm5_lsp.backends.factory import backend_from_args
+
+    settings = PipelineSettings(repair=not getattr(args, "no_repair", False))
+    if getattr(args, "max_tokens", None):
+        settings.multiline_max_tokens = args.max_tokens
+    shared = None if args.backend == "local" else backend_from_args(args)
+
+    def factory() -> Pipeline:
+        return Pipeline(shared or backend_from_args(args), settings=settings)
+
+    return factory
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.input.is_file():
+        print(f"glm5-lsp batch: no such file: {args.input}", file=sys.stderr)
+        return 2
+    if args.backend == "local":
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, args.workers)))
+    summary = run_batch(args.input, args.output, make_pipeline_factory(args), workers=args.workers,
+                        progress=not args.no_progress)
+    for problem in summary.problems:
+        print(f"{args.input}: {problem}", file=sys.stderr)
+    print(f"{summary.done} done ({summary.errors} with errors), {summary.skipped} already in {args.output}, "
+          f"{len(summary.problems)} bad input lines, {summary.seconds:.1f}s", file=sys.stderr)
+    return 0 if summary.errors == 0 and not summary.problems else 1

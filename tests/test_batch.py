@@ -1,0 +1,134 @@
+"""``glm5-lsp batch``: each task kind, bad input, resume, a torn line and a ``kill -9`` mid-run.
+
+Data: ``tests/data/batch/tasks.jsonl``; the backend is the scripted double in
+``tests/data/batch/scripted_backend.py`` (the model is not what these tests are about).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from glm5_lsp import batch
+from glm5_lsp.backends.base import CompletionRequest
+from glm5_lsp.pipeline import Pipeline
+
+DATA = Path(__file__).parent / "data" / "batch"
+ROOT = Path(__file__).parents[1]
+_spec = importlib.util.spec_from_file_location("scripted_backend", DATA / "scripted_backend.py")
+assert _spec and _spec.loader
+scripted = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(scripted)
+
+
+def answer(request: CompletionRequest) -> str:
+    prefix = request.prompt.prefix
+    if prefix.endswith("max("):
+        return "a, b)"
+    if "Fixed version" in prefix:
+        return "    return x / 2\n"
+    if prefix.startswith("# Write"):
+        return "def reverse(s):\n    return s[::-1]\n"
+    return "return 3.14 * r * r\n"
+
+
+def read_output(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_each_kind_with_errors_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    summary = batch.run_batch(DATA / "tasks.jsonl", out, lambda: Pipeline(scripted.ScriptedBackend(answer)),
+                              progress=False)
+    records = {record["id"]: record for record in read_output(out)}
+    assert sorted(records) == ["bad-kind", "c1", "c2", "f1", "f2", "g1", "g2", "no-prefix"]
+    assert summary.done == 8 and summary.errors == 2 and len(summary.problems) == 3
+    assert records["c1"]["text"] == "return 3.14 * r * r" and records["c1"]["error"] is None
+    assert records["c2"]["text"] == "a, b"  # the ")" after the cursor is not repeated
+    assert records["g2"]["text"].startswith("def reverse(s):")
+    fixed = records["f1"]
+    assert fixed["text"] == "def half(x):\n    return x / 2\n"
+    assert fixed["diagnostics_before"] and not fixed["diagnostics_after"] and fixed["clean"]
+    assert records["f2"]["diagnostics_before"] == [{"line": 2, "message": "should add one"}]
+    assert "unknown kind 'translate'" in records["bad-kind"]["error"]
+    assert "missing 'prefix'" in records["no-prefix"]["error"]
+    for record in records.values():
+        assert {"text", "rounds", "prompt_tokens", "completion_tokens", "seconds"} <= record.keys() or record["error"]
+    assert any("duplicate id 'g1'" in p for p in summary.problems)
+    assert any("missing or invalid id" in p for p in summary.problems)
+    assert any("not JSON" in p for p in summary.problems)
+
+
+def test_rerun_skips_finished_ids(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    backend = scripted.ScriptedBackend(answer)
+    batch.run_batch(DATA / "tasks.jsonl", out, lambda: Pipeline(backend), progress=False)
+    calls = len(backend.requests)
+    again = batch.run_batch(DATA / "tasks.jsonl", out, lambda: Pipeline(backend), progress=False)
+    assert again.done == 0 and again.skipped == 8 and len(backend.requests) == calls
+    assert len(read_output(out)) == 8
+
+
+def test_torn_last_line_is_cut_and_its_task_rerun(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    good = json.dumps({"id": "c1", "kind": "complete", "text": "kept", "error": None})
+    out.write_text(good + "\n" + '{"id": "c2", "kind": "compl')  # a crash mid-write
+    batch.run_batch(DATA / "tasks.jsonl", out, lambda: Pipeline(scripted.ScriptedBackend(answer)), progress=False)
+    records = read_output(out)  # every line parses
+    ids = [record["id"] for record in records]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 8
+    assert records[0]["text"] == "kept"  # the finished line before the torn one is untouched
+
+
+def _write_tasks(path: Path, count: int) -> list[str]:
+    ids = [f"t{n:03d}" for n in range(count)]
+    with open(path, "w") as handle:
+        for task_id in ids:
+            handle.write(json.dumps({"id": task_id, "kind": "generate", "prompt": f"def f_{task_id}():\n"}) + "\n")
+    return ids
+
+
+def test_kill_9_mid_run_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    ids = _write_tasks(tasks, 60)
+    command = [sys.executable, str(DATA / "scripted_backend.py"), str(tasks), str(out), "--workers", "2",
+               "--delay", "0.05"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if out.exists() and out.read_bytes().count(b"\n") >= 10:
+            break
+        time.sleep(0.02)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=10)
+    assert child.returncode == -signal.SIGKILL
+    before = read_output(out)
+    assert 10 <= len(before) < 60, "the run must be killed mid-way for this test to mean anything"
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"skipped={len(before)}" in resumed.stdout
+    records = read_output(out)
+    assert sorted(record["id"] for record in records) == ids  # none lost, none duplicated
+    assert records[: len(before)] == before  # lines written before the kill are untouched
+    assert all(record["error"] is None and record["text"] for record in records)
+
+
+def test_cli_reports_a_missing_input_and_records_a_model_that_cannot_load(tmp_path: Path) -> None:
+    from glm5_lsp.cli import main
+
+    assert main(["batch", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "o.jsonl")]) == 2
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    _write_tasks(tasks, 2)
+    code = main(["batch", str(tasks), "-o", str(out), "--model", str(tmp_path / "no-model"), "--no-progress"])
+    records = read_output(out)
+    assert code == 1 and len(records) == 2
+    assert all("no checkpoint at" in record["error"] for record in records)
