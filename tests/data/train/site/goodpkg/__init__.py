@@ -1,0 +1,3 @@
+"""goodpkg: an MIT-licensed fixture distribution."""
+
+from .core import greet

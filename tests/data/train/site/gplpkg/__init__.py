@@ -1,0 +1,2 @@
+def copyleft() -> str:
+    return "GPL code must never enter the corpus"

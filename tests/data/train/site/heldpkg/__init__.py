@@ -1,0 +1,2 @@
+def held_out() -> str:
+    return "evaluation only"

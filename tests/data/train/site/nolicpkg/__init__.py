@@ -1,0 +1,1 @@
+UNKNOWN_LICENCE = True

@@ -1,0 +1,2 @@
+def parse_flag(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes")

@@ -1,0 +1,139 @@
+"""Corpus filter: licences, de-duplication, generated/vendored files, hold-out, benchmark guard.
+
+Fixtures: ``tests/data/train/stdlib``, ``tests/data/train/site``, ``tests/data/train/benchmarks``
+(see ``tests/data/train/README.md``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from email.message import Message
+from pathlib import Path
+
+import pytest
+
+from glm5_lsp.train.contamination import BenchmarkGuard
+from glm5_lsp.train.corpus import STDLIB, CorpusConfig, build_corpus
+from glm5_lsp.train.licence import classify_metadata, spdx_is_permissive
+
+DATA = Path(__file__).parent / "data" / "train"
+SHARED = Path(__file__).parents[1].parent / "shared"
+
+
+def _metadata(**fields: str | list[str]) -> Message:
+    message = Message()
+    for key, value in fields.items():
+        for item in value if isinstance(value, list) else [value]:
+            message[key.replace("_", "-")] = item
+    return message
+
+
+@pytest.mark.parametrize(
+    ("fields", "permissive"),
+    [
+        ({"License_Expression": "MIT"}, True),
+        ({"License_Expression": "Apache-2.0 OR BSD-3-Clause"}, True),
+        ({"License_Expression": "MIT OR GPL-2.0-only"}, True),
+        ({"License_Expression": "Apache-2.0 WITH LLVM-exception AND MIT"}, True),
+        ({"License_Expression": "PSF-2.0"}, True),
+        ({"License_Expression": "GPL-3.0-or-later"}, False),
+        ({"License_Expression": "MPL-2.0 AND MIT"}, False),
+        ({"License_Expression": "BSD-3-Clause AND Zlib"}, False),
+        ({"Classifier": ["License :: OSI Approved :: BSD License"]}, True),
+        ({"Classifier": ["License :: OSI Approved :: ISC License (ISCL)"]}, True),
+        ({"Classifier": ["License :: OSI Approved :: MIT License", "License :: OSI Approved :: GNU General Public License (GPL)"]}, False),
+        ({"License": "MIT License"}, True),
+        ({"License": "Permission is hereby granted, free of charge, to any person obtaining a copy"}, True),
+        ({"License": "LGPL"}, False),
+        ({"License": "UNKNOWN"}, False),
+        ({}, False),
+    ],
+)
+def test_licence_classification(fields: dict, permissive: bool) -> None:
+    assert classify_metadata(_metadata(**fields)).permissive is permissive
+
+
+def test_expression_takes_precedence_over_classifiers() -> None:
+    meta = _metadata(License_Expression="GPL-2.0-only", Classifier=["License :: OSI Approved :: MIT License"])
+    assert not classify_metadata(meta).permissive
+    assert spdx_is_permissive("(MIT OR Apache-2.0) AND BSD-2-Clause")
+
+
+def _fixture_corpus(**overrides) -> tuple:
+    guard = BenchmarkGuard.from_benchmarks(DATA / "benchmarks")
+    config = CorpusConfig(
+        stdlib=DATA / "stdlib",
+        site_dirs=(DATA / "site",),
+        holdout=("stdlib:json", "heldpkg", "absentpkg"),
+        guard=guard,
+        **overrides,
+    )
+    corpus = build_corpus(config)
+    return corpus, {(d.package, d.relpath) for d in corpus.train}, {(d.unit, d.relpath) for d in corpus.heldout}
+
+
+def test_fixture_corpus_keeps_only_permissive_clean_unique_files() -> None:
+    corpus, train, heldout = _fixture_corpus()
+    assert train == {
+        (STDLIB, "shapes.py"),  # shapes_copy.py is the same content: dropped as a duplicate
+        ("goodpkg", "goodpkg/__init__.py"),
+        ("goodpkg", "goodpkg/core.py"),
+        ("classicpkg", "classicpkg/__init__.py"),
+    }
+    assert heldout == {("stdlib:json", "json/__init__.py"), ("stdlib:json", "json/decoder.py"),
+                       ("heldpkg", "heldpkg/__init__.py")}
+    manifest = corpus.manifest
+    assert {r["package"] for r in manifest["refused_licence"]} == {"gplpkg", "nolicpkg"}
+    assert manifest["dropped_files"] == {
+        "benchmark_text": 1, "duplicate": 1, "empty": 1, "generated": 1, "minified": 1, "syntax": 1,
+    }
+    assert manifest["heldout_missing"] == ["absentpkg"]
+    good = next(r for r in manifest["sources"] if r["package"] == "goodpkg")
+    assert (good["version"], good["licence"], good["files"]) == ("1.0", "MIT", 2)
+    assert good["bytes"] == sum((DATA / "site" / p).stat().st_size for p in ("goodpkg/__init__.py", "goodpkg/core.py"))
+    assert manifest["totals"]["train_files"] == 4
+    json.dumps(manifest)  # serialisable as is
+
+
+def test_benchmark_folder_is_never_read() -> None:
+    corpus, train, heldout = _fixture_corpus(benchmarks=DATA / "stdlib" / "json")
+    assert not any(unit == "stdlib:json" for unit, _ in heldout)
+    assert corpus.manifest["dropped_files"]["benchmark_folder"] == 2
+
+
+def test_subsample_is_deterministic_and_bounded() -> None:
+    a, train_a, _ = _fixture_corpus(max_train_bytes=200, seed=3)
+    b, train_b, _ = _fixture_corpus(max_train_bytes=200, seed=3)
+    assert train_a == train_b and 0 < len(train_a) < 4
+    assert sum(d.size for d in a.train) <= 200
+
+
+def test_manifest_written(tmp_path: Path) -> None:
+    corpus, _, _ = _fixture_corpus()
+    corpus.write_manifest(tmp_path / "manifest.json")
+    assert json.loads((tmp_path / "manifest.json").read_text())["totals"] == corpus.manifest["totals"]
+
+
+def test_guard_round_trips_through_its_file(tmp_path: Path) -> None:
+    guard = BenchmarkGuard.from_benchmarks(DATA / "benchmarks")
+    guard.save(tmp_path / "guard.json")
+    again = BenchmarkGuard.load(tmp_path / "guard.json")
+    assert again == guard
+    leak = (DATA / "site" / "goodpkg" / "leak.py").read_text()
+    assert again.contains(leak) and not again.contains((DATA / "stdlib" / "shapes.py").read_text())
+
+
+def test_guard_refuses_a_folder_without_humaneval(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="HumanEval"):
+        BenchmarkGuard.from_benchmarks(tmp_path)
+
+
+@pytest.mark.skipif(not (SHARED / "benchmarks" / "humaneval").is_dir(), reason="../shared/benchmarks is absent")
+def test_guard_flags_every_real_humaneval_prompt() -> None:
+    guard = BenchmarkGuard.from_benchmarks(SHARED / "benchmarks")
+    with gzip.open(SHARED / "benchmarks" / "humaneval" / "HumanEval.jsonl.gz", "rt", encoding="utf-8") as handle:
+        prompts = [json.loads(line)["prompt"] for line in handle if line.strip()]
+    assert len(prompts) == 164
+    assert all(guard.contains(p) for p in prompts)
+    assert not guard.contains((DATA / "stdlib" / "shapes.py").read_text())
