@@ -15,6 +15,7 @@ Severity mapping (pyflakes itself has none):
 from __future__ import annotations
 
 import ast
+import re
 
 from pyflakes import checker, messages
 
@@ -33,6 +34,7 @@ ERRORS: frozenset[str] = frozenset({
     "PercentFormatExtraNamedArguments", "PercentFormatMissingArgument", "PercentFormatExpectedMapping",
     "PercentFormatExpectedSequence", "PercentFormatStarRequiresSequence",
 })
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 INFOS: frozenset[str] = frozenset({"UnusedVariable", "UnusedAnnotation", "UnusedIndirectAssignment"})
 
 
@@ -46,19 +48,30 @@ def severity_of(code: str) -> str:
 
 
 class PyflakesProvider:
-    """Runs pyflakes' checker on the parsed text; a text that does not parse gives nothing here (the
-    compile and tree-sitter providers report syntax errors)."""
+    """Runs pyflakes' checker on the parsed text.
+
+    A text that does not parse (a file being edited often does not) is cut before the line of its
+    syntax error and the head is checked instead, so a candidate above a broken line still gets its
+    undefined names checked; an undefined name that appears in the cut-off tail is not reported (it
+    is probably defined there). Syntax errors themselves are the compile/tree-sitter providers' job.
+    """
 
     name = "pyflakes"
     languages = frozenset({"python"})
 
+    def __init__(self, max_cuts: int = 3) -> None:
+        self.max_cuts = max_cuts  # how many times to cut a text that does not parse before giving up
+
     def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
-        try:
-            tree = ast.parse(text, filename=path or "<candidate>")
-        except (SyntaxError, ValueError):
+        parsed = _parse_longest_head(text, path or "<candidate>", self.max_cuts)
+        if parsed is None:
             return []
+        tree, kept = parsed
+        cut_off = set(_WORD.findall("\n".join(text.split("\n")[kept:]))) if kept is not None else set()
         found: list[Diagnostic] = []
         for message in checker.Checker(tree, filename=path or "<candidate>").messages:
+            if type(message).__name__ == "UndefinedName" and message.message_args[0] in cut_off:
+                continue  # probably defined in the part that did not parse
             found.append(self._convert(text, message))
         return found
 
@@ -68,6 +81,25 @@ class PyflakesProvider:
         end_col = col + _name_length(text, line, col)
         return Diagnostic(line, col, line, end_col, message.message % message.message_args,
                           severity_of(code), self.name, code)
+
+
+def _parse_longest_head(text: str, filename: str, max_cuts: int) -> tuple[ast.Module, int | None] | None:
+    """The parsed text, or its longest head (lines before each syntax error) that parses, with the
+    number of lines kept (None when the whole text parsed)."""
+    lines = text.split("\n")
+    kept: int | None = None
+    for _ in range(max_cuts + 1):
+        source = text if kept is None else "\n".join(lines[:kept])
+        try:
+            return ast.parse(source, filename=filename), kept
+        except SyntaxError as exc:
+            bad_line = (exc.lineno or 1) - 1
+            if bad_line <= 0 or (kept is not None and bad_line >= kept):
+                return None
+            kept = bad_line
+        except ValueError:
+            return None
+    return None
 
 
 def _name_length(text: str, line: int, col: int) -> int:

@@ -1,0 +1,133 @@
+"""Diagnostic providers, table-driven over ``tests/data/repair/provider_cases.json``, and the runner's
+handling of providers that crash or hang (acceptance 3)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.providers import (
+    DiagnosticRunner, GccProvider, GoVetProvider, NodeCheckProvider, PyflakesProvider, PythonCompileProvider,
+    RuffProvider, TreeSitterProvider, default_providers,
+)
+from glm5_lsp.repair.providers.pyflakes_check import severity_of
+
+CASES = json.loads((Path(__file__).parent / "data" / "repair" / "provider_cases.json").read_text())
+TOOLS = {"ruff": "ruff", "gcc": "gcc", "g++": "g++", "node": "node", "go vet": "go"}
+
+
+def make_provider(name: str, language: str):
+    if name in TOOLS and shutil.which(TOOLS[name]) is None:
+        pytest.skip(f"{TOOLS[name]} is not installed")
+    return {
+        "compile": PythonCompileProvider, "tree-sitter": TreeSitterProvider, "pyflakes": PyflakesProvider,
+        "ruff": RuffProvider, "gcc": lambda: GccProvider("c"), "g++": lambda: GccProvider("cpp"),
+        "node": NodeCheckProvider, "go vet": GoVetProvider,
+    }[name]()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['provider']}-{c['language']}-{i}" for i, c in enumerate(CASES)])
+def test_provider_reports_expected_lines_codes_and_severities(case: dict) -> None:
+    provider = make_provider(case["provider"], case["language"])
+    found = sorted(provider.diagnose(case["text"], "", case["language"]), key=lambda d: (d.line, d.col))
+    assert len(found) == len(case["expect"]), found
+    for diag, (line, code, severity) in zip(found, case["expect"]):
+        assert diag.line == line, diag
+        assert code == "*" or diag.code == code, diag
+        assert diag.severity == severity, diag
+        assert diag.source == provider.name
+        assert diag.message
+        lines = case["text"].split("\n")
+        assert 0 <= diag.col <= len(lines[diag.line])
+
+
+def test_positions_are_character_columns_not_bytes() -> None:
+    text = 's = "ééé" + \n'
+    (diag,) = PythonCompileProvider().diagnose(text, "", "python")
+    assert diag.line == 0 and diag.col <= len(text.split("\n")[0])
+    (ts_diag, *_) = TreeSitterProvider().diagnose('s = "ééé" + )\n', "", "python")
+    assert ts_diag.col == len('s = "ééé" + ') or ts_diag.col < len('s = "ééé" + )')
+
+
+def test_pyflakes_checks_the_head_of_a_file_that_does_not_parse() -> None:
+    text = "def f():\n    return nope\n\nvalues = [1,\n"
+    found = PyflakesProvider().diagnose(text, "", "python")
+    assert [(d.line, d.code) for d in found] == [(1, "UndefinedName")]
+    # a name used above the broken line and defined below it is not reported
+    text = "def f():\n    return later()\n\nvalues = [1,\ndef later(): pass\n"
+    assert PyflakesProvider().diagnose(text, "", "python") == []
+
+
+def test_pyflakes_severity_mapping() -> None:
+    assert severity_of("UndefinedName") == "error"
+    assert severity_of("UnusedImport") == "warning"
+    assert severity_of("UnusedVariable") == "info"
+    assert severity_of("SomethingNewInPyflakes") == "warning"
+
+
+def test_hint_names_line_message_and_offending_text() -> None:
+    text = "def f():\n    return nope\n"
+    (diag,) = PyflakesProvider().diagnose(text, "", "python")
+    assert diag.hint(text) == "error (pyflakes) line 2: undefined name 'nope': `return nope`"
+
+
+def test_diagnostic_rejects_bad_values() -> None:
+    with pytest.raises(ValueError):
+        Diagnostic(0, 0, 0, 0, "m", severity="fatal")
+    with pytest.raises(ValueError):
+        Diagnostic(3, 0, 2, 0, "m")
+
+
+def test_default_providers_by_language() -> None:
+    names = {p.name for p in default_providers("python", use_external=False)}
+    assert names == {"compile", "pyflakes", "tree-sitter"}
+    assert {p.name for p in default_providers("rust")} == {"tree-sitter"}
+    assert default_providers("cobol") == []
+
+
+class Crashing:
+    name = "crashing"
+    languages = frozenset({"python"})
+
+    def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+        raise RuntimeError("checker exploded")
+
+
+class Hanging:
+    name = "hanging"
+    languages = frozenset({"python"})
+
+    def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+        time.sleep(5)
+        return [Diagnostic(0, 0, 0, 0, "too late")]
+
+
+def test_runner_skips_crashing_and_hanging_providers_with_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    runner = DiagnosticRunner([Crashing(), Hanging(), PyflakesProvider()], timeout_s=0.3)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        report = runner.diagnose("x = nope\n", "a.py", "python")
+    assert time.monotonic() - started < 2.0
+    assert [d.code for d in report.diagnostics] == ["UndefinedName"]
+    assert report.skipped[0].startswith("crashing: RuntimeError: checker exploded")
+    assert report.skipped[1].startswith("hanging: timed out")
+    assert "crashing skipped" in caplog.text and "hanging skipped" in caplog.text
+
+
+def test_subprocess_provider_timeout_is_a_skip() -> None:
+    if shutil.which("ruff") is None:
+        pytest.skip("ruff is not installed")
+    runner = DiagnosticRunner([RuffProvider(timeout_s=0.000001)], timeout_s=5)
+    report = runner.diagnose("x = 1\n", "a.py", "python")
+    assert report.diagnostics == [] and "TimeoutExpired" in report.skipped[0]
+
+
+def test_runner_ignores_providers_for_other_languages() -> None:
+    runner = DiagnosticRunner([Crashing()], timeout_s=1)
+    assert runner.diagnose("x", "a.rs", "rust").skipped == []
