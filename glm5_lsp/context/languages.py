@@ -1,0 +1,123 @@
+"""Languages: detection from a path or an LSP ``languageId``, tree-sitter grammars and their queries.
+
+Grammars come from the published ``tree_sitter_<lang>`` packages and are loaded on first use;
+queries are read from ``grammars/<lang>/*.scm`` (see ``grammars/README.md`` for the captures).
+An unknown language is ``PLAIN`` ("plaintext"): no tree, plain-text context only.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tree_sitter
+
+PLAIN = "plaintext"
+GRAMMARS_ENV = "GLM5_LSP_GRAMMARS_DIR"
+QUERY_KINDS = ("definitions", "references", "blocks", "imports")
+
+# language -> (module, function returning the language pointer)
+_GRAMMAR_MODULES: dict[str, tuple[str, str]] = {
+    "python": ("tree_sitter_python", "language"),
+    "javascript": ("tree_sitter_javascript", "language"),
+    "typescript": ("tree_sitter_typescript", "language_typescript"),
+    "tsx": ("tree_sitter_typescript", "language_tsx"),
+    "go": ("tree_sitter_go", "language"),
+    "rust": ("tree_sitter_rust", "language"),
+    "c": ("tree_sitter_c", "language"),
+    "cpp": ("tree_sitter_cpp", "language"),
+}
+# Languages whose queries live in another language's folder.
+_QUERY_FOLDER = {"tsx": "typescript"}
+
+_EXTENSIONS: dict[str, str] = {
+    ".py": "python", ".pyi": "python", ".pyw": "python",
+    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
+    ".ts": "typescript", ".mts": "typescript", ".cts": "typescript", ".tsx": "tsx",
+    ".go": "go", ".rs": "rust",
+    ".c": "c", ".h": "c",
+    ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp", ".hxx": "cpp", ".ipp": "cpp",
+}
+_LANGUAGE_IDS: dict[str, str] = {
+    "python": "python", "javascript": "javascript", "javascriptreact": "javascript",
+    "typescript": "typescript", "typescriptreact": "tsx", "go": "go", "rust": "rust",
+    "c": "c", "cpp": "cpp", "cuda-cpp": "cpp", "objective-cpp": "cpp",
+}
+SOURCE_SUFFIXES = frozenset(_EXTENSIONS)
+DOC_SUFFIXES = frozenset({".md", ".markdown", ".rst"})
+
+# How each language writes a line comment (context headers are rendered as comments).
+_COMMENT = {"python": "# "}
+
+
+def detect_language(path: str | os.PathLike[str] | None = None, language_id: str | None = None) -> str:
+    """The language name for a document: the LSP ``languageId`` wins, then the file extension."""
+    if language_id:
+        lang = _LANGUAGE_IDS.get(language_id.lower())
+        if lang:
+            return lang
+    if path is not None:
+        return _EXTENSIONS.get(Path(path).suffix.lower(), PLAIN)
+    return PLAIN
+
+
+def comment_prefix(language: str) -> str:
+    """The line-comment marker (with a space) used to render context for ``language``."""
+    return _COMMENT.get(language, "// " if language in _GRAMMAR_MODULES else "# ")
+
+
+def grammars_dir() -> Path:
+    """``$GLM5_LSP_GRAMMARS_DIR``, else the repository's ``grammars/`` folder."""
+    env = os.environ.get(GRAMMARS_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "grammars"
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A loaded tree-sitter language with its four compiled queries (``None`` where a file is absent)."""
+
+    name: str
+    language: "tree_sitter.Language"
+    definitions: "tree_sitter.Query | None"
+    references: "tree_sitter.Query | None"
+    blocks: "tree_sitter.Query | None"
+    imports: "tree_sitter.Query | None"
+
+    def parser(self) -> "tree_sitter.Parser":
+        import tree_sitter
+
+        return tree_sitter.Parser(self.language)
+
+
+@functools.lru_cache(maxsize=None)
+def load_grammar(language: str) -> Grammar | None:
+    """The grammar for ``language``, or ``None`` for plain text or a grammar package that is missing."""
+    spec = _GRAMMAR_MODULES.get(language)
+    if spec is None:
+        return None
+    import logging
+
+    import tree_sitter
+
+    try:
+        module = importlib.import_module(spec[0])
+        ts_language = tree_sitter.Language(getattr(module, spec[1])())
+    except (ImportError, AttributeError, ValueError) as err:
+        logging.getLogger(__name__).warning("no tree-sitter grammar for %s (%s); using plain text", language, err)
+        return None
+    folder = grammars_dir() / _QUERY_FOLDER.get(language, language)
+    queries: dict[str, tree_sitter.Query | None] = {}
+    for kind in QUERY_KINDS:
+        path = folder / f"{kind}.scm"
+        queries[kind] = tree_sitter.Query(ts_language, path.read_text(encoding="utf-8")) if path.exists() else None
+    return Grammar(language, ts_language, **queries)
+
+
+def supported_languages() -> tuple[str, ...]:
+    """Languages with a tree-sitter grammar (everything else is plain text)."""
+    return tuple(_GRAMMAR_MODULES)

@@ -1,0 +1,15 @@
+[
+  (function_declaration)
+  (generator_function_declaration)
+  (class_declaration)
+  (method_definition)
+  (arrow_function)
+  (function_expression)
+  (if_statement)
+  (for_statement)
+  (for_in_statement)
+  (while_statement)
+  (do_statement)
+  (try_statement)
+  (switch_statement)
+] @block

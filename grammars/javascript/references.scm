@@ -1,0 +1,5 @@
+(call_expression function: (identifier) @reference)
+(call_expression function: (member_expression property: (property_identifier) @reference))
+(member_expression object: (identifier) @reference)
+(new_expression constructor: (identifier) @reference)
+(arguments (identifier) @reference)

@@ -1,0 +1,6 @@
+(call function: (identifier) @reference)
+(call function: (attribute attribute: (identifier) @reference))
+(attribute object: (identifier) @reference)
+(argument_list (identifier) @reference)
+(return_statement (identifier) @reference)
+(assignment right: (identifier) @reference)
