@@ -13,8 +13,15 @@ import pytest
 
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.providers import (
-    DiagnosticRunner, GccProvider, GoVetProvider, NodeCheckProvider, PyflakesProvider, PythonCompileProvider,
-    RuffProvider, TreeSitterProvider, default_providers,
+    DiagnosticRunner,
+    GccProvider,
+    GoVetProvider,
+    NodeCheckProvider,
+    PyflakesProvider,
+    PythonCompileProvider,
+    RuffProvider,
+    TreeSitterProvider,
+    default_providers,
 )
 from glm5_lsp.repair.providers.pyflakes_check import severity_of
 

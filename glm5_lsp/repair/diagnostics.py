@@ -7,8 +7,9 @@ to LSP ranges at the server's edge without arithmetic. Providers live in ``glm5_
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 

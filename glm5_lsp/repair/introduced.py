@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.providers.runner import DiagnosticRunner

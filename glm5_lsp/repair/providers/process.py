@@ -21,7 +21,7 @@ class ProcessOutput:
 def run_checker(argv: list[str], stdin: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                 cwd: str | None = None) -> ProcessOutput:
     """Run ``argv``; raises ``subprocess.TimeoutExpired`` past ``timeout_s`` (the runner skips the provider)."""
-    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
+    done = subprocess.run(argv, check=False, input=stdin, capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
                           env={**os.environ, "LC_ALL": "C"})
     return ProcessOutput(done.returncode, done.stdout, done.stderr)
 

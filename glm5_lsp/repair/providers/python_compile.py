@@ -30,7 +30,6 @@ def _from_syntax_error(text: str, exc: SyntaxError) -> Diagnostic:
         end_line, end_col = line, max(col, min(col + 1, line_end(text, line)))
     else:
         end_line, end_col = clamp_position(text, end_line, end_offset - 1)
-        if (end_line, end_col) < (line, col):
-            end_line, end_col = line, col
+        end_line, end_col = max((end_line, end_col), (line, col))
     return Diagnostic(line, col, end_line, end_col, exc.msg or "invalid syntax", "error", "compile",
                       type(exc).__name__)

@@ -48,8 +48,7 @@ class RuffProvider:
         start, end = item.get("location") or {}, item.get("end_location") or {}
         line, col = clamp_position(text, int(start.get("row", 1)) - 1, int(start.get("column", 1)) - 1)
         end_line, end_col = clamp_position(text, int(end.get("row", line + 1)) - 1, int(end.get("column", 1)) - 1)
-        if (end_line, end_col) < (line, col):
-            end_line, end_col = line, col
+        end_line, end_col = max((end_line, end_col), (line, col))
         severity = "error" if code in ERROR_CODES or code.startswith("E9") else (
             "info" if code in INFO_CODES else "warning")
         return Diagnostic(line, col, end_line, end_col, str(item.get("message", "")), severity, self.name, code)

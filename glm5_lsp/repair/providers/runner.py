@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from glm5_lsp.repair.diagnostics import Diagnostic, DiagnosticProvider, sort_diagnostics
 

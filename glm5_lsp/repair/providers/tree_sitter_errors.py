@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from tree_sitter import Language, Node, Parser
 
