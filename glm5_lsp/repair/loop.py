@@ -1,0 +1,221 @@
+"""The repair loop: generate -> splice -> diagnose -> (hints + error spans) -> regenerate.
+
+Round 1 sends the caller's request unchanged. Each candidate (after the caller's ``postprocess``
+and the ``rewriters`` -- style fixes, exception-template fill -- each kept only if it adds no
+blocking diagnostic) is spliced into the document and judged "introduced only"
+(``glm5_lsp.repair.introduced``). If it adds a diagnostic of a blocking severity, the next round's
+prompt is ``repair_prompt.build_repair_prompt``: the hints as a comment block just before the
+cursor line plus ``error_context`` spans on the block and on the offending lines the prompt shows
+(forced full attention in the runtime); later rounds sample at ``repair_temperature`` so a repeated
+mistake is not reproduced token for token. The loop stops at the first clean candidate, after
+``max_rounds`` generations, or when ``time_budget_s`` is spent (the running generation is cancelled
+through ``should_cancel`` at the deadline).
+
+The best candidate is chosen by: no blocking diagnostic first, then fewer of them, then fewer style
+breaks (``penalties``), then the higher mean log-probability per token. By default only a clean
+candidate is returned (``text`` is None otherwise); ``return_unclean`` returns the best one with its
+diagnostics attached. The model is reached only through ``Backend.complete``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+from glm5_lsp.backends.base import Backend, BackendError, CompletionRequest, LogitsProcessor
+from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.introduced import Judgement, Splice, judge
+from glm5_lsp.repair.providers import DiagnosticRunner, default_runner
+from glm5_lsp.repair.repair_prompt import RepairContext, build_repair_prompt, hint_lines
+from glm5_lsp.spans import Prompt
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RepairSettings:
+    max_rounds: int = 3  # generations in all, the first one included
+    time_budget_s: float = 30.0  # wall-clock for the whole loop; the generation running at the deadline is cancelled
+    return_unclean: bool = False  # return the best candidate even if it adds blocking diagnostics
+    blocking_severities: tuple[str, ...] = ("error", "warning")  # what makes a candidate unclean
+    reject_empty: bool = True  # an empty (whitespace-only) candidate is not a clean answer
+    max_hints: int = 5  # hint lines per repair prompt
+    repair_temperature: float = 0.3  # sampling temperature of rounds 2+ (0 keeps greedy)
+    provider_timeout_s: float = 10.0
+    use_external_checkers: bool = True  # ruff, gcc/g++, node, go vet when installed
+    monitor: bool | None = None  # decoding monitor: None = on for Python only, True/False = forced
+
+    def __post_init__(self) -> None:
+        if self.max_rounds < 1:
+            raise ValueError(f"max_rounds must be at least 1, got {self.max_rounds}")
+        if self.time_budget_s <= 0:
+            raise ValueError(f"time_budget_s must be positive, got {self.time_budget_s}")
+
+    def monitor_on(self, language: str) -> bool:
+        return self.monitor if self.monitor is not None else language == "python"
+
+
+@dataclass(frozen=True)
+class RepairTarget:
+    """Where the candidate goes: it replaces ``document[start:end]`` (an insertion when equal)."""
+
+    document: str
+    start: int
+    end: int
+    path: str
+    language: str
+
+
+@dataclass
+class Candidate:
+    text: str
+    round: int
+    introduced: list[Diagnostic]
+    blocking: list[Diagnostic]
+    logprob: float | None
+    tokens: int
+    penalty: int = 0  # style breaks and the like: ranks down, never blocks
+    empty: bool = False
+
+    def mean_logprob(self) -> float:
+        return -math.inf if self.logprob is None else self.logprob / max(self.tokens, 1)
+
+    def rank(self, reject_empty: bool) -> tuple[int, int, int, float]:
+        unclean = bool(self.blocking) or (reject_empty and self.empty)
+        return (int(unclean), len(self.blocking), self.penalty, -self.mean_logprob())
+
+
+@dataclass
+class RepairResult:
+    text: str | None  # None when no acceptable candidate was found (see RepairSettings.return_unclean)
+    clean: bool
+    diagnostics_before: list[Diagnostic]  # the document's, without any candidate
+    diagnostics_after: list[Diagnostic]  # the ones the returned text introduces
+    rounds: int
+    candidates_tried: int
+    seconds: float
+    tokens: int
+    skipped_providers: list[str] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+Rewriter = Callable[[str, RepairTarget], "str | None"]  # a fixed candidate, or None for no change
+Penalty = Callable[[str, RepairTarget], int]
+MonitorFactory = Callable[[RepairTarget], "LogitsProcessor | None"]
+
+
+class RepairLoop:
+    """Regenerate-before-returning for one backend; reusable across requests."""
+
+    def __init__(self, backend: Backend, settings: RepairSettings | None = None,
+                 runner: DiagnosticRunner | None = None, *, rewriters: Sequence[Rewriter] = (),
+                 penalties: Sequence[Penalty] = (), monitor_factory: MonitorFactory | None = None,
+                 postprocess: Callable[[str], str] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend = backend
+        self.settings = settings or RepairSettings()
+        self._runner = runner
+        self.rewriters = list(rewriters)
+        self.penalties = list(penalties)
+        self.monitor_factory = monitor_factory
+        self.postprocess = postprocess
+        self.clock = clock
+
+    def runner_for(self, language: str) -> DiagnosticRunner:
+        if self._runner is not None:
+            return self._runner
+        return default_runner(language, self.settings.provider_timeout_s, self.settings.use_external_checkers)
+
+    def run(self, request: CompletionRequest, target: RepairTarget) -> RepairResult:
+        settings = self.settings
+        started = self.clock()
+        deadline = started + settings.time_budget_s
+        runner = self.runner_for(target.language)
+        baseline = runner.diagnose(target.document, target.path, target.language)
+        before = baseline.diagnostics
+        skipped = list(baseline.skipped)
+        candidates: list[Candidate] = []
+        tokens = 0
+        current = request
+        for round_no in range(1, settings.max_rounds + 1):
+            if round_no > 1 and self.clock() >= deadline:
+                break
+            try:
+                completion = self.backend.complete(self._prepare(current, target, deadline))
+            except BackendError:
+                if not candidates:
+                    raise
+                log.warning("repair round %d: the backend failed; keeping the candidates so far", round_no,
+                            exc_info=True)
+                break
+            tokens += completion.completion_tokens
+            text = self.postprocess(completion.text) if self.postprocess else completion.text
+            text, verdict = self._judge_with_rewrites(text, target, runner, before)
+            skipped += [s for s in verdict.skipped if s not in skipped]
+            blocking = verdict.blocking(settings.blocking_severities)
+            candidate = Candidate(text, round_no, verdict.introduced, blocking, completion.logprob,
+                                  completion.completion_tokens, sum(p(text, target) for p in self.penalties),
+                                  empty=not text.strip())
+            candidates.append(candidate)
+            if not candidate.rank(settings.reject_empty)[0]:
+                break
+            current = self._repair_request(request, candidate, verdict, target, round_no + 1)
+        return self._result(candidates, before, skipped, started, tokens)
+
+    # ---- steps ------------------------------------------------------------------------------
+
+    def _prepare(self, request: CompletionRequest, target: RepairTarget, deadline: float) -> CompletionRequest:
+        """The request with the monitor attached and the deadline folded into ``should_cancel``."""
+        outer = request.should_cancel
+
+        def should_cancel() -> bool:
+            return self.clock() >= deadline or bool(outer and outer())
+
+        processor = request.logits_processor
+        if processor is None and self.monitor_factory is not None and self.settings.monitor_on(target.language):
+            processor = self.monitor_factory(target)
+        return replace(request, should_cancel=should_cancel, logits_processor=processor)
+
+    def _judge_with_rewrites(self, text: str, target: RepairTarget, runner: DiagnosticRunner,
+                             before: list[Diagnostic]) -> tuple[str, Judgement]:
+        verdict = judge(Splice(target.document, target.start, target.end, text), runner, target.path,
+                        target.language, before)
+        blocking = len(verdict.blocking(self.settings.blocking_severities))
+        for rewrite in self.rewriters:
+            fixed = rewrite(text, target)
+            if fixed is None or fixed == text:
+                continue
+            fixed_verdict = judge(Splice(target.document, target.start, target.end, fixed), runner,
+                                  target.path, target.language, before)
+            fixed_blocking = len(fixed_verdict.blocking(self.settings.blocking_severities))
+            if fixed_blocking <= blocking:
+                text, verdict, blocking = fixed, fixed_verdict, fixed_blocking
+        return text, verdict
+
+    def _repair_request(self, original: CompletionRequest, failed: Candidate, verdict: Judgement,
+                        target: RepairTarget, round_no: int) -> CompletionRequest:
+        problems = failed.blocking or failed.introduced
+        hints = hint_lines(problems, verdict.spliced, self.settings.max_hints)
+        if failed.empty and not problems:
+            hints = ["the completion was empty; write the missing code"]
+        where = RepairContext(target.document, target.start, target.end, failed.text, target.language)
+        prompt: Prompt = build_repair_prompt(original.prompt, hints, problems, where)
+        seed = None if original.seed is None else original.seed + round_no
+        return replace(original, prompt=prompt, temperature=self.settings.repair_temperature or original.temperature,
+                       seed=seed if seed is not None else round_no)
+
+    def _result(self, candidates: list[Candidate], before: list[Diagnostic], skipped: list[str],
+                started: float, tokens: int) -> RepairResult:
+        reject_empty = self.settings.reject_empty
+        best = min(candidates, key=lambda c: c.rank(reject_empty)) if candidates else None
+        clean = best is not None and not best.rank(reject_empty)[0]
+        returned = best if best is not None and (clean or self.settings.return_unclean) else None
+        return RepairResult(
+            text=returned.text if returned else None, clean=clean, diagnostics_before=list(before),
+            diagnostics_after=list(returned.introduced) if returned else [],
+            rounds=max((c.round for c in candidates), default=0), candidates_tried=len(candidates),
+            seconds=self.clock() - started, tokens=tokens, skipped_providers=skipped, candidates=candidates,
+        )

@@ -1,0 +1,201 @@
+"""The repair loop with a scripted backend (a test double returning canned candidates): repair on
+round 2, the repair prompt's hints and error_context spans, round and time budgets, unclean
+candidates withheld by default, crashing providers skipped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from glm5_lsp.backends.base import BackendError, Completion, CompletionRequest
+from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
+from glm5_lsp.repair.providers import DiagnosticRunner, default_providers
+from glm5_lsp.spans import Prompt, Span
+
+DOCUMENT = "import math\n\n\ndef area(radius):\n    return \n\n\nprint(area(2))\n"
+CURSOR = DOCUMENT.index("return ") + len("return ")
+RUNNER = DiagnosticRunner(default_providers("python", use_external=False), timeout_s=10)
+
+
+@dataclass
+class ScriptedBackend:
+    """Returns the given texts in order (the last one again when it runs out) and records requests."""
+
+    texts: list[str]
+    logprobs: list[float] | None = None
+    seconds_per_call: float = 0.0
+    clock: "FakeClock | None" = None
+    requests: list[CompletionRequest] = field(default_factory=list)
+    name: str = "scripted"
+    supports_internals: bool = True
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        index = min(len(self.requests), len(self.texts) - 1)
+        self.requests.append(request)
+        if self.clock is not None:
+            self.clock.now += self.seconds_per_call
+        logprob = self.logprobs[index] if self.logprobs else -1.0
+        return Completion(self.texts[index], "stop", logprob=logprob, completion_tokens=4)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request() -> CompletionRequest:
+    prefix, suffix = DOCUMENT[:CURSOR], DOCUMENT[CURSOR:]
+    return CompletionRequest(Prompt(prefix, suffix, [Span(prefix.index("def"), CURSOR, "current_block")]))
+
+
+def target() -> RepairTarget:
+    return RepairTarget(DOCUMENT, CURSOR, CURSOR, "geometry.py", "python")
+
+
+def test_broken_first_candidate_is_repaired_on_round_two() -> None:
+    backend = ScriptedBackend(["math.pi * radius **", "math.pi * radius ** 2"])
+    result = RepairLoop(backend, RepairSettings(max_rounds=3), RUNNER).run(request(), target())
+    assert result.text == "math.pi * radius ** 2"
+    assert result.clean and result.rounds == 2 and result.candidates_tried == 2
+    assert result.diagnostics_after == []
+    assert [d.code for d in result.diagnostics_before] == ["UnusedImport"]  # the candidate uses math
+    assert result.tokens == 8
+    assert result.candidates[0].blocking and not result.candidates[1].blocking
+
+
+def test_repair_prompt_carries_the_hint_and_error_context_spans() -> None:
+    backend = ScriptedBackend(["math.pi * radus ** 2", "math.pi * radius ** 2"])
+    RepairLoop(backend, RepairSettings(), RUNNER).run(request(), target())
+    first, second = backend.requests
+    assert first.prompt.prefix == DOCUMENT[:CURSOR]  # round 1 is the caller's prompt
+    prompt = second.prompt
+    hint = "# error (pyflakes) line 5: undefined name 'radus': `return math.pi * radus ** 2`"
+    assert hint in prompt.prefix
+    block_start = prompt.prefix.index("    # The previous completion")
+    assert prompt.prefix[:block_start] == DOCUMENT[:DOCUMENT.index("    return")]  # cache-friendly
+    assert prompt.prefix.endswith("\n    return ")
+    error_spans = [s for s in prompt.spans if s.role == "error_context"]
+    assert any(s.start == block_start and prompt.text()[s.start:s.end].rstrip().endswith(hint) for s in error_spans)
+    assert all(prompt.role_at(i) == "error_context" for i in range(block_start, block_start + len(hint)))
+    # the caller's span still covers the same code, now including the block it straddles
+    (block_span,) = [s for s in prompt.spans if s.role == "current_block"]
+    assert prompt.text()[block_span.start:block_span.end].startswith("def area(radius):")
+    assert prompt.text()[block_span.end - 11:block_span.end] == "    return "
+    assert second.temperature == pytest.approx(0.3)
+
+
+def test_offending_suffix_line_is_marked_error_context() -> None:
+    # the candidate deletes `area`, so the document's own line after the cursor fails
+    backend = ScriptedBackend(["radius\n\n\narea = 1\ndel area", "1.0"])
+    RepairLoop(backend, RepairSettings(max_rounds=2), RUNNER).run(request(), target())
+    prompt = backend.requests[1].prompt
+    marked = [prompt.text()[s.start:s.end] for s in prompt.spans if s.role == "error_context"]
+    assert any("print(area(2))" in text and "#" not in text for text in marked), marked
+
+
+def test_rounds_budget_and_unclean_withheld_by_default() -> None:
+    backend = ScriptedBackend(["radius +", "radius -", "radius *", "radius ** 2"])
+    result = RepairLoop(backend, RepairSettings(max_rounds=3), RUNNER).run(request(), target())
+    assert len(backend.requests) == 3 and result.rounds == 3
+    assert result.text is None and not result.clean
+    assert result.diagnostics_after == []
+
+
+def test_return_unclean_gives_the_best_with_its_diagnostics() -> None:
+    backend = ScriptedBackend(["radius +", "radius + nope", "radius + (("], logprobs=[-9.0, -1.0, -2.0])
+    settings = RepairSettings(max_rounds=3, return_unclean=True)
+    result = RepairLoop(backend, settings, RUNNER).run(request(), target())
+    assert not result.clean
+    # each has one blocking problem except "((" (compile + tree-sitter): the likelier of the others wins
+    assert result.text == "radius + nope"
+    assert [d.code for d in result.diagnostics_after] == ["UndefinedName"]
+
+
+def test_time_budget_stops_the_loop_and_cancels_generation() -> None:
+    clock = FakeClock()
+    backend = ScriptedBackend(["radius +"], seconds_per_call=4.0, clock=clock)
+    loop = RepairLoop(backend, RepairSettings(max_rounds=10, time_budget_s=10.0), RUNNER, clock=clock)
+    result = loop.run(request(), target())
+    assert len(backend.requests) == 3  # started at t=0, 4, 8; t=12 is past the budget
+    assert result.rounds == 3 and result.text is None
+    assert backend.requests[-1].should_cancel is not None and backend.requests[-1].should_cancel()
+
+
+def test_the_best_clean_candidate_is_kept_and_empty_is_not_clean() -> None:
+    backend = ScriptedBackend(["", "radius * 2"])
+    result = RepairLoop(backend, RepairSettings(), RUNNER).run(request(), target())
+    assert result.text == "radius * 2" and result.rounds == 2
+    assert "the completion was empty" in backend.requests[1].prompt.prefix
+
+
+def test_rewriters_are_kept_only_when_they_add_nothing() -> None:
+    backend = ScriptedBackend(["math.pi*radius**2"])
+    good = lambda text, _t: text.replace("*", " * ").replace(" *  * ", " ** ")  # noqa: E731
+    bad = lambda text, _t: text + " +"  # noqa: E731
+    result = RepairLoop(backend, RepairSettings(), RUNNER, rewriters=[bad, good]).run(request(), target())
+    assert result.text == "math.pi * radius ** 2"
+    worse = lambda text, _t: text.replace("**", "*")  # noqa: E731  (clean too, so it is kept)
+    result = RepairLoop(ScriptedBackend(["radius**2"]), RepairSettings(), RUNNER, rewriters=[worse]).run(
+        request(), target())
+    assert result.text == "radius*2"
+
+
+def test_crashing_provider_is_skipped_and_the_loop_goes_on() -> None:
+    class Crashing:
+        name = "crashing"
+        languages = frozenset({"python"})
+
+        def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+            if "radius" in text.split("return", 1)[1].split("\n")[0]:
+                raise RuntimeError("provider crashed on this candidate")
+            return []
+
+    runner = DiagnosticRunner([Crashing(), *default_providers("python", use_external=False)], timeout_s=5)
+    backend = ScriptedBackend(["radius +", "radius * 2"])
+    result = RepairLoop(backend, RepairSettings(), runner).run(request(), target())
+    assert result.text == "radius * 2" and result.clean
+    assert any(s.startswith("crashing: RuntimeError") for s in result.skipped_providers)
+
+
+def test_monitor_factory_is_attached_for_python_only_by_default() -> None:
+    seen: list[object] = []
+    backend = ScriptedBackend(["radius * 2"])
+    marker = lambda ids, logits: logits  # noqa: E731
+    loop = RepairLoop(backend, RepairSettings(), RUNNER, monitor_factory=lambda t: seen.append(t) or marker)
+    loop.run(request(), target())
+    assert backend.requests[0].logits_processor is marker and len(seen) == 1
+    loop.settings = RepairSettings(monitor=False)
+    loop.run(request(), target())
+    assert backend.requests[1].logits_processor is None
+
+
+def test_backend_error_on_a_later_round_keeps_what_was_found() -> None:
+    class FailsSecond(ScriptedBackend):
+        def complete(self, request: CompletionRequest) -> Completion:
+            if self.requests:
+                raise BackendError("server went away")
+            return super().complete(request)
+
+    result = RepairLoop(FailsSecond(["radius +"]), RepairSettings(return_unclean=True), RUNNER).run(request(), target())
+    assert result.text == "radius +" and not result.clean
+
+
+def test_backend_error_on_the_first_round_is_raised() -> None:
+    class Fails(ScriptedBackend):
+        def complete(self, request: CompletionRequest) -> Completion:
+            raise BackendError("no model")
+
+    with pytest.raises(BackendError):
+        RepairLoop(Fails(["x"]), RepairSettings(), RUNNER).run(request(), target())
+
+
+def test_settings_validation() -> None:
+    with pytest.raises(ValueError):
+        RepairSettings(max_rounds=0)
+    with pytest.raises(ValueError):
+        RepairSettings(time_budget_s=0)
