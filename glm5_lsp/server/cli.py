@@ -1,0 +1,34 @@
+"""``glm5-lsp serve``: run the language server on stdio (default) or TCP."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    transport = parser.add_mutually_exclusive_group()
+    transport.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
+    transport.add_argument("--tcp", type=_host_port, metavar="HOST:PORT", help="listen for one client on TCP")
+
+
+def run(args: argparse.Namespace) -> int:
+    from glm5_lsp.server.server import build_server  # pygls is imported only when serving
+
+    server = build_server()
+    if args.tcp:
+        host, port = args.tcp
+        log.info("serving on %s:%d", host, port)
+        server.start_tcp(host, port)
+    else:
+        server.start_io()
+    return 0

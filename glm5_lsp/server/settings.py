@@ -1,0 +1,206 @@
+"""Server settings: nested dataclasses with complete defaults, parsed from camelCase client JSON.
+
+Clients send settings in ``initializationOptions`` and ``workspace/didChangeConfiguration``
+(either bare or wrapped in a ``"glm5"`` section). :func:`parse_settings` applies every valid value
+on top of a base, keeps the base for each invalid or unknown one, and returns the problems so the
+server can show them to the user; it never raises on bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, get_type_hints
+
+
+def _range(low: float, high: float) -> dict[str, Any]:
+    return {"range": (low, high)}
+
+
+def _choices(*options: str) -> dict[str, Any]:
+    return {"choices": options}
+
+
+@dataclass
+class ModelSettings:
+    """Which generator serves requests."""
+
+    backend: str = field(default="local", metadata=_choices("local", "openai"))
+    path: str = ""  # local: checkpoint folder; "" is the embedded default model
+    device: str = "cpu"  # local: torch device
+    url: str = ""  # openai: base URL of an OpenAI-compatible server, e.g. http://host:8000/v1
+    name: str = ""  # openai: served model name ("glm-5" when empty)
+    api_key_env: str = "GLM5_API_KEY"  # openai: environment variable holding the key (never logged)
+    chat: bool = False  # openai: /v1/chat/completions instead of /v1/completions
+    timeout_seconds: float = field(default=30.0, metadata=_range(0.1, 600.0))
+
+
+@dataclass
+class AttentionSettings:
+    """The attention policy knobs (the runtime's ``AttentionConfig``)."""
+
+    global_sparsity: float = field(default=0.4, metadata=_range(0.0, 1.0))
+    syntax_aware: bool = True
+    api_focus: float = field(default=0.7, metadata=_range(0.0, 1.0))
+    error_context: float = field(default=0.9, metadata=_range(0.0, 1.0))
+    indent_flow: float = field(default=0.5, metadata=_range(0.0, 1.0))
+
+
+@dataclass
+class BudgetSettings:
+    """How much the prompt may hold and how long a request may take."""
+
+    context_tokens: int = field(default=1024, metadata=_range(64, 131072))
+    api_doc_tokens: int = field(default=256, metadata=_range(0, 65536))
+    symbol_tokens: int = field(default=256, metadata=_range(0, 65536))
+    request_timeout_ms: int = field(default=5000, metadata=_range(50, 600000))
+    fix_timeout_ms: int = field(default=60000, metadata=_range(100, 3600000))
+
+
+@dataclass
+class CompletionSettings:
+    """Inline and list completion behaviour."""
+
+    lines: str = field(default="auto", metadata=_choices("auto", "single", "multi"))
+    max_tokens: int = field(default=32, metadata=_range(1, 4096))  # single-line completions
+    multiline_max_tokens: int = field(default=96, metadata=_range(1, 8192))
+    debounce_ms: int = field(default=20, metadata=_range(0, 5000))
+    cache_size: int = field(default=64, metadata=_range(0, 100000))
+    temperature: float = field(default=0.0, metadata=_range(0.0, 2.0))
+
+
+@dataclass
+class RepairSettings:
+    """The regenerate-from-diagnostics loop."""
+
+    rounds: int = field(default=2, metadata=_range(0, 16))
+    return_unclean: bool = False
+    monitor: bool = True  # check generated names against the symbol table while decoding
+
+
+@dataclass
+class FeatureSettings:
+    """Which features are on."""
+
+    inline_completion: bool = True
+    completion: bool = True
+    code_actions: bool = True
+    generate_body: bool = True
+    diagnostics: bool = True  # publish our own compiler diagnostics
+
+
+@dataclass
+class Settings:
+    """Everything the server can be told; every field has a working default."""
+
+    model: ModelSettings = field(default_factory=ModelSettings)
+    attention: AttentionSettings = field(default_factory=AttentionSettings)
+    budgets: BudgetSettings = field(default_factory=BudgetSettings)
+    completion: CompletionSettings = field(default_factory=CompletionSettings)
+    repair: RepairSettings = field(default_factory=RepairSettings)
+    features: FeatureSettings = field(default_factory=FeatureSettings)
+    log_level: str = field(default="info", metadata=_choices("error", "warning", "info", "debug"))
+
+
+def camel(name: str) -> str:
+    """``multiline_max_tokens`` -> ``multilineMaxTokens``."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def snake(name: str) -> str:
+    """``multilineMaxTokens`` -> ``multiline_max_tokens`` (snake_case input is accepted as is)."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
+    """Apply client JSON on a copy of ``base`` (defaults when None); return it and the problems found.
+
+    Each invalid value leaves that one setting at its base value and adds a message naming the
+    camelCase path, the value and what was expected. ``None`` and ``{}`` change nothing.
+    """
+    settings = _deep_copy(base if base is not None else Settings())
+    problems: list[str] = []
+    if raw is None:
+        return settings, problems
+    if isinstance(raw, Mapping) and set(raw) == {"glm5"}:
+        raw = raw["glm5"]
+    if raw is None:
+        return settings, problems
+    if not isinstance(raw, Mapping):
+        return settings, [f"settings: expected an object, got {_show(raw)}"]
+    _apply(settings, raw, "", problems)
+    return settings, problems
+
+
+def to_json(settings: Any) -> dict[str, Any]:
+    """The camelCase JSON form (what a client would send to get these settings)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        out[camel(f.name)] = to_json(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def _deep_copy(obj: Any) -> Any:
+    changes = {
+        f.name: _deep_copy(getattr(obj, f.name))
+        for f in dataclasses.fields(obj)
+        if dataclasses.is_dataclass(getattr(obj, f.name))
+    }
+    return dataclasses.replace(obj, **changes)
+
+
+def _apply(target: Any, raw: Mapping[str, Any], path: str, problems: list[str]) -> None:
+    hints = get_type_hints(type(target))
+    fields = {f.name: f for f in dataclasses.fields(target)}
+    for key, value in raw.items():
+        where = f"{path}{key}"
+        name = snake(str(key))
+        if name not in fields:
+            problems.append(f"{where}: unknown setting (ignored)")
+            continue
+        current = getattr(target, name)
+        if dataclasses.is_dataclass(current):
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                problems.append(f"{where}: expected an object, got {_show(value)}; kept the defaults")
+                continue
+            _apply(current, value, f"{where}.", problems)
+            continue
+        error = _check(value, hints[name], fields[name].metadata)
+        if error:
+            problems.append(f"{where}: {error}; kept {_show(current)}")
+            continue
+        setattr(target, name, float(value) if hints[name] is float else value)
+
+
+def _check(value: Any, kind: Any, meta: Mapping[str, Any]) -> str | None:
+    """Why ``value`` cannot be stored in a field of type ``kind``, or None when it can."""
+    if kind is bool:
+        if not isinstance(value, bool):
+            return f"expected true or false, got {_show(value)}"
+        return None
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"expected an integer, got {_show(value)}"
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            return f"expected a number, got {_show(value)}"
+    elif kind is str:
+        if not isinstance(value, str):
+            return f"expected a string, got {_show(value)}"
+    if "range" in meta:
+        low, high = meta["range"]
+        if not low <= value <= high:
+            return f"expected a value in [{low}, {high}], got {_show(value)}"
+    if "choices" in meta and value not in meta["choices"]:
+        return f"expected one of {', '.join(map(repr, meta['choices']))}, got {_show(value)}"
+    return None
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
