@@ -1,0 +1,167 @@
+"""Generation with a persistent cache: prefill (reusing the longest cached prefix), then one token at a time.
+
+The editor sends almost the same prompt on every keystroke; :class:`Generator` keeps the last
+request's cache and recomputes only the tokens after the longest prefix shared (ids and roles) with
+it. Decoding is greedy at temperature 0, else temperature + top-p sampling from a seeded generator;
+it stops at end-of-text, at a stop string, at ``max_new_tokens``, or when ``should_cancel()`` says so
+(checked between tokens).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from glm5_lsp.model.cache import KVCache
+from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM
+from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
+from glm5_lsp.model.tokenizer import Tokenizer
+
+LogitsProcessor = Callable[[Sequence[int], torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = 128
+    temperature: float = 0.0  # 0 is greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_at_eos: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 0:
+            raise ValueError("max_new_tokens must be >= 0")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]
+    logprob: float  # sum of the chosen tokens' log-probabilities under the model
+    finish_reason: str  # "stop" | "length" | "cancelled"
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens reused from the previous call
+    seconds: float = 0.0
+    prefill_seconds: float = 0.0
+
+
+def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
+    """One token id from ``logits [V]``: argmax at temperature 0, else nucleus sampling."""
+    if temperature == 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(descending=True)
+        keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # always keeps the most likely token
+        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+    return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
+
+
+def _held_back(text: str, stops: Sequence[str]) -> int:
+    """How many trailing characters might still grow into a stop string (so are not streamed yet)."""
+    hold = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:n]):
+                hold = max(hold, n)
+                break
+    return hold
+
+
+class Generator:
+    """Owns one model's cache across calls (batch size 1). Not thread-safe: callers hold a lock."""
+
+    def __init__(self, model: GlmMoeDsaForCausalLM, tokenizer: Tokenizer, policy: AttentionPolicy | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.policy = policy
+        param = next(model.parameters())
+        self.cache = KVCache(model.config, 1, dtype=param.dtype, device=param.device)
+
+    def reset(self) -> None:
+        self.cache.truncate(0)
+
+    @torch.inference_mode()
+    def prefill(self, prompt_ids: Sequence[int], roles: Sequence[int] | torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+        """Bring the cache to exactly ``prompt_ids``; returns the last position's logits ``[V]`` and the reused count."""
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.cache.device)
+        role_ids = roles_tensor(roles, 1, ids.shape[1])
+        if role_ids is None:
+            role_ids = torch.full_like(ids, int(Role.CODE))
+        role_ids = role_ids.to(ids.device)
+        reused = min(self.cache.common_prefix(ids, role_ids), ids.shape[1] - 1)
+        self.cache.truncate(reused)
+        logits = self.model(ids[:, reused:], cache=self.cache, roles=role_ids[:, reused:], policy=self.policy, last_only=True)
+        return logits[0, -1], reused
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        config: GenerationConfig | None = None,
+        roles: Sequence[int] | torch.Tensor | None = None,
+        logits_processor: LogitsProcessor | None = None,
+        on_text: Callable[[str], None] | None = None,
+        should_cancel: Callable[[], bool] | None = None,
+    ) -> Generation:
+        config = config or GenerationConfig()
+        t0 = time.perf_counter()
+        logits, reused = self.prefill(prompt_ids, roles)
+        prefill_seconds = time.perf_counter() - t0
+        rng = torch.Generator(device="cpu").manual_seed(config.seed) if config.seed is not None else None
+        eos = self.tokenizer.eos_token_id if config.stop_at_eos else None
+        out: list[int] = []
+        logprob = 0.0
+        text = ""
+        streamed = 0
+        finish = "length"
+        for _ in range(config.max_new_tokens):
+            if should_cancel is not None and should_cancel():
+                finish = "cancelled"
+                break
+            scores = logits.float()
+            if logits_processor is not None:
+                scores = logits_processor(out, scores.clone())
+            token = sample(scores.cpu(), config.temperature, config.top_p, rng)
+            logprob += float(torch.log_softmax(logits.float(), dim=-1)[token])
+            if eos is not None and token == eos:
+                finish = "stop"
+                break
+            out.append(token)
+            text = self.tokenizer.decode(out)
+            cut = min((i for i in (text.find(s) for s in config.stop if s) if i >= 0), default=-1)
+            if cut >= 0:
+                text = text[:cut]
+                finish = "stop"
+                break
+            if on_text is not None:
+                ready = len(text) - _held_back(text, config.stop)
+                if text[:ready].endswith("\ufffd"):  # an unfinished UTF-8 sequence: wait for its rest
+                    ready = text.rfind("\ufffd")
+                if ready > streamed:
+                    on_text(text[streamed:ready])
+                    streamed = ready
+            step_ids = torch.tensor([[token]], dtype=torch.long, device=self.cache.device)
+            logits = self.model(step_ids, cache=self.cache, policy=self.policy)[0, -1]
+        if on_text is not None and len(text) > streamed:
+            on_text(text[streamed:])
+        return Generation(
+            text=text,
+            token_ids=out,
+            logprob=logprob,
+            finish_reason=finish,
+            prompt_tokens=len(prompt_ids),
+            cached_tokens=reused,
+            seconds=time.perf_counter() - t0,
+            prefill_seconds=prefill_seconds,
+        )
