@@ -26,7 +26,7 @@ class ScriptedBackend:
     texts: list[str]
     logprobs: list[float] | None = None
     seconds_per_call: float = 0.0
-    clock: "FakeClock | None" = None
+    clock: FakeClock | None = None
     requests: list[CompletionRequest] = field(default_factory=list)
     name: str = "scripted"
     supports_internals: bool = True
@@ -135,11 +135,11 @@ def test_the_best_clean_candidate_is_kept_and_empty_is_not_clean() -> None:
 
 def test_rewriters_are_kept_only_when_they_add_nothing() -> None:
     backend = ScriptedBackend(["math.pi*radius**2"])
-    good = lambda text, _t: text.replace("*", " * ").replace(" *  * ", " ** ")  # noqa: E731
-    bad = lambda text, _t: text + " +"  # noqa: E731
+    good = lambda text, _t: text.replace("*", " * ").replace(" *  * ", " ** ")
+    bad = lambda text, _t: text + " +"
     result = RepairLoop(backend, RepairSettings(), RUNNER, rewriters=[bad, good]).run(request(), target())
     assert result.text == "math.pi * radius ** 2"
-    worse = lambda text, _t: text.replace("**", "*")  # noqa: E731  (clean too, so it is kept)
+    worse = lambda text, _t: text.replace("**", "*")
     result = RepairLoop(ScriptedBackend(["radius**2"]), RepairSettings(), RUNNER, rewriters=[worse]).run(
         request(), target())
     assert result.text == "radius*2"
@@ -165,7 +165,7 @@ def test_crashing_provider_is_skipped_and_the_loop_goes_on() -> None:
 def test_monitor_factory_is_attached_for_python_only_by_default() -> None:
     seen: list[object] = []
     backend = ScriptedBackend(["radius * 2"])
-    marker = lambda ids, logits: logits  # noqa: E731
+    marker = lambda ids, logits: logits
     loop = RepairLoop(backend, RepairSettings(), RUNNER, monitor_factory=lambda t: seen.append(t) or marker)
     loop.run(request(), target())
     assert backend.requests[0].logits_processor is marker and len(seen) == 1

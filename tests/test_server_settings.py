@@ -74,7 +74,7 @@ def test_not_an_object_is_rejected_whole() -> None:
 
 
 def test_to_json_round_trips() -> None:
-    custom, _ = parse_settings({"attention": {"indentFlow": 0.1}, "repair": {"rounds": 4}})
+    custom, _ = parse_settings({"attention": {"indentFlow": 0.1}, "repair": {"maxRounds": 4}})
     again, problems = parse_settings(to_json(custom))
     assert problems == [] and again == custom
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
 
 from glm5_lsp.backends.base import Backend, BackendError, CompletionRequest, LogitsProcessor
 from glm5_lsp.repair.diagnostics import Diagnostic

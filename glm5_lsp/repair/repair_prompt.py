@@ -17,8 +17,8 @@ block; one that straddles the insertion point grows to include it, and the later
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.spans import Prompt, Span
