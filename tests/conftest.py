@@ -1,0 +1,31 @@
+"""Shared fixtures. Checkpoints are made here, on the spot: tests never download weights."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+from tiny import make_checkpoint  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random tiny GLM-5 checkpoint with a trained byte-level BPE tokenizer (special tokens included)."""
+    return make_checkpoint(tmp_path_factory.mktemp("tiny_checkpoint"))
+
+
+@pytest.fixture(scope="session")
+def shared_benchmarks() -> Path:
+    path = SHARED / "benchmarks"
+    if not path.is_dir():
+        pytest.skip("../shared/benchmarks is not present")
+    return path
