@@ -4,7 +4,8 @@ Each input line is one task with a unique ``id`` and a ``kind``:
 
 - ``complete``: ``prefix``, ``suffix`` (optional ``path``, ``language``, ``multiline``): the text for the cursor;
 - ``generate``: ``prompt`` (a signature plus docstring, or an instruction; optional ``language``);
-- ``fix``: ``code`` (optional ``diagnostics``, ``path``, ``language``): the whole fixed code.
+- ``fix``: ``code`` (optional ``diagnostics``: objects with ``message`` and a 0-based ``line``; optional
+  ``path``, ``language``): the whole fixed code.
 
 Each result is appended to the output as one JSON line as soon as it finishes: one ``os.write`` of
 the whole line on an ``O_APPEND`` descriptor, then ``fsync``. Rerunning the same command skips every
@@ -238,7 +239,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, required=True, help="results (appended; rerun to resume)")
     parser.add_argument("--workers", type=int, default=1, help="tasks run at once (local: one model copy each)")
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per multi-line/generate/fix answer")
-    parser.add_argument("--no-repair", action="store_true", help="skip the diagnostics check")
+    parser.add_argument("--no-repair", action="store_true", help="check candidates but do not regenerate them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_backend_arguments(parser)
 
@@ -247,7 +248,10 @@ def make_pipeline_factory(args: argparse.Namespace) -> Callable[[], Pipeline]:
     """A factory giving each worker its own pipeline (and, for the local runtime, its own model)."""
     from glm5_lsp.backends.factory import backend_from_args
 
-    settings = PipelineSettings(repair=not getattr(args, "no_repair", False))
+    settings = PipelineSettings()
+    settings.repair.return_unclean = True  # record the best candidate with its diagnostics
+    if getattr(args, "no_repair", False):
+        settings.repair.max_rounds = 1
     if getattr(args, "max_tokens", None):
         settings.multiline_max_tokens = args.max_tokens
     shared = None if args.backend == "local" else backend_from_args(args)

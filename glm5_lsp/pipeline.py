@@ -7,9 +7,11 @@ a change to prompt building, post-processing or repair lands everywhere at once.
 - :meth:`Pipeline.generate`: code for a signature plus docstring, or for an instruction;
 - :meth:`Pipeline.fix`: the whole code, rewritten so its diagnostics go away.
 
-The context engine (``glm5_lsp.context``) and the repair loop (``glm5_lsp.repair``) are used when
-given (or importable); without them the prompt is the code around the cursor and candidates are
-checked once with Python's own compiler.
+Every candidate goes through the repair loop (``glm5_lsp.repair.loop``): spliced into the document,
+checked, regenerated with the checkers' hints when it adds diagnostics. The prompt comes from the
+context engine when one is given (``glm5_lsp.context``), else it is the code around the cursor.
+Diagnostics in results are ``repair.Diagnostic`` as dicts: 0-based ``line``/``col``, ``message``,
+``severity``, ``source``, ``code``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from glm5_lsp.backends.base import Backend, Completion, CompletionRequest
+from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
 from glm5_lsp.spans import Prompt, Span
 
 log = logging.getLogger(__name__)
@@ -50,8 +53,8 @@ class PipelineSettings:
     max_prefix_chars: int = 6000  # plain prompt: code kept before the cursor
     max_suffix_chars: int = 2000  # plain prompt: code kept after the cursor
     use_attention_policy: bool = True
-    repair: bool = True  # check (and, with the repair loop, regenerate) before returning
-    return_unclean: bool = True  # return the best candidate even when it adds diagnostics
+    # Rounds, time budget, clean-only or best-unclean: max_rounds=1 checks without regenerating.
+    repair: RepairSettings = field(default_factory=RepairSettings)
 
 
 @dataclass
@@ -76,9 +79,6 @@ class PromptBuilder(Protocol):
     """The part of ``glm5_lsp.context.ContextEngine`` the pipeline uses."""
 
     def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> Prompt: ...
-
-
-DiagnoseFn = Callable[[str, str], list[dict[str, Any]]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,56 +196,15 @@ def guess_language(path: str | None, default: str = "python") -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Diagnostics (the repair package's providers when present; Python's compiler otherwise)
+# The pipeline
 # --------------------------------------------------------------------------------------------
-
-
-def compile_diagnostics(code: str, language: str) -> list[dict[str, Any]]:
-    """Python's own compiler: at most one syntax error, as a JSON-friendly dict."""
-    if language != "python":
-        return []
-    try:
-        compile(code, "<candidate>", "exec", dont_inherit=True)
-    except SyntaxError as error:
-        return [{
-            "line": error.lineno or 1, "column": error.offset or 1, "message": error.msg,
-            "source": "compile", "severity": "error",
-        }]
-    except (ValueError, RecursionError) as error:  # null bytes, absurd nesting
-        return [{"line": 1, "column": 1, "message": str(error), "source": "compile", "severity": "error"}]
-    return []
 
 
 def diagnostic_dict(diagnostic: Any) -> dict[str, Any]:
-    """Any diagnostic object (dataclass, mapping or plain object) as a JSON-friendly dict."""
+    """A diagnostic (``repair.Diagnostic`` or a caller's mapping) as a JSON-friendly dict."""
     if isinstance(diagnostic, dict):
         return dict(diagnostic)
-    if is_dataclass(diagnostic) and not isinstance(diagnostic, type):
-        data = asdict(diagnostic)
-    else:
-        data = {k: v for k, v in vars(diagnostic).items() if not k.startswith("_")}
-    return {k: (v if isinstance(v, (str, int, float, bool, type(None))) else str(v)) for k, v in data.items()}
-
-
-def introduced(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Diagnostics of ``after`` not already in ``before`` (compared by source and message, as lines move)."""
-    remaining: dict[tuple[str, str], int] = {}
-    for item in before:
-        key = (str(item.get("source", "")), str(item.get("message", "")))
-        remaining[key] = remaining.get(key, 0) + 1
-    new = []
-    for item in after:
-        key = (str(item.get("source", "")), str(item.get("message", "")))
-        if remaining.get(key, 0) > 0:
-            remaining[key] -= 1
-        else:
-            new.append(item)
-    return new
-
-
-# --------------------------------------------------------------------------------------------
-# The pipeline
-# --------------------------------------------------------------------------------------------
+    return asdict(diagnostic)
 
 
 @dataclass
@@ -253,22 +212,68 @@ class _Task:
     """One request, reduced to what every mode shares."""
 
     prompt: Prompt
-    document: str  # the document the candidate is spliced into ...
-    insert_at: int  # ... at this character offset
-    language: str
+    target: RepairTarget  # where the candidate goes: document[start:end] is replaced by it
     multiline: bool
     stop: list[str]
     max_tokens: int
-    suffix: str  # code after the insertion point, for overlap stripping
     block_prefix: str  # text whose last line sets the block indentation
-    check: bool = True  # diagnose the spliced candidate (fix diagnoses the whole rewrite itself)
     wrap: Callable[[str], str] = staticmethod(lambda text: text)  # type: ignore[assignment]
+
+    @property
+    def suffix(self) -> str:
+        return self.target.document[self.target.end:]
+
+
+class _BlockStop:
+    """A backend wrapper that ends a multi-line generation once the streamed text leaves the block.
+
+    Per call: the text streams through ``on_text``; once :func:`cut_at_block_end` would cut it, the
+    generation is cancelled (and reported as a normal ``stop``). It also totals prompt and
+    completion tokens over the repair loop's rounds.
+    """
+
+    def __init__(self, backend: Backend, task: _Task, on_text: Callable[[str], None] | None) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.supports_internals = backend.supports_internals
+        self.task = task
+        self.on_text = on_text
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.finish_reason = "stop"
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        task, streamed, done = self.task, [], [False]
+        outer_cancel = request.should_cancel
+
+        def watch(piece: str) -> None:
+            streamed.append(piece)
+            if self.on_text is not None:
+                self.on_text(piece)
+            if task.multiline and not done[0]:
+                text = strip_special_tokens("".join(streamed))
+                if "\n" in text.lstrip("\n"):
+                    done[0] = len(cut_at_block_end(text, task.block_prefix, task.target.language)) < len(text.rstrip())
+
+        def cancel() -> bool:
+            return done[0] or bool(outer_cancel and outer_cancel())
+
+        completion = self.backend.complete(replace(request, on_text=watch, should_cancel=cancel))
+        if done[0] and completion.finish_reason == "cancelled":
+            completion = replace(completion, finish_reason="stop")
+        self.prompt_tokens += completion.prompt_tokens
+        self.completion_tokens += completion.completion_tokens
+        self.finish_reason = completion.finish_reason
+        return completion
 
 
 class Pipeline:
-    """Context -> backend -> post-processing -> diagnostics/repair, for one request at a time.
+    """Context -> backend -> post-processing -> repair loop, one request at a time per call.
 
     Thread-safe as long as the backend is (the local backend holds one lock around the model).
+    ``repair`` is a :class:`~glm5_lsp.repair.loop.RepairLoop` used as a template (its settings,
+    diagnostic runner, rewriters, penalties and monitor); by default one is built from
+    ``settings.repair``.
     """
 
     def __init__(
@@ -276,14 +281,12 @@ class Pipeline:
         backend: Backend,
         settings: PipelineSettings | None = None,
         context: PromptBuilder | None = None,
-        repair: Any | None = None,
-        diagnose: DiagnoseFn | None = None,
+        repair: RepairLoop | None = None,
     ) -> None:
         self.backend = backend
         self.settings = settings or PipelineSettings()
         self.context = context
-        self.repair = repair
-        self._diagnose = diagnose or compile_diagnostics
+        self.repair = repair or RepairLoop(backend, self.settings.repair)
 
     # ---- public requests -----------------------------------------------------------------
 
@@ -305,13 +308,12 @@ class Pipeline:
         before, after = text[:offset], text[offset:]
         if multiline is None:
             multiline = infer_multiline(before, after)
-        prompt = self._build_prompt(text, offset, path=path, language=language)
         settings = self.settings
         task = _Task(
-            prompt=prompt, document=text, insert_at=offset, language=language, multiline=multiline,
-            stop=[] if multiline else ["\n"],
-            max_tokens=settings.multiline_max_tokens if multiline else settings.max_tokens,
-            suffix=after, block_prefix=before,
+            prompt=self._build_prompt(text, offset, path=path, language=language),
+            target=RepairTarget(text, offset, offset, path or default_path(language), language),
+            multiline=multiline, stop=[] if multiline else ["\n"],
+            max_tokens=settings.multiline_max_tokens if multiline else settings.max_tokens, block_prefix=before,
         )
         return self._run(task, on_text=on_text, should_cancel=should_cancel)
 
@@ -326,26 +328,25 @@ class Pipeline:
         """Code for a prompt.
 
         A code prompt (a signature plus docstring) is continued: the result is the body that follows
-        it. An instruction in prose is turned into a docstring-led prompt: the result is the whole
-        code.
+        it. An instruction in prose becomes a comment block the model continues: the result is the
+        whole code.
         """
+        path = default_path(language)
+        stops = list(PYTHON_BODY_STOPS) if language == "python" else []
         if looks_like_code(prompt, language):
             document = prompt if prompt.endswith("\n") else prompt + "\n"
             task = _Task(
-                prompt=Prompt(prefix=document), document=document, insert_at=len(document),
-                language=language, multiline=True,
-                stop=list(PYTHON_BODY_STOPS) if language == "python" else [],
-                max_tokens=self.settings.multiline_max_tokens, suffix="", block_prefix=document,
+                prompt=Prompt(prefix=document), target=RepairTarget(document, len(document), len(document), path, language),
+                multiline=True, stop=stops, max_tokens=self.settings.multiline_max_tokens, block_prefix=document,
             )
             return self._run(task, on_text=on_text, should_cancel=should_cancel)
         header = instruction_header(prompt, language)
         task = _Task(
-            prompt=Prompt(prefix=header), document=header, insert_at=len(header), language=language,
-            multiline=True, stop=[], max_tokens=self.settings.multiline_max_tokens, suffix="",
-            block_prefix="", wrap=lambda text: text.strip("\n") + "\n",
+            prompt=Prompt(prefix=header), target=RepairTarget(header, len(header), len(header), path, language),
+            multiline=True, stop=[], max_tokens=self.settings.multiline_max_tokens, block_prefix="",
+            wrap=lambda text: text.strip("\n") + "\n" if text.strip() else "",
         )
-        result = self._run(task, on_text=on_text, should_cancel=should_cancel)
-        return result
+        return self._run(task, on_text=on_text, should_cancel=should_cancel)
 
     def fix(
         self,
@@ -357,39 +358,36 @@ class Pipeline:
         on_text: Callable[[str], None] | None = None,
         should_cancel: Callable[[], bool] | None = None,
     ) -> PipelineResult:
-        """The whole of ``code``, rewritten by the model with its diagnostics as hints.
+        """The whole of ``code`` with its first function or class body rewritten by the model.
 
-        The first line (the declaration) is kept and the model writes the rest; when the result is
-        no better than the input (more diagnostics), the input is returned unchanged and marked so.
+        The model sees the buggy code, its diagnostics (the caller's ``diagnostics``, else the
+        checkers') as comments with the offending lines marked ``error_context``, then the
+        declaration; it writes the body. Code after that first block is kept as it was. When no
+        candidate passes the checks (and ``return_unclean`` is off) the input comes back unchanged.
+        ``diagnostics_after`` lists every diagnostic of the returned code.
         """
         language = language or guess_language(path)
-        found = [diagnostic_dict(d) for d in diagnostics] if diagnostics else self._diagnose(code, language)
+        path = path or default_path(language)
+        runner = self.repair.runner_for(language)
+        found = [diagnostic_dict(d) for d in diagnostics] if diagnostics is not None else \
+            [diagnostic_dict(d) for d in runner.diagnose(code, path, language).diagnostics]
+        declaration, rest = split_declaration(code)
+        old_body = (cut_at_block_end(rest, declaration, language) if declaration else rest).rstrip()
         header = fix_header(code, found, language)
-        declaration, _ = split_declaration(code)
         prefix = header + declaration
         task = _Task(
             prompt=Prompt(prefix=prefix, spans=error_spans(code, found, offset=header.index(code.rstrip("\n")))),
-            document=prefix, insert_at=len(prefix), language=language, multiline=True,
-            stop=list(PYTHON_BODY_STOPS) if language == "python" else [],
-            max_tokens=self.settings.multiline_max_tokens, suffix="", block_prefix=prefix, check=False,
+            target=RepairTarget(code, len(declaration), len(declaration) + len(old_body), path, language),
+            multiline=True, stop=list(PYTHON_BODY_STOPS) if language == "python" else [],
+            max_tokens=self.settings.multiline_max_tokens, block_prefix=prefix,
         )
         result = self._run(task, on_text=on_text, should_cancel=should_cancel)
-        _, rest = split_declaration(code)
-        old_body = cut_at_block_end(rest, declaration, language) if declaration else rest
-        trailing = rest[len(old_body):] if declaration else ""  # code after the first block, kept
-        fixed = declaration + result.text.rstrip("\n") + "\n" + trailing.lstrip("\n")
-        if trailing.strip():
-            fixed = declaration + result.text.rstrip("\n") + "\n\n" + trailing.lstrip("\n")
-        if not fixed.endswith("\n"):
-            fixed += "\n"
-        after = self._diagnose(fixed, language)
-        if len(after) > len(found):  # the rewrite made things worse: keep the user's code
-            log.info("fix: rewrite adds diagnostics (%d > %d); returning the input", len(after), len(found))
-            fixed, after = code, found
-        result.text = fixed
+        if result.text or old_body.strip() == "":
+            result.text = code[: task.target.start] + result.text + code[task.target.end:]
+        else:
+            result.text = code
         result.diagnostics_before = found
-        result.diagnostics_after = after
-        result.clean = not after
+        result.diagnostics_after = [diagnostic_dict(d) for d in runner.diagnose(result.text, path, language).diagnostics]
         return result
 
     # ---- internals --------------------------------------------------------------------------
@@ -402,42 +400,15 @@ class Pipeline:
                 log.exception("context engine failed; using the plain prompt")
         return plain_prompt(text, offset, self.settings.max_prefix_chars, self.settings.max_suffix_chars)
 
-    def _request(self, task: _Task, on_text: Callable[[str], None] | None,
-                 should_cancel: Callable[[], bool] | None) -> tuple[Completion, str, bool]:
-        """One backend call; stops early (as a cancel) once the streamed text leaves the block."""
-        streamed: list[str] = []
-        block_done = [False]
-
-        def watch(piece: str) -> None:
-            streamed.append(piece)
-            if on_text is not None:
-                on_text(piece)
-            text = "".join(streamed)
-            if task.multiline and "\n" in text.lstrip("\n"):
-                cut = cut_at_block_end(strip_special_tokens(text), task.block_prefix, task.language)
-                if len(cut) < len(text.rstrip()):
-                    block_done[0] = True
-
-        def cancel() -> bool:
-            return block_done[0] or (should_cancel is not None and should_cancel())
-
-        settings = self.settings
-        request = CompletionRequest(
-            prompt=task.prompt, max_tokens=task.max_tokens, temperature=settings.temperature,
-            top_p=settings.top_p, seed=settings.seed, stop=list(task.stop),
-            use_attention_policy=settings.use_attention_policy, on_text=watch, should_cancel=cancel,
-        )
-        completion = self.backend.complete(request)
-        return completion, self.postprocess(completion.text, task), block_done[0]
-
     def postprocess(self, text: str, task: _Task) -> str:
+        """Shared by every front end: no special tokens, stop strings, block or line end, no suffix repeat."""
         text = strip_special_tokens(text)
         for stop in task.stop:
             at = text.find(stop)
             if at != -1:
                 text = text[:at]
         if task.multiline:  # the line break after the block is the document's, not the completion's
-            text = cut_at_block_end(text, task.block_prefix, task.language).rstrip()
+            text = cut_at_block_end(text, task.block_prefix, task.target.language).rstrip()
         else:
             text = first_line(text)
         text = strip_suffix_overlap(text, task.suffix)
@@ -446,21 +417,34 @@ class Pipeline:
     def _run(self, task: _Task, *, on_text: Callable[[str], None] | None,
              should_cancel: Callable[[], bool] | None) -> PipelineResult:
         started = time.perf_counter()
-        completion, text, block_done = self._request(task, on_text, should_cancel)
-        finish = "stop" if block_done else completion.finish_reason
-        before: list[dict[str, Any]] = []
-        after: list[dict[str, Any]] = []
-        clean = True
-        if task.check and self.settings.repair and finish != "cancelled":
-            before = self._diagnose(task.document, task.language)
-            spliced = task.document[: task.insert_at] + text + task.document[task.insert_at:]
-            after = self._diagnose(spliced, task.language)
-            clean = not introduced(before, after)
-        return PipelineResult(
-            text=text, clean=clean, diagnostics_before=before, diagnostics_after=after, rounds=1,
-            prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
-            seconds=time.perf_counter() - started, finish_reason=finish,
+        settings = self.settings
+        backend = _BlockStop(self.backend, task, on_text)
+        template = self.repair
+        loop = RepairLoop(backend, template.settings, template.runner_for(task.target.language),
+                          rewriters=template.rewriters, penalties=template.penalties,
+                          monitor_factory=template.monitor_factory, postprocess=lambda text: self.postprocess(text, task))
+        request = CompletionRequest(
+            prompt=task.prompt, max_tokens=task.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
+            seed=settings.seed, stop=list(task.stop), use_attention_policy=settings.use_attention_policy,
+            should_cancel=should_cancel,
         )
+        repaired = loop.run(request, task.target)
+        cancelled = should_cancel is not None and should_cancel()
+        return PipelineResult(
+            text=repaired.text or "", clean=repaired.clean,
+            diagnostics_before=[diagnostic_dict(d) for d in repaired.diagnostics_before],
+            diagnostics_after=[diagnostic_dict(d) for d in repaired.diagnostics_after], rounds=repaired.rounds,
+            prompt_tokens=backend.prompt_tokens, completion_tokens=backend.completion_tokens,
+            seconds=time.perf_counter() - started, finish_reason="cancelled" if cancelled else backend.finish_reason,
+        )
+
+
+def default_path(language: str) -> str:
+    """A file name the checkers accept for an unsaved buffer in ``language``."""
+    for extension, name in _EXTENSIONS.items():
+        if name == language:
+            return "untitled" + extension
+    return "untitled.txt"
 
 
 # --------------------------------------------------------------------------------------------
@@ -522,16 +506,18 @@ def split_declaration(code: str) -> tuple[str, str]:
 
 
 def error_spans(code: str, diagnostics: list[dict[str, Any]], offset: int = 0) -> list[Span]:
-    """``error_context`` spans over the lines the diagnostics point at (1-based ``line``)."""
+    """``error_context`` spans over the lines the diagnostics point at (0-based ``line``)."""
+    lines = code.split("\n")
     starts = [0]
-    for line in code.split("\n"):
+    for line in lines:
         starts.append(starts[-1] + len(line) + 1)
     spans = []
+    marked: set[int] = set()
     for item in diagnostics:
         line = item.get("line")
-        if isinstance(line, int) and 1 <= line < len(starts):
-            end = min(starts[line] - 1, len(code))
-            spans.append(Span(offset + starts[line - 1], offset + max(end, starts[line - 1]), "error_context"))
+        if isinstance(line, int) and not isinstance(line, bool) and 0 <= line < len(lines) and line not in marked:
+            marked.add(line)
+            spans.append(Span(offset + starts[line], offset + starts[line] + len(lines[line]), "error_context"))
     return spans
 
 
@@ -540,6 +526,8 @@ def fix_header(code: str, diagnostics: list[dict[str, Any]], language: str) -> s
     marker = "#" if language == "python" else "//"
     lines = [f"{marker} Buggy version:", code.rstrip("\n")]
     for item in diagnostics[:8]:
-        lines.append(f"{marker} line {item.get('line', '?')}: {item.get('message', '')}")
+        line = item.get("line")
+        where = f"line {line + 1}" if isinstance(line, int) and not isinstance(line, bool) else "somewhere"
+        lines.append(f"{marker} {where}: {item.get('message', '')}")
     lines.append(f"{marker} Fixed version:")
     return "\n".join(lines) + "\n"

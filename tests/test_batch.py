@@ -57,7 +57,7 @@ def test_each_kind_with_errors_recorded(tmp_path: Path) -> None:
     fixed = records["f1"]
     assert fixed["text"] == "def half(x):\n    return x / 2\n"
     assert fixed["diagnostics_before"] and not fixed["diagnostics_after"] and fixed["clean"]
-    assert records["f2"]["diagnostics_before"] == [{"line": 2, "message": "should add one"}]
+    assert records["f2"]["diagnostics_before"] == [{"line": 1, "message": "should add one"}]
     assert "unknown kind 'translate'" in records["bad-kind"]["error"]
     assert "missing 'prefix'" in records["no-prefix"]["error"]
     for record in records.values():

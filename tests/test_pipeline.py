@@ -1,0 +1,174 @@
+"""The shared pipeline: post-processing, the repair loop wiring, and the three request kinds.
+
+The backend is the scripted double of ``tests/data/batch/scripted_backend.py``: what is under test
+here is what the pipeline does with the model's text, not the model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from glm5_lsp.backends.base import CompletionRequest
+from glm5_lsp.pipeline import (
+    Pipeline,
+    PipelineSettings,
+    cut_at_block_end,
+    infer_multiline,
+    plain_prompt,
+    strip_special_tokens,
+    strip_suffix_overlap,
+)
+from glm5_lsp.repair.loop import RepairSettings
+
+_spec = importlib.util.spec_from_file_location(
+    "scripted_backend", Path(__file__).parent / "data" / "batch" / "scripted_backend.py")
+assert _spec and _spec.loader
+scripted = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(scripted)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("a = 1<|endoftext|>b = 2", "a = 1"),
+    ("x<|code_middle|>y", "x"),
+    ("<|code_suffix|>", ""),
+    ("ok<|unknown_special|> then", "ok then"),
+    ("no specials", "no specials"),
+])
+def test_special_tokens_never_leak(raw: str, expected: str) -> None:
+    assert strip_special_tokens(raw) == expected
+
+
+@pytest.mark.parametrize("text, suffix, expected", [
+    ("a, b)", ")\n", "a, b"),  # re-typed closer
+    ("bar()", ")\n", "bar()"),  # balanced: its own ")" stays
+    ("x]):", "]):\nfoo", "x"),
+    ("b = 2\n    return a", "\n    return a\n", "b = 2"),  # runs into the next line
+    ("b = 2", "\n    return a\n", "b = 2"),
+])
+def test_suffix_repeats_are_stripped(text: str, suffix: str, expected: str) -> None:
+    assert strip_suffix_overlap(text, suffix) == expected
+
+
+@pytest.mark.parametrize("prefix, text, expected", [
+    ("def f(x):\n    ", "if x:\n        return 1\n    return 2\ndef g():\n    pass", "if x:\n        return 1\n    return 2"),
+    ("def f(x):\n", "    y = x\n\n    return y\n\nprint(f(1))", "    y = x\n\n    return y"),
+    ("class A:\n    def m(self):\n        ", "return 1\n    def n(self):", "return 1"),
+])
+def test_multiline_stops_at_the_end_of_the_block(prefix: str, text: str, expected: str) -> None:
+    assert cut_at_block_end(text, prefix, "python") == expected
+
+
+def test_brace_languages_stop_at_the_closing_brace() -> None:
+    assert cut_at_block_end("if (x) { y(); }\n  return 1;\n}\nfunction g() {}", "function f() {\n  ", "javascript") == \
+        "if (x) { y(); }\n  return 1;"
+
+
+def test_multiline_is_inferred_from_the_cursor_line() -> None:
+    assert infer_multiline("def f():\n    ", "\n")
+    assert not infer_multiline("x = ", "\n")
+    assert not infer_multiline("    ", "return x\n")
+
+
+def test_plain_prompt_windows_and_marks_the_current_block() -> None:
+    text = "import os\n\n" + "x = 1\n" * 50 + "def f(a):\n    b = a\n    return b\n" + "y = 2\n" * 50
+    offset = text.index("    return b")
+    prompt = plain_prompt(text, offset, max_prefix_chars=60, max_suffix_chars=40)
+    assert prompt.prefix.endswith("def f(a):\n    b = a\n") and prompt.prefix.startswith("x = 1")
+    assert prompt.suffix.startswith("    return b\n") and len(prompt.suffix) <= 40 and prompt.suffix.endswith("\n")
+    block = [span for span in prompt.spans if span.role == "current_block"]
+    assert len(block) == 1 and prompt.text()[block[0].start:block[0].end] == "def f(a):\n    b = a\n"
+
+
+def test_single_line_completion_stops_at_the_line_end() -> None:
+    backend = scripted.ScriptedBackend("len(items)\nprint('more')\n")
+    result = Pipeline(backend).complete("items = [1]\nn = ", len("items = [1]\nn = "))
+    assert result.text == "len(items)" and result.clean and backend.requests[0].stop == ["\n"]
+
+
+def test_multiline_generation_is_cut_short_once_the_block_ends() -> None:
+    body = "if x:\n        return 1\n    return 2\n" + "def unrelated():\n    pass\n" * 20
+    backend = scripted.ScriptedBackend(body)
+    document = "def f(x):\n    \n"
+    result = Pipeline(backend).complete(document, len("def f(x):\n    "))
+    assert result.text == "if x:\n        return 1\n    return 2"
+    assert result.finish_reason == "stop" and result.completion_tokens < len(body) // 8  # cancelled early
+
+
+def test_a_candidate_that_adds_an_error_is_regenerated() -> None:
+    answers = iter(["undefined_thing + 1", "count + 1"])
+    backend = scripted.ScriptedBackend(lambda request: next(answers))
+    result = Pipeline(backend).complete("count = 1\ntotal = ", len("count = 1\ntotal = "))
+    assert result.text == "count + 1" and result.clean and result.rounds == 2
+    assert "undefined_thing" in backend.requests[1].prompt.text()  # the hint names the problem
+    assert any(span.role == "error_context" for span in backend.requests[1].prompt.spans)
+
+
+def test_unclean_results_are_withheld_unless_asked_for() -> None:
+    settings = PipelineSettings(repair=RepairSettings(max_rounds=2))
+    result = Pipeline(scripted.ScriptedBackend("nope_undefined"), settings).complete("x = ", 4)
+    assert result.text == "" and not result.clean and result.rounds == 2
+    settings.repair.return_unclean = True
+    result = Pipeline(scripted.ScriptedBackend("nope_undefined"), settings).complete("x = ", 4)
+    assert result.text == "nope_undefined" and not result.clean
+    assert [d["message"] for d in result.diagnostics_after] and result.diagnostics_after[0]["line"] == 0
+
+
+def test_generate_continues_a_signature_and_answers_an_instruction() -> None:
+    backend = scripted.ScriptedBackend("    return a + b\n\n\ndef other():\n    pass\n")
+    result = Pipeline(backend).generate('def add(a, b):\n    """Sum."""\n')
+    assert result.text == "    return a + b" and result.clean
+    backend = scripted.ScriptedBackend("def rev(s):\n    return s[::-1]\n")
+    result = Pipeline(backend).generate("Write a function that reverses a string.")
+    assert backend.requests[0].prompt.prefix == "# Write a function that reverses a string.\n"
+    assert result.text == "def rev(s):\n    return s[::-1]\n"
+
+
+def test_fix_rewrites_the_first_body_and_keeps_the_rest() -> None:
+    code = "def half(x):\n    return x / 2 +\n\n\ndef keep():\n    return 1\n"
+    backend = scripted.ScriptedBackend("    return x / 2\n")
+    result = Pipeline(backend).fix(code)
+    assert result.text == "def half(x):\n    return x / 2\n\n\ndef keep():\n    return 1\n"
+    assert result.diagnostics_before and result.diagnostics_after == [] and result.clean
+    prompt = backend.requests[0].prompt
+    assert "# line 2: " in prompt.prefix and prompt.prefix.endswith("# Fixed version:\ndef half(x):\n")
+    error = [prompt.text()[s.start:s.end] for s in prompt.spans if s.role == "error_context"]
+    assert error == ["    return x / 2 +"]
+
+
+def test_fix_returns_the_input_when_nothing_better_is_found() -> None:
+    code = "def f():\n    return undefined_a\n"
+    result = Pipeline(scripted.ScriptedBackend("    return undefined_b\n"),
+                      PipelineSettings(repair=RepairSettings(max_rounds=1))).fix(code)
+    assert result.text == code and not result.clean
+
+
+def test_cancellation_and_streaming() -> None:
+    pieces: list[str] = []
+    result = Pipeline(scripted.ScriptedBackend("abcdefghijkl")).complete(
+        "x = ", 4, on_text=pieces.append, should_cancel=lambda: len(pieces) >= 2)
+    assert result.finish_reason == "cancelled" and pieces[:2] == ["abc", "def"]
+
+
+def test_a_failing_context_engine_falls_back_to_the_plain_prompt() -> None:
+    class Broken:
+        def build_prompt(self, text: str, offset: int, **_: object) -> None:
+            raise RuntimeError("index is corrupt")
+
+    backend = scripted.ScriptedBackend("1")
+    result = Pipeline(backend, context=Broken()).complete("a = 0\nx = ", 10)  # type: ignore[arg-type]
+    assert result.text == "1" and backend.requests[0].prompt.prefix == "a = 0\nx = "
+
+
+def test_bad_offset_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="outside the document"):
+        Pipeline(scripted.ScriptedBackend("1")).complete("abc", 10)
+
+
+def test_settings_reach_the_backend() -> None:
+    backend = scripted.ScriptedBackend("1")
+    Pipeline(backend, PipelineSettings(max_tokens=7, temperature=0.5, seed=3)).complete("x = ", 4)
+    request: CompletionRequest = backend.requests[0]
+    assert (request.max_tokens, request.temperature, request.seed) == (7, 0.5, 3)
