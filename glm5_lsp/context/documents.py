@@ -117,8 +117,11 @@ class Document:
             return line, offset - start
         return line, len(self.text[start:offset].encode("utf-8", errors="surrogatepass"))
 
-    def apply(self, edit: Edit) -> None:
-        """Apply one edit and re-parse incrementally, reusing the old tree."""
+    def apply(self, edit: Edit) -> tuple[int, int, int]:
+        """Apply one edit and re-parse incrementally, reusing the old tree.
+
+        Returns the edit's ``(start_byte, old_end_byte, new_end_byte)`` for incremental summaries.
+        """
         start = self.offset(edit.start_line, edit.start_col)
         end = max(self.offset(edit.end_line, edit.end_col), start)
         start_byte, old_end_byte = self.byte_offset(start), self.byte_offset(end)
@@ -138,6 +141,7 @@ class Document:
                 new_end_point=new_end_point,
             )
             self._parse(self.tree)
+        return start_byte, old_end_byte, new_end_byte
 
     def _line_and(self, offset: int) -> tuple[int, int]:
         return self.position(offset)[0], offset

@@ -1,0 +1,276 @@
+"""The API-doc index: chunks from installed packages and workspace docs, ranked with BM25 (bm25s).
+
+Sources are kept separately (``package:<module>``, ``doc:<relative path>``), each cached on disk
+under a key that changes when its files change, so updating one source re-reads only that source.
+The BM25 matrix over all chunks is rebuilt lazily on the next query after a change and saved with a
+fingerprint of the source set, so a restart on an unchanged workspace loads it instead of rebuilding.
+:meth:`ApiDocIndex.top` returns only the best chunks that fit a token budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from glm5_lsp.context.apidoc_sources import (
+    Chunk,
+    doc_file_chunks,
+    is_installed,
+    locate_module,
+    module_chunks,
+    python_doc_chunks,
+    submodule_alias,
+)
+from glm5_lsp.context.cache import JsonCache, default_cache_dir
+from glm5_lsp.context.cursor_query import CursorQuery, prefix_tokens, tokenize
+from glm5_lsp.context.languages import DOC_SUFFIXES
+from glm5_lsp.context.sources import walk_files
+from glm5_lsp.context.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    import bm25s
+
+log = logging.getLogger(__name__)
+
+SOURCES_VERSION = 2  # bump when chunk extraction changes
+W_TITLE = 3  # title tokens are repeated so a symbol's own name outranks a mention in prose
+
+
+@dataclass
+class ApiDocStats:
+    packages: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    doc_files: int = 0
+    chunks: int = 0
+    rebuilt: bool = False
+
+
+def chunk_tokens(chunk: Chunk) -> list[str]:
+    """The BM25 document for a chunk: weighted title, structured tokens, then the text."""
+    head = chunk.title.split("(", 1)[0]
+    tokens = tokenize(head) * W_TITLE + tokenize(chunk.title[len(head):])
+    tokens.append(f"mod:{chunk.module.lower()}")
+    if chunk.owner:
+        tokens.append(f"mod:{chunk.module.lower()}.{chunk.owner.lower()}")
+    if chunk.kind in ("function", "class", "method"):
+        tokens.append(f"name:{chunk.name.lower()}")
+        tokens += prefix_tokens(chunk.name)
+    tokens += tokenize(chunk.text)
+    return tokens
+
+
+class ApiDocIndex:
+    """Chunked, BM25-ranked API documentation for one workspace."""
+
+    def __init__(self, root: str | os.PathLike[str] | None, cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root).resolve() if root else None
+        base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self._sources_cache = JsonCache(base, f"apidoc-sources-{SOURCES_VERSION}")
+        ws = hashlib.blake2b(str(self.root).encode(), digest_size=8).hexdigest()
+        self._state_dir = base / "v1" / "apidoc-index" / ws
+        self.sources: dict[str, list[Chunk]] = {}
+        self._source_keys: dict[str, str] = {}
+        self._chunks: list[Chunk] = []
+        self._retriever: bm25s.BM25 | None = None
+        self._dirty = True
+        self._lock = threading.RLock()
+
+    # -- sources ----------------------------------------------------------------------------
+    def add_package(self, module: str) -> int:
+        """Index an installed module's public API; returns its chunk count (0 when skipped)."""
+        path = locate_module(module)
+        if path is None and submodule_alias(module) is None:
+            log.info("API docs: %s is not installed (or not importable statically); skipped", module)
+            return 0
+        key = _file_key(f"package:{module}", path)
+        chunks = self._cached_or(key, lambda: module_chunks(module))
+        self._set_source(f"package:{module}", key, chunks)
+        return len(chunks)
+
+    def add_doc_file(self, path: Path) -> int:
+        """Index one workspace doc (Markdown/reST sections, or a Python file's module/class docstrings)."""
+        rel = self._rel(path)
+        key = _file_key(f"doc:{rel}", path)
+        if path.suffix in (".py", ".pyi"):
+            module = rel.rsplit(".", 1)[0].replace("/", ".").removesuffix(".__init__")
+            make = lambda: python_doc_chunks(path, rel, module)  # noqa: E731
+        else:
+            make = lambda: doc_file_chunks(path, rel)  # noqa: E731
+        chunks = self._cached_or(key, make)
+        self._set_source(f"doc:{rel}", key, chunks)
+        return len(chunks)
+
+    def remove_source(self, name: str) -> None:
+        with self._lock:
+            if self.sources.pop(name, None) is not None:
+                self._source_keys.pop(name, None)
+                self._dirty = True
+
+    def _rel(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.root).as_posix() if self.root else path.name
+        except ValueError:
+            return path.as_posix()
+
+    def _cached_or(self, key: str, make: Callable[[], list[Chunk]]) -> list[Chunk]:
+        data = self._sources_cache.get(key)
+        if data is not None:
+            try:
+                return [Chunk(**row) for row in data]
+            except TypeError:
+                pass
+        chunks = make()
+        self._sources_cache.put(key, [asdict(c) for c in chunks])
+        return chunks
+
+    def _set_source(self, name: str, key: str, chunks: list[Chunk]) -> None:
+        with self._lock:
+            if self._source_keys.get(name) != key:
+                self.sources[name] = chunks
+                self._source_keys[name] = key
+                self._dirty = True
+
+    def index_workspace(
+        self, imported_modules: Iterable[str], progress: Callable[[str], None] | None = None
+    ) -> ApiDocStats:
+        """Index the installed packages the workspace imports and the workspace's own docs."""
+        stats = ApiDocStats()
+        for module in sorted(set(imported_modules)):
+            if progress is not None:
+                progress(module)
+            try:
+                n = self.add_package(module)
+            except Exception as err:  # a package that cannot be read never stops the others
+                log.warning("API docs: %s failed (%s: %s); skipped", module, type(err).__name__, err)
+                n = 0
+            (stats.packages if n else stats.skipped).append(module)
+        if self.root is not None and self.root.is_dir():
+            for path in walk_files(self.root, DOC_SUFFIXES | {".py"}):
+                if progress is not None:
+                    progress(str(path))
+                stats.doc_files += bool(self.add_doc_file(path))
+        stats.rebuilt = self.ensure_index()
+        stats.chunks = len(self._chunks)
+        return stats
+
+    # -- the BM25 index ------------------------------------------------------------------------
+    def _fingerprint(self) -> str:
+        text = json.dumps(sorted(self._source_keys.items()))
+        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+    def ensure_index(self) -> bool:
+        """Make the BM25 index match the sources: load the saved one or rebuild. True if rebuilt."""
+        with self._lock:
+            if not self._dirty:
+                return False
+            self._chunks = [c for name in sorted(self.sources) for c in self.sources[name]]
+            self._dirty = False
+            if not self._chunks:
+                self._retriever = None
+                return False
+            fingerprint = self._fingerprint()
+            if self._load_saved(fingerprint):
+                return False
+            import bm25s
+
+            retriever = bm25s.BM25()
+            retriever.index([chunk_tokens(c) or [""] for c in self._chunks], show_progress=False)
+            self._retriever = retriever
+            self._save(fingerprint)
+            return True
+
+    def _load_saved(self, fingerprint: str) -> bool:
+        stamp = self._state_dir / "fingerprint"
+        try:
+            if stamp.read_text() != fingerprint:
+                return False
+            import bm25s
+
+            self._retriever = bm25s.BM25.load(str(self._state_dir / "bm25"))
+            return True
+        except (OSError, ValueError) as err:
+            if not isinstance(err, FileNotFoundError):
+                log.info("saved API-doc index unreadable (%s); rebuilding", err)
+            return False
+
+    def _save(self, fingerprint: str) -> None:
+        try:
+            target = self._state_dir / "bm25"
+            if target.exists():
+                shutil.rmtree(target)
+            self._state_dir.mkdir(parents=True, exist_ok=True)
+            assert self._retriever is not None
+            self._retriever.save(str(target))
+            (self._state_dir / "fingerprint").write_text(fingerprint)
+        except OSError as err:
+            log.warning("cannot save the API-doc index (%s); it will be rebuilt next time", err)
+
+    def search(self, query: CursorQuery | list[str], k: int = 10) -> list[tuple[Chunk, float]]:
+        """The ``k`` best chunks with their BM25 scores (only positive scores)."""
+        self.ensure_index()
+        tokens = query.tokens() if isinstance(query, CursorQuery) else list(query)
+        retriever = self._retriever
+        if retriever is None:
+            return []
+        ids = retriever.get_tokens_ids(tokens)
+        if not ids:
+            return []
+        import numpy as np
+
+        scores = retriever.get_scores(ids)
+        k = min(k, len(scores))
+        best = np.argpartition(-scores, k - 1)[:k]
+        best = best[np.argsort(-scores[best], kind="stable")]
+        return [(self._chunks[i], float(scores[i])) for i in best if scores[i] > 0]
+
+    def top(self, query: CursorQuery | list[str], budget_tokens: int, count: TokenCounter | None = None,
+            candidates: int = 24) -> list[Chunk]:
+        """The best chunks that fit ``budget_tokens`` together, best first."""
+        count = count or TokenCounter()
+        chosen: list[Chunk] = []
+        left = budget_tokens
+        for chunk, _ in self.search(query, candidates):
+            cost = count.cached(chunk.render()) + 1
+            if cost <= left:
+                chosen.append(chunk)
+                left -= cost
+        return chosen
+
+    def __len__(self) -> int:
+        self.ensure_index()
+        return len(self._chunks)
+
+
+def _file_key(name: str, path: Path | None) -> str:
+    try:
+        stat = path.stat() if path is not None else None
+        sig = f"{name}|{path}|{stat.st_mtime_ns}|{stat.st_size}" if stat else name
+    except OSError:
+        sig = name
+    return hashlib.blake2b(sig.encode(), digest_size=16).hexdigest()
+
+
+def installed_imports(modules: Iterable[str]) -> list[str]:
+    """The imported module names that resolve to installed code (stdlib, site-packages, stubs).
+
+    Relative imports and modules that only exist in the workspace are left out: the symbol table
+    covers those.
+    """
+    out = []
+    for module in sorted(set(modules)):
+        if not module or module.startswith("."):
+            continue
+        path = locate_module(module)
+        if path is None:
+            alias = submodule_alias(module)
+            path = locate_module(alias) if alias else None
+        if path is not None and is_installed(path):
+            out.append(module)
+    return out

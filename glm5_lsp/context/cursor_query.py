@@ -1,0 +1,132 @@
+"""The API-doc query for a cursor: what is being typed, on what, inside which call, in which file.
+
+Both documents and queries go through :func:`tokenize`, which splits identifiers into their parts
+(``ArgumentParser`` -> ``argument parser argumentparser``) and drops words too common to rank.
+Structured tokens carry the strongest signals and are weighted by repetition (BM25 sums repeated
+query terms): ``mod:<module>`` for the resolved receiver (``re.`` -> ``mod:re``), ``pfx:<letters>``
+for the start of the identifier being typed, ``name:<call>`` for the enclosing call.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_TYPED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+_RECEIVER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*\.\s*$")
+_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*$")
+PREFIX_MAX = 6
+STOP = frozenset(
+    """a an and are as at be by for from if in into is it of on or that the this to with was will not no
+    self cls none true false return def class import none else elif while try except pass lambda
+    var let const function new int str""".split()
+)
+
+# Weights (repetitions) of each signal in the query.
+W_RECEIVER, W_PREFIX, W_CALL, W_TYPED, W_NEARBY, W_IMPORT = 4, 3, 2, 1, 1, 1
+
+
+def split_identifier(word: str) -> list[str]:
+    """``parse_known_args`` -> ``parse known args``; ``HTTPServer`` -> ``http server``."""
+    return [p.lower() for p in _PARTS.findall(word)]
+
+
+def tokenize(text: str) -> list[str]:
+    """Word tokens for BM25: identifier parts plus the whole identifier, lowercased, no stop words."""
+    out: list[str] = []
+    for word in _IDENT.findall(text):
+        lower = word.lower()
+        parts = split_identifier(word)
+        if len(parts) > 1 and lower not in STOP:
+            out.append(lower.replace("_", ""))
+        out.extend(p for p in parts if len(p) > 1 and p not in STOP)
+    return out
+
+
+def prefix_tokens(name: str) -> list[str]:
+    """``pfx:c``, ``pfx:co``, ... up to ``PREFIX_MAX`` letters of a symbol's name (indexed side)."""
+    lower = name.lower()
+    return [f"pfx:{lower[:k]}" for k in range(1, min(len(lower), PREFIX_MAX) + 1)]
+
+
+@dataclass
+class CursorQuery:
+    """What the text around a cursor says about the API the user is reaching for."""
+
+    typed: str = ""  # identifier characters just before the cursor
+    receiver: str = ""  # dotted expression before the '.' in front of ``typed`` (resolved when imported)
+    call: str = ""  # function being called around the cursor
+    nearby: list[str] = field(default_factory=list)  # identifiers on the lines just above
+    imports: list[str] = field(default_factory=list)  # modules the file imports
+
+    def tokens(self) -> list[str]:
+        out: list[str] = []
+        if self.receiver:
+            out += [f"mod:{self.receiver.lower()}"] * W_RECEIVER
+            out += tokenize(self.receiver.rsplit(".", 1)[-1])
+        if self.typed:
+            out += [f"pfx:{self.typed[:PREFIX_MAX].lower()}"] * W_PREFIX
+            if len(self.typed) >= 3:
+                out += tokenize(self.typed) * W_TYPED
+        if self.call:
+            out += [f"name:{self.call.rsplit('.', 1)[-1].lower()}"] * W_CALL
+            out += tokenize(self.call)
+        for word in self.nearby:
+            out += tokenize(word) * W_NEARBY
+        out += [f"mod:{m.lower()}" for m in self.imports] * W_IMPORT
+        return out
+
+
+def build_query(
+    text: str, offset: int, aliases: dict[str, str] | None = None, imports: Iterable[str] = (), nearby_lines: int = 3
+) -> CursorQuery:
+    """Read the cursor's surroundings. ``aliases`` maps bound names to import targets (``np`` -> ``numpy``)."""
+    aliases = aliases or {}
+    line_start = text.rfind("\n", 0, offset) + 1
+    before = text[line_start:offset]
+    query = CursorQuery(imports=list(dict.fromkeys(imports)))
+    typed = _TYPED.search(before)
+    query.typed = typed.group(0) if typed else ""
+    rest = before[: len(before) - len(query.typed)]
+    receiver = _RECEIVER.search(rest)
+    if receiver:
+        query.receiver = _resolve(re.sub(r"\s+", "", receiver.group(1)), aliases)
+    query.call = _resolve(_enclosing_call(text, offset, line_start), aliases)
+    above_start = line_start
+    for _ in range(nearby_lines):
+        if above_start == 0:
+            break
+        above_start = text.rfind("\n", 0, above_start - 1) + 1
+    query.nearby = _IDENT.findall(text[above_start:line_start]) + _IDENT.findall(rest)
+    return query
+
+
+def _resolve(dotted: str, aliases: dict[str, str]) -> str:
+    if not dotted:
+        return ""
+    head, _, tail = dotted.partition(".")
+    target = aliases.get(head)
+    if target is None:
+        return dotted
+    return f"{target}.{tail}" if tail else target
+
+
+def _enclosing_call(text: str, offset: int, line_start: int, max_chars: int = 400) -> str:
+    """The callee of the innermost unclosed '(' before the cursor (within ``max_chars``)."""
+    depth = 0
+    lo = max(0, min(line_start, offset - max_chars))
+    for i in range(offset - 1, lo - 1, -1):
+        ch = text[i]
+        if ch in ")]}":
+            depth += 1
+        elif ch in "([{":
+            if depth == 0:
+                if ch != "(":
+                    return ""
+                match = _CALL.search(text, max(lo, i - 80), i)
+                return match.group(1).rstrip(".") if match else ""
+            depth -= 1
+    return ""
