@@ -18,7 +18,7 @@ from glm5_lsp.backends.base import BackendError, Completion, CompletionRequest
 from glm5_lsp.spans import ROLE_NAMES, Prompt
 
 if TYPE_CHECKING:  # torch and the runtime are imported on first use only
-    from glm5_lsp.model import Generator, Tokenizer
+    from glm5_lsp.model import AttentionConfig, Generator, Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,13 @@ class LocalBackend:
     name = "local"
     supports_internals = True
 
-    def __init__(self, model_path: str | Path | None = None, device: str = "cpu", use_fim: bool = True) -> None:
+    def __init__(self, model_path: str | Path | None = None, device: str = "cpu", use_fim: bool = True,
+                 attention: "AttentionConfig | None" = None) -> None:
         self.model_path = Path(model_path) if model_path is not None else None
         self.device = device
         self.use_fim = use_fim
+        self.attention = attention  # the policy's knobs; None: the runtime's defaults
+        self._policy: Any = None
         self._lock = threading.Lock()
         self._generator: Generator | None = None
         self._tokenizer: Tokenizer | None = None
@@ -92,11 +95,12 @@ class LocalBackend:
         try:
             model = runtime.load_model(path, device=self.device)
             tokenizer = runtime.load_tokenizer(path)
-        except (OSError, ValueError, KeyError) as error:
+        except (OSError, ValueError, KeyError) as error:  # CheckpointError and ConfigError are ValueErrors
             raise BackendError(f"cannot load the checkpoint at {path}: {error}") from error
         model.eval()
         self._tokenizer = tokenizer
-        self._generator = runtime.Generator(model, tokenizer)
+        self._policy = runtime.AttentionPolicy.from_config(self.attention)
+        self._generator = runtime.Generator(model, tokenizer, policy=self._policy)
         self.model_path = Path(path)
         log.info("loaded %s on %s in %.1fs", path, self.device, time.perf_counter() - started)
         return self._generator
@@ -144,14 +148,12 @@ class LocalBackend:
                 max_new_tokens=request.max_tokens, temperature=request.temperature, top_p=request.top_p,
                 seed=request.seed, stop=list(request.stop),
             )
-            role_tensor: Any = None
-            if request.use_attention_policy and any(roles):
-                import torch
-
-                role_tensor = torch.tensor([roles], dtype=torch.long)
+            # The policy only changes which keys DSA selects, never the cached keys: safe to toggle per request.
+            generator.policy = self._policy if request.use_attention_policy else None
             generation = generator.generate(
-                ids, config, roles=role_tensor, logits_processor=request.logits_processor,
-                on_text=request.on_text, should_cancel=request.should_cancel,
+                ids, config, roles=roles if request.use_attention_policy else None,
+                logits_processor=request.logits_processor, on_text=request.on_text,
+                should_cancel=request.should_cancel,
             )
         return Completion(
             text=generation.text, finish_reason=generation.finish_reason, logprob=generation.logprob,

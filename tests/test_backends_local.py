@@ -1,0 +1,116 @@
+"""The in-process backend on a real (random, tiny) checkpoint, and ``serve-model`` serving it.
+
+Uses the ``tiny_checkpoint`` fixture (``tests/conftest.py``): real runtime, real tokenizer, random
+weights, so the tests check plumbing (FIM layout, roles, stops, streaming, cancellation, cache reuse,
+thread safety, the OpenAI API), not the quality of the text.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import openai
+import pytest
+import torch
+
+from glm5_lsp.backends.base import BackendError, CompletionRequest
+from glm5_lsp.backends.factory import create_backend
+from glm5_lsp.backends.local import LocalBackend, token_roles
+from glm5_lsp.backends.openai_http import OpenAIHTTPBackend
+from glm5_lsp.backends.serve_model import create_app, serve_in_thread
+from glm5_lsp.spans import ROLE_NAMES, Prompt, Span
+
+CODE = "import os\n\ndef join(a, b):\n    return os.path.join(a, b)\n"
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_checkpoint: Path) -> LocalBackend:
+    local = create_backend("local", model_path=tiny_checkpoint)
+    assert isinstance(local, LocalBackend)
+    local.load()
+    return local
+
+
+def test_token_roles_follow_character_spans() -> None:
+    prompt = Prompt("abcdef", "gh", spans=[Span(2, 4, "api_doc"), Span(5, 7, "error_context")])
+    offsets = [(0, 2), (2, 4), (4, 6), (0, 1), (1, 2)]  # last two are suffix tokens (shift 6)
+    roles = token_roles(prompt, offsets[:3]) + token_roles(prompt, offsets[3:], shift=6)
+    names = [ROLE_NAMES[r] for r in roles]
+    assert names == ["code", "api_doc", "error_context", "error_context", "code"]
+
+
+def test_fim_prompt_layout_and_roles(backend: LocalBackend) -> None:
+    tokenizer = backend.tokenizer
+    prompt = Prompt(CODE[:30], CODE[30:], spans=[Span(0, 9, "api_doc"), Span(31, 40, "error_context")])
+    ids, roles = backend.encode_prompt(prompt)
+    assert ids == tokenizer.fim_prompt_ids(prompt.prefix, prompt.suffix)
+    assert ids[0] == tokenizer.fim_prefix_id and ids[-1] == tokenizer.fim_middle_id and len(roles) == len(ids)
+    assert roles[1] == ROLE_NAMES.index("api_doc") and ROLE_NAMES.index("error_context") in roles
+    plain_ids, plain_roles = backend.encode_prompt(Prompt(CODE))
+    assert plain_ids == tokenizer.encode(CODE) and set(plain_roles) == {0}
+
+
+def test_generates_with_stops_streaming_and_cache_reuse(backend: LocalBackend) -> None:
+    pieces: list[str] = []
+    first = backend.complete(CompletionRequest(Prompt(CODE), max_tokens=12, on_text=pieces.append))
+    assert first.completion_tokens > 0 and "".join(pieces) == first.text and first.prompt_tokens > 0
+    assert "<|" not in first.text
+    again = backend.complete(CompletionRequest(Prompt(CODE + "\n"), max_tokens=4))
+    assert again.cached_tokens > 0  # the shared prefix came from the cache
+    stop = first.text[2:4]
+    if stop.strip():
+        stopped = backend.complete(CompletionRequest(Prompt(CODE), max_tokens=12, stop=[stop]))
+        assert stopped.text == first.text[: first.text.find(stop)] and stopped.finish_reason == "stop"
+
+
+def test_logits_processor_and_cancellation(backend: LocalBackend) -> None:
+    target = backend.tokenizer.encode("x")[0]
+
+    def force_x(generated: object, logits: torch.Tensor) -> torch.Tensor:
+        forced = torch.full_like(logits, -1e9)
+        forced[target] = 0.0
+        return forced
+
+    forced = backend.complete(CompletionRequest(Prompt("y = "), max_tokens=5, logits_processor=force_x))
+    assert forced.text == "xxxxx" and forced.finish_reason == "length"
+    seen: list[str] = []
+    cancelled = backend.complete(CompletionRequest(Prompt("y = "), max_tokens=50, logits_processor=force_x,
+                                                   on_text=seen.append, should_cancel=lambda: len(seen) >= 2))
+    assert cancelled.finish_reason == "cancelled" and cancelled.completion_tokens <= 3
+
+
+def test_threads_share_one_model_safely(backend: LocalBackend) -> None:
+    expected = backend.complete(CompletionRequest(Prompt(CODE), max_tokens=6)).text
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(
+        backend.complete(CompletionRequest(Prompt(CODE), max_tokens=6)).text)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 3
+
+
+def test_missing_or_broken_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="no checkpoint at"):
+        LocalBackend(tmp_path).complete(CompletionRequest(Prompt("x")))
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(BackendError, match="cannot load the checkpoint"):
+        LocalBackend(tmp_path).complete(CompletionRequest(Prompt("x")))
+
+
+def test_serve_model_serves_the_runtime_to_both_clients(backend: LocalBackend) -> None:
+    direct = backend.complete(CompletionRequest(Prompt(CODE), max_tokens=8)).text
+    with serve_in_thread(create_app(backend, "tiny")) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        answer = client.completions.create(model="tiny", prompt=CODE, max_tokens=8, temperature=0)
+        assert answer.choices[0].text == direct and answer.usage.completion_tokens > 0
+        streamed = "".join(c.choices[0].text for c in client.completions.create(
+            model="tiny", prompt=CODE, max_tokens=8, stream=True) if c.choices)
+        assert streamed == direct
+        http = OpenAIHTTPBackend(url, "tiny")
+        pieces: list[str] = []
+        fim = Prompt(CODE[:30], CODE[30:])
+        over_http = http.complete(CompletionRequest(fim, max_tokens=6, on_text=pieces.append))
+        assert over_http.text == backend.complete(CompletionRequest(fim, max_tokens=6)).text == "".join(pieces)
