@@ -1,0 +1,323 @@
+"""The decoding monitor: while the model writes a name, keep it to names that exist there.
+
+A :class:`~glm5_lsp.backends.base.LogitsProcessor`. At each step it reads the text so far (the
+document up to the cursor plus the decoded tokens) and decides where decoding stands:
+
+- **after a dot** (``receiver.`` + a partial name ``p``): the receiver's attributes come from an
+  ``AttributeProvider`` (jedi's completions for Python, or the symbol table), asked once per
+  receiver. When it knows any, every token that cannot continue ``p`` into one of them is masked
+  (``-inf``): a token is kept if its identifier characters extend ``p`` to a prefix of a valid name
+  and, when the token goes on past the name (``append(``), only if the name is then complete.
+- **inside a free name** (``p`` not after a dot): binding a new name is legal, so nothing is masked;
+  tokens that continue a name already known (identifiers of the document, builtins, keywords) get
+  ``free_name_bias`` added.
+- **tokens that open an attribute themselves** (``.append``, ``).strip``, in any state): the
+  ``check_top_k`` likeliest such tokens within ``check_margin`` of the step's best logit are each
+  checked against their receiver's attributes; the others (improbable anyway) are masked unchecked,
+  so no unchecked attribute can be produced and the provider is asked only about plausible ones.
+
+Valid names are matched through a character trie (:class:`NameTrie`) walked against an index of the
+vocabulary's token strings (``Tokenizer.token_strings()``), so a step costs in the number of valid
+names, not in the vocabulary size. With no names known (jedi cannot infer the receiver, a string or
+comment) the logits pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+AttributeProvider = Callable[[str], Sequence[str]]  # text ending with "." -> attribute names valid there
+
+_IDENT = re.compile(r"[A-Za-z0-9_]*")
+_IDENT_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+_DOT_NAME = re.compile(r"\.(?=[A-Za-z_])")
+
+
+@dataclass
+class MonitorSettings:
+    enabled: bool = True
+    mask_attributes: bool = True  # hard-mask invalid attribute tokens (False: bias instead)
+    attribute_bias: float = 8.0  # used when mask_attributes is False
+    free_name_bias: float = 2.0  # added to tokens that continue a known free name (0 disables)
+    check_top_k: int = 8  # attribute-opening tokens checked per step; the other ones are masked ...
+    check_margin: float = 8.0  # ... and so are those this far below the step's best logit (p < e^-8 of it)
+
+
+class NameTrie:
+    """Character trie over names: prefix tests and the completions of a prefix."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.root: dict[str, dict] = {}
+        for name in names:
+            node = self.root
+            for ch in name:
+                node = node.setdefault(ch, {})
+            node[""] = {}  # end of a name
+
+    def node(self, prefix: str) -> dict | None:
+        node = self.root
+        for ch in prefix:
+            node = node.get(ch)  # type: ignore[assignment]
+            if node is None:
+                return None
+        return node
+
+    def has_prefix(self, prefix: str) -> bool:
+        return self.node(prefix) is not None
+
+    def has_name(self, name: str) -> bool:
+        node = self.node(name)
+        return node is not None and "" in node
+
+    def remainders(self, prefix: str, limit: int = 5000) -> list[str]:
+        """What can follow ``prefix`` to complete a name ("" when ``prefix`` is itself a name)."""
+        start = self.node(prefix)
+        if start is None:
+            return []
+        found: list[str] = []
+        stack: list[tuple[dict, str]] = [(start, "")]
+        while stack and len(found) < limit:
+            node, acc = stack.pop()
+            for ch, child in node.items():
+                if ch == "":
+                    found.append(acc)
+                else:
+                    stack.append((child, acc + ch))
+        return found
+
+
+class TokenIndex:
+    """The vocabulary's token strings, indexed by their leading identifier characters."""
+
+    def __init__(self, token_strings: Sequence[str]) -> None:
+        self.strings = list(token_strings)
+        self.whole: dict[str, list[int]] = {}  # tokens made only of identifier characters
+        self.ending: dict[str, list[int]] = {}  # leading identifier run, then something else (or special)
+        self.opening: list[tuple[int, str, str, str]] = []  # (id, before the dot, name after it, rest)
+        for token_id, text in enumerate(self.strings):
+            dot = _DOT_NAME.search(text)
+            if dot is not None:
+                after = text[dot.end():]
+                name = _IDENT.match(after).group()  # type: ignore[union-attr]
+                self.opening.append((token_id, text[: dot.start()], name, after[len(name):]))
+                continue
+            run = _IDENT.match(text).group()  # type: ignore[union-attr]
+            if text and run == text:
+                self.whole.setdefault(text, []).append(token_id)
+            else:
+                self.ending.setdefault(run, []).append(token_id)
+        self.opening_ids = [entry[0] for entry in self.opening]
+
+    def continuing(self, partial: str, trie: NameTrie) -> set[int]:
+        """Tokens that keep ``partial`` on the way to (or exactly at the end of) a name in ``trie``."""
+        allowed: set[int] = set()
+        for rest in trie.remainders(partial):
+            for k in range(1, len(rest) + 1):
+                allowed.update(self.whole.get(rest[:k], ()))
+            allowed.update(self.ending.get(rest, ()))
+        return allowed
+
+
+@dataclass
+class _State:
+    kind: str  # "attribute", "name" or "other"
+    partial: str
+    receiver: str  # the text up to and including the dot (attribute state)
+
+
+def decoding_state(text: str) -> _State:
+    """Where decoding stands at the end of ``text`` (see the module docstring)."""
+    tail_match = re.search(r"[A-Za-z0-9_]*$", text)
+    partial = tail_match.group() if tail_match else ""
+    before = text[: len(text) - len(partial)]
+    if partial[:1].isdigit():
+        return _State("other", "", "")
+    if before.endswith(".") and not _is_number_dot(before) and not _in_comment_or_string(before):
+        return _State("attribute", partial, before)
+    if partial and not _in_comment_or_string(before):
+        return _State("name", partial, "")
+    return _State("other", "", "")
+
+
+def _is_number_dot(before: str) -> bool:
+    return bool(re.search(r"(?<![A-Za-z_0-9])\d+\.$", before))
+
+
+def _in_comment_or_string(text: str) -> bool:
+    """A cheap test on the current line: an odd number of quotes or a ``#`` outside quotes."""
+    line = text[text.rfind("\n") + 1:]
+    quote: str | None = None
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            return True
+        i += 1
+    return quote is not None
+
+
+class NameMonitor:
+    """The logits processor for one request (``context`` = the document up to the cursor)."""
+
+    def __init__(self, index: TokenIndex, attributes: AttributeProvider, context: str,
+                 settings: MonitorSettings | None = None, known_names: Iterable[str] | None = None,
+                 cache_size: int = 128) -> None:
+        self.index = index
+        self.attributes = attributes
+        self.context = context
+        self.settings = settings or MonitorSettings()
+        if known_names is None:  # the document's identifiers, less the one being typed at the cursor
+            typed = re.search(r"[A-Za-z0-9_]*$", context)
+            known_names = _IDENT_WORD.findall(context[: typed.start()] if typed else context)
+        free = set(known_names)
+        self.free_trie = NameTrie(free | set(dir(builtins)) | set(keyword.kwlist))
+        self._cache: OrderedDict[str, NameTrie | None] = OrderedDict()
+        self._cache_size = cache_size
+        self.masked_steps = 0  # steps where an attribute mask was applied (for reports and tests)
+
+    def __call__(self, generated_ids: Sequence[int], logits: object) -> object:
+        import torch
+
+        if not self.settings.enabled:
+            return logits
+        assert isinstance(logits, torch.Tensor)
+        strings = self.index.strings
+        text = self.context + "".join(strings[i] if 0 <= i < len(strings) else "" for i in generated_ids)
+        state = decoding_state(text)
+        out = logits.clone()
+        if state.kind == "attribute":
+            trie = self._attribute_trie(state.receiver)
+            if trie is not None and trie.has_prefix(state.partial):
+                keep = self.index.continuing(state.partial, trie)
+                self._restrict(out, keep)
+        elif state.kind == "name" and self.settings.free_name_bias:
+            keep = self.index.continuing(state.partial, self.free_trie)
+            if keep:
+                ids = torch.tensor(sorted(i for i in keep if i < out.shape[-1]), dtype=torch.long)
+                out[ids] += self.settings.free_name_bias
+        self._check_openers(out, text, state)
+        return out
+
+    def _restrict(self, logits: object, keep: set[int]) -> None:
+        import torch
+
+        assert isinstance(logits, torch.Tensor)
+        mask = torch.ones(logits.shape[-1], dtype=torch.bool)
+        ids = [i for i in keep if i < logits.shape[-1]]
+        if not ids:
+            return
+        mask[torch.tensor(ids, dtype=torch.long)] = False
+        if self.settings.mask_attributes:
+            logits[mask] = float("-inf")
+        else:
+            logits[~mask] += self.settings.attribute_bias
+        self.masked_steps += 1
+
+    def _check_openers(self, logits: object, text: str, state: _State) -> None:
+        """Tokens like ``.append``: check the likeliest against their receiver, mask the rest."""
+        import torch
+
+        assert isinstance(logits, torch.Tensor)
+        opening = [entry for entry in self.index.opening if entry[0] < logits.shape[-1]]
+        if not opening:
+            return
+        ids = torch.tensor([entry[0] for entry in opening], dtype=torch.long)
+        scores = logits[ids]
+        order = torch.argsort(scores, descending=True).tolist()
+        floor = float(logits.max()) - self.settings.check_margin
+        banned: list[int] = []
+        for rank, position in enumerate(order):
+            token_id, head, name, rest = opening[position]
+            score = float(scores[position])
+            if score == float("-inf"):
+                continue
+            if rank >= self.settings.check_top_k or score < floor or not self._opener_ok(text, state, head, name, rest):
+                banned.append(token_id)
+        if banned:
+            logits[torch.tensor(banned, dtype=torch.long)] = float("-inf")
+
+    def _opener_ok(self, text: str, state: _State, head: str, name: str, rest: str) -> bool:
+        if _DOT_NAME.search(rest):
+            return False  # a second attribute inside one token: not checkable, never needed
+        if state.kind == "attribute":  # the head must finish the current attribute name
+            trie = self._attribute_trie(state.receiver)
+            if trie is not None and not (_IDENT.fullmatch(head) and trie.has_name(state.partial + head)):
+                return False
+        trie = self._attribute_trie(text + head + ".")
+        if trie is None:
+            return True
+        return trie.has_name(name) if rest else trie.has_prefix(name)
+
+    def _attribute_trie(self, receiver: str) -> NameTrie | None:
+        """The trie of attributes valid after ``receiver`` (which ends with a dot); None if unknown."""
+        if receiver in self._cache:
+            self._cache.move_to_end(receiver)
+            return self._cache[receiver]
+        try:
+            names = [n for n in self.attributes(receiver) if n.isidentifier()]
+        except Exception:
+            log.warning("attribute provider failed; not restricting here", exc_info=True)
+            names = []
+        trie = NameTrie(names) if names else None
+        self._cache[receiver] = trie
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return trie
+
+
+class JediAttributes:
+    """Python attribute names after a dot, from ``jedi.Script(code).complete(line, col)``.
+
+    The completion position is the end of the given text (the document up to the cursor plus what
+    has been generated); the code after the cursor is not needed to name a receiver's attributes.
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+
+    def __call__(self, text: str) -> list[str]:
+        import jedi
+
+        lines = text.split("\n")
+        script = jedi.Script(text, path=self.path)
+        return [c.name for c in script.complete(len(lines), len(lines[-1]))]
+
+
+_INDEXES: dict[int, TokenIndex] = {}
+
+
+def token_index(token_strings: Sequence[str]) -> TokenIndex:
+    """A :class:`TokenIndex` shared by every request over the same vocabulary list."""
+    key = id(token_strings)
+    if key not in _INDEXES:
+        _INDEXES.clear()
+        _INDEXES[key] = TokenIndex(token_strings)
+    return _INDEXES[key]
+
+
+def python_monitor_factory(token_strings: Sequence[str], settings: MonitorSettings | None = None
+                           ) -> Callable[[object], NameMonitor]:
+    """For ``RepairLoop(monitor_factory=...)``: a jedi-backed monitor per request target."""
+    index = token_index(token_strings)
+
+    def make(target: object) -> NameMonitor:
+        document, start = target.document, target.start  # type: ignore[attr-defined]
+        provider = JediAttributes(path=getattr(target, "path", None) or None)
+        return NameMonitor(index, provider, document[:start], settings)
+
+    return make

@@ -1,0 +1,184 @@
+"""The decoding monitor: with a small BPE tokenizer (trained here with ``tokenizers`` on
+``tests/data/repair/monitor_corpus.py``, merging across dots so tokens like ``.append`` exist) and
+logits crafted to favour an invalid attribute, greedy decoding never produces one where valid
+attributes are known."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from glm5_lsp.repair.monitor import (
+    JediAttributes,
+    MonitorSettings,
+    NameMonitor,
+    NameTrie,
+    TokenIndex,
+    decoding_state,
+    python_monitor_factory,
+)
+
+CORPUS = (Path(__file__).parent / "data" / "repair" / "monitor_corpus.py").read_text()
+OS_NAMES = ["path", "getcwd", "listdir", "environ", "sep", "pathsep", "getenv"]
+LIST_NAMES = ["append", "extend", "pop", "clear"]
+PATH_NAMES = ["join", "exists", "isdir", "split", "basename"]
+
+
+@pytest.fixture(scope="module")
+def strings() -> list[str]:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=700, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|endoftext|>"], show_progress=False)
+    tok.train_from_iterator([CORPUS] * 20, trainer)
+    return [tok.decode([i]) if i else "" for i in range(tok.get_vocab_size())]
+
+
+def fake_attributes(text: str) -> list[str]:
+    """Attributes by receiver, like the symbol table would give them."""
+    if text.endswith("os.path."):
+        return PATH_NAMES
+    if text.endswith("os."):
+        return OS_NAMES
+    if text.endswith("items."):
+        return LIST_NAMES
+    return []
+
+
+def favouring(strings: list[str], wanted: str, generator: torch.Generator) -> torch.Tensor:
+    """Logits that spell ``wanted`` greedily: the longest token matching its start wins."""
+    logits = torch.randn(len(strings), generator=generator)
+    for i, s in enumerate(strings):
+        if s and wanted.startswith(s):
+            logits[i] = 10.0 + 2.0 * len(s)
+    return logits
+
+
+def greedy(monitor: NameMonitor, strings: list[str], wanted: str, steps: int = 12, seed: int = 0) -> str:
+    generator = torch.Generator().manual_seed(seed)
+    ids: list[int] = []
+    produced = ""
+    for _ in range(steps):
+        remaining = wanted.removeprefix(produced)
+        logits = monitor(ids, favouring(strings, remaining or wanted, generator))
+        token = int(torch.argmax(logits))
+        ids.append(token)
+        produced += strings[token]
+    return produced
+
+
+def attributes_written(text: str) -> list[tuple[str, str]]:
+    return re.findall(r"(os\.path|os|items)\.([A-Za-z_][A-Za-z0-9_]*)", text)
+
+
+VALID = {"os": OS_NAMES, "os.path": PATH_NAMES, "items": LIST_NAMES}
+
+
+@pytest.mark.parametrize("context,wanted", [
+    ("import os\nvalue = os.", "pathx\n"),
+    ("import os\nvalue = os.", "getcwdd()\n"),
+    ("import os\nvalue = os.", "fetch_data()\n"),
+    ("import os\nvalue = os.get", "cwdd()\n"),
+    ("import os\nvalue = os.path.", "joinx(a)\n"),
+    ("import os\nitems = []\nitems", ".appendx(value)\n"),
+    ("import os\nitems = []\nitems", ".foo(value)\n"),
+    ("import os\nvalue = ", "os.pathx.foo\n"),
+])
+def test_monitor_never_lets_an_invalid_attribute_through(strings: list[str], context: str, wanted: str) -> None:
+    index = TokenIndex(strings)
+    for seed in range(5):
+        monitor = NameMonitor(index, fake_attributes, context)
+        produced = greedy(monitor, strings, wanted, seed=seed)
+        written = attributes_written(context + produced)
+        assert written, context + produced
+        for receiver, name in written:
+            tail = (context + produced).split(receiver + "." + name, 1)[1]
+            if not tail or tail[0].isalnum() or tail[0] == "_":
+                continue  # still being written when the steps ran out
+            assert name in VALID[receiver], (context + produced)
+    # without the monitor the same logits do write the invalid name
+    generator = torch.Generator().manual_seed(0)
+    plain = strings[int(torch.argmax(favouring(strings, wanted, generator)))]
+    assert wanted.startswith(plain) and plain
+
+
+def test_monitor_with_jedi_attributes(strings: list[str]) -> None:
+    context = "import os\n\nvalue = os."
+    monitor = NameMonitor(TokenIndex(strings), JediAttributes(), context)
+    produced = greedy(monitor, strings, "pathx\n", steps=6)
+    name = re.match(r"[A-Za-z_]\w*", produced).group()
+    assert name in dir(__import__("os")) and name != "pathx", produced
+
+
+def test_free_names_are_biased_not_masked(strings: list[str]) -> None:
+    monitor = NameMonitor(TokenIndex(strings), fake_attributes, "value = 1\nresult = val",
+                          MonitorSettings(free_name_bias=3.0))
+    logits = torch.zeros(len(strings))
+    out = monitor([], logits)
+    boosted = {strings[i] for i in torch.nonzero(out > 0).flatten().tolist()}
+    # "val" continues to "value" (from the document) and to builtins such as "vars"... no: only "value"
+    assert boosted and all("ue".startswith(s) or s.startswith("ue") for s in boosted), boosted
+    assert torch.isfinite(out[[i for i, s in enumerate(strings) if "." not in s]]).all()  # no name masked
+
+
+def two_attributes(token: str) -> bool:
+    """Tokens like ``os.path.join``: two attribute accesses in one token, never checkable."""
+    return len(re.findall(r"\.[A-Za-z_]", token)) >= 2
+
+
+def changed_tokens(strings: list[str], before: torch.Tensor, after: torch.Tensor) -> set[str]:
+    return {strings[i] for i in torch.nonzero(before != after).flatten().tolist()}
+
+
+def test_unknown_receiver_leaves_logits_alone(strings: list[str]) -> None:
+    # every attribute-opening token checked (none is known): only uncheckable tokens are removed
+    monitor = NameMonitor(TokenIndex(strings), lambda text: [], "thing = make()\nthing.",
+                          MonitorSettings(check_top_k=len(strings), check_margin=float("inf")))
+    logits = torch.randn(len(strings))
+    assert all(two_attributes(s) for s in changed_tokens(strings, logits, monitor([], logits)))
+    monitor.settings.enabled = False
+    assert torch.equal(monitor([], logits), logits)
+
+
+def test_failing_provider_means_no_restriction(strings: list[str]) -> None:
+    def broken(text: str) -> list[str]:
+        raise RuntimeError("symbol table unavailable")
+
+    monitor = NameMonitor(TokenIndex(strings), broken, "import os\nos.", MonitorSettings(check_top_k=len(strings), check_margin=float("inf")))
+    logits = torch.randn(len(strings))
+    assert all(two_attributes(s) for s in changed_tokens(strings, logits, monitor([], logits)))
+
+
+@pytest.mark.parametrize("text,kind,partial", [
+    ("x = os.pa", "attribute", "pa"),
+    ("x = os.", "attribute", ""),
+    ("x = 1.", "other", ""),
+    ("x = 'a.b", "other", ""),
+    ("# see os.pa", "other", ""),
+    ("x = valu", "name", "valu"),
+    ("x = (", "other", ""),
+    ("x = 12", "other", ""),
+])
+def test_decoding_state(text: str, kind: str, partial: str) -> None:
+    state = decoding_state(text)
+    assert (state.kind, state.partial) == (kind, partial)
+
+
+def test_trie() -> None:
+    trie = NameTrie(["path", "pathsep", "sep"])
+    assert trie.has_prefix("pat") and not trie.has_prefix("x")
+    assert trie.has_name("path") and not trie.has_name("pat")
+    assert sorted(trie.remainders("path")) == ["", "sep"]
+
+
+def test_factory_builds_a_jedi_monitor_for_a_target(strings: list[str]) -> None:
+    class Target:
+        document, start, end, path = "import os\nos.\n", 13, 13, ""
+
+    monitor = python_monitor_factory(strings)(Target())
+    assert isinstance(monitor, NameMonitor) and monitor.context == "import os\nos."
