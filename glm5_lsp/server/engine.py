@@ -1,8 +1,8 @@
 """The model side of the server: one backend and one pipeline, loaded once, in the background.
 
 :class:`Engine` turns :class:`~glm5_lsp.server.settings.Settings` into a backend
-(``glm5_lsp.backends.factory.create_backend``) and a :class:`~glm5_lsp.pipeline.Pipeline` with the
-context engine and the repair loop when they are importable. ``load`` runs on the server's single
+(``glm5_lsp.backends.factory.create_backend``) and a :class:`~glm5_lsp.pipeline.Pipeline` (which
+runs the repair loop) with the context engine when the package provides one. ``load`` runs on the server's single
 model worker as soon as the client is initialised, so every request queued behind it finds the
 model loaded (or the reason it could not be).
 """
@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable
 
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
+from glm5_lsp.repair.loop import RepairSettings
 from glm5_lsp.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -27,14 +28,18 @@ class EngineUnavailable(RuntimeError):
 
 
 def pipeline_settings(settings: Settings) -> PipelineSettings:
-    """The server's settings mapped onto the pipeline's knobs."""
+    """The server's settings mapped onto the pipeline's knobs (the repair loop's included)."""
     return PipelineSettings(
         max_tokens=settings.completion.max_tokens,
         multiline_max_tokens=settings.completion.multiline_max_tokens,
         temperature=settings.completion.temperature,
         use_attention_policy=settings.model.backend == "local",
-        repair=True,
-        return_unclean=settings.repair.return_unclean,
+        repair=RepairSettings(
+            max_rounds=settings.repair.max_rounds,
+            time_budget_s=settings.budgets.request_timeout_ms / 1000,
+            return_unclean=settings.repair.return_unclean,
+            monitor=None if settings.repair.monitor else False,  # None: on where supported (Python)
+        ),
     )
 
 
@@ -82,7 +87,6 @@ class Engine:
                 backend,
                 settings=pipeline_settings(self.settings),
                 context=self.context,
-                repair=_make_repair(self.settings),
             )
             self.load_seconds = time.perf_counter() - started
             report(f"model ready in {self.load_seconds:.1f}s", 100)
@@ -108,26 +112,6 @@ def _make_context(settings: Settings) -> Any | None:
             "api_doc_tokens": settings.budgets.api_doc_tokens,
             "symbol_tokens": settings.budgets.symbol_tokens,
         }.items()
-        if name in accepted
-    }
-    return factory(**options)
-
-
-def _make_repair(settings: Settings) -> Any | None:
-    """The regenerate-from-diagnostics loop when the repair package provides one."""
-    if settings.repair.rounds <= 0:
-        return None
-    try:
-        from glm5_lsp import repair as repair_package
-    except ImportError:
-        return None
-    factory = getattr(repair_package, "RepairLoop", None)
-    if factory is None:
-        return None
-    accepted = inspect.signature(factory).parameters
-    options = {
-        name: value
-        for name, value in {"rounds": settings.repair.rounds, "monitor": settings.repair.monitor}.items()
         if name in accepted
     }
     return factory(**options)

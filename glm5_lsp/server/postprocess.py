@@ -204,6 +204,9 @@ def reindent(text: str, unit: str) -> str:
 def clean_completion(text: str, prefix: str, suffix: str, *, multiline: bool, unit: str) -> str:
     """The whole post-processing chain; returns "" when nothing useful is left."""
     text = cut_special_tokens(text)
+    line_before = prefix.rsplit("\n", 1)[-1]
+    if line_before.strip() and line_before.endswith(" ") and text.startswith(" "):
+        text = text.lstrip(" ")  # no double space after "x = "
     if not multiline:
         text = single_line(text)
     text = text.rstrip() if "\n" in text or not suffix.split("\n", 1)[0].strip() else text

@@ -182,11 +182,12 @@ class Glm5Server(LanguageServer):
     async def completion_text(self, target: Target, *, multiline: bool, kind: str) -> str:
         """The post-processed completion at a cursor ("" when there is none), cached and superseding."""
         key = (hashlib.sha1(target.text.encode("utf-8", "surrogatepass")).hexdigest(), target.offset, multiline,
-               target.language, kind == "completion")
+               target.language)
+        token = self.supersession.begin((target.uri, kind))  # even a cache hit makes older requests stale
         cached = self.cache.get(key)
         if cached is not None:
+            self.supersession.finish((target.uri, kind), token)
             return cached
-        token = self.supersession.begin((target.uri, kind))
         try:
             debounce = self.settings.completion.debounce_ms / 1000
             if debounce and await asyncio.to_thread(token.wait, debounce):
@@ -326,6 +327,16 @@ class Glm5Server(LanguageServer):
         self._log_handler = ClientLogHandler(self, loop, _LOG_LEVELS[self.settings.log_level])
         logging.getLogger("glm5_lsp").addHandler(self._log_handler)
         logging.getLogger("glm5_lsp").setLevel(logging.DEBUG)
+
+
+def _position_argument(value: Any) -> types.Position | None:
+    """``{"line": int, "character": int}`` from a command's JSON arguments, or None when malformed."""
+    if not isinstance(value, dict):
+        return None
+    line, character = value.get("line"), value.get("character")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 for v in (line, character)):
+        return None
+    return types.Position(line=line, character=character)
 
 
 def guarded(name: str) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
@@ -510,9 +521,8 @@ def build_server() -> Glm5Server:
 
             result = await ls.run_model(token, job, ls.settings.budgets.fix_timeout_ms / 1000)
             return {"text": result.text if result else "", "clean": bool(result and result.clean), "applied": False}
-        position = options.get("position") or {}
-        target = ls.locate(str(options.get("uri", "")), types.Position(
-            line=int(position.get("line", -1)), character=int(position.get("character", -1))))
+        position = _position_argument(options.get("position"))
+        target = ls.locate(str(options.get("uri", "")), position) if position is not None else None
         if target is None:
             return {"text": "", "clean": False, "applied": False}
         text = await ls.completion_text(target, multiline=True, kind="generate")

@@ -74,7 +74,7 @@ class CompletionSettings:
 class RepairSettings:
     """The regenerate-from-diagnostics loop."""
 
-    rounds: int = field(default=2, metadata=_range(0, 16))
+    max_rounds: int = field(default=2, metadata=_range(1, 16))  # generations in all, the first included
     return_unclean: bool = False
     monitor: bool = True  # check generated names against the symbol table while decoding
 

@@ -1,0 +1,6 @@
+def compute(x):
+    return x
+
+
+answer = compute(‸)
+print(answer)

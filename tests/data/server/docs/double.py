@@ -1,0 +1,2 @@
+def double(x):
+    ‸pass

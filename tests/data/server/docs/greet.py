@@ -1,0 +1,3 @@
+def greet(name):
+    message‸
+    return message

@@ -1,0 +1,3 @@
+names = ['a']
+numbers = [1]
+count = len(na‸)

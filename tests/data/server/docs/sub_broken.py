@@ -1,0 +1,2 @@
+def sub(a, b):
+    return a -‸
