@@ -13,7 +13,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 from glm5_lsp.context.languages import PLAIN, Grammar, detect_language, load_grammar
 
@@ -22,6 +22,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _NEWLINE = re.compile("\n")
+
+
+class Change(NamedTuple):
+    """Where an applied edit landed, in UTF-8 bytes, and how many lines it added (negative: removed).
+
+    ``changed`` is the new-text byte range whose syntax changed (tree-sitter's ``changed_ranges``,
+    merged with the edit itself): error recovery can restructure code beyond the edited bytes.
+    """
+
+    start_byte: int
+    old_end_byte: int
+    new_end_byte: int
+    line_delta: int
+    changed: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -117,16 +131,14 @@ class Document:
             return line, offset - start
         return line, len(self.text[start:offset].encode("utf-8", errors="surrogatepass"))
 
-    def apply(self, edit: Edit) -> tuple[int, int, int]:
-        """Apply one edit and re-parse incrementally, reusing the old tree.
-
-        Returns the edit's ``(start_byte, old_end_byte, new_end_byte)`` for incremental summaries.
-        """
+    def apply(self, edit: Edit) -> Change:
+        """Apply one edit and re-parse incrementally, reusing the old tree (returns where it landed)."""
         start = self.offset(edit.start_line, edit.start_col)
         end = max(self.offset(edit.end_line, edit.end_col), start)
         start_byte, old_end_byte = self.byte_offset(start), self.byte_offset(end)
         start_point = self._point(*self._line_and(start))
         old_end_point = self._point(*self._line_and(end))
+        line_delta = edit.new_text.count("\n") - self.text.count("\n", start, end)
         self._set_text(self.text[:start] + edit.new_text + self.text[end:])
         new_end = start + len(edit.new_text)
         new_end_byte = start_byte + len(edit.new_text.encode("utf-8", errors="surrogatepass"))
@@ -140,8 +152,13 @@ class Document:
                 old_end_point=old_end_point,
                 new_end_point=new_end_point,
             )
-            self._parse(self.tree)
-        return start_byte, old_end_byte, new_end_byte
+            old_tree = self.tree
+            self._parse(old_tree)
+            lo, hi = start_byte, new_end_byte
+            for r in self.tree.changed_ranges(old_tree):
+                lo, hi = min(lo, r.start_byte), max(hi, r.end_byte)
+            return Change(start_byte, old_end_byte, new_end_byte, line_delta, (lo, hi))
+        return Change(start_byte, old_end_byte, new_end_byte, line_delta, (start_byte, new_end_byte))
 
     def _line_and(self, offset: int) -> tuple[int, int]:
         return self.position(offset)[0], offset

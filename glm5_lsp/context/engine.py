@@ -1,7 +1,9 @@
 """The context engine: the one object the pipeline and the server hold for a workspace.
 
 It owns the open documents, the symbol table and the API-doc index, keeps them current as the
-editor reports changes, and builds prompts. Hot-path methods (``update_document``,
+editor reports changes, and builds prompts. Callers that only pass the whole text each time
+(``build_prompt(text, offset, path=...)``, what the pipeline does) still get incremental parsing:
+the engine diffs the new text against the document it holds and applies the difference as one edit. Hot-path methods (``update_document``,
 ``build_prompt``) never call jedi or read packages; :meth:`ContextEngine.warm` does that slow work
 for one file and is meant to run in a worker after a document opens.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -17,6 +20,7 @@ from glm5_lsp.context.apidocs import ApiDocIndex, ApiDocStats, installed_imports
 from glm5_lsp.context.documents import Document, DocumentStore, Edit
 from glm5_lsp.context.prompt import build_prompt
 from glm5_lsp.context.sources import DEFAULT_MAX_BYTES
+from glm5_lsp.context.summary import SymbolInfo
 from glm5_lsp.context.symbols import IndexStats, SymbolTable
 from glm5_lsp.context.tokens import TokenCounter
 from glm5_lsp.spans import Prompt
@@ -33,15 +37,27 @@ class ContextEngine:
 
     def __init__(
         self,
-        workspace_root: str | os.PathLike[str] | None,
+        workspace_root: str | os.PathLike[str] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         max_file_bytes: int = DEFAULT_MAX_BYTES,
+        token_budget: int = 1024,
+        api_doc_tokens: int | None = None,
+        symbol_tokens: int | None = None,
     ) -> None:
-        self.root = Path(workspace_root).resolve() if workspace_root else None
+        self.cache_dir = cache_dir
+        self.max_file_bytes = max_file_bytes
+        self.token_budget = token_budget
+        self.limits = {"api": api_doc_tokens, "symbols": symbol_tokens}
         self.documents = DocumentStore()
-        self.symbols = SymbolTable(self.root, cache_dir, max_file_bytes)
-        self.apidocs = ApiDocIndex(self.root, cache_dir)
         self._counters: dict[int, TokenCounter] = {}
+        self._set_root(workspace_root)
+
+    def _set_root(self, workspace_root: str | os.PathLike[str] | None) -> None:
+        self.root = Path(workspace_root).resolve() if workspace_root else None
+        self.symbols = SymbolTable(self.root, self.cache_dir, self.max_file_bytes)
+        self.apidocs = ApiDocIndex(self.root, self.cache_dir)
+        for doc in self.documents:
+            self.symbols.update_document(doc)
 
     @staticmethod
     def _key(path: str | os.PathLike[str]) -> str:
@@ -63,10 +79,10 @@ class ContextEngine:
             raise KeyError(f"document {key} is not open")
         for change in changes:
             if isinstance(change, str):
-                doc.replace(change)
-                self.symbols.update_document(doc)
-            else:
-                self.symbols.update_document(doc, doc.apply(change))
+                change = _diff_edit(doc, change)
+                if change is None:
+                    continue
+            self.symbols.update_document(doc, doc.apply(change))
         if version is not None:
             doc.version = version
         return doc
@@ -87,6 +103,13 @@ class ContextEngine:
         modules = installed_imports(self._imported_modules()) if packages else []
         api = self.apidocs.index_workspace(modules, progress)
         return stats, api
+
+    def reindex(self, root: str | os.PathLike[str] | None = None) -> int:
+        """(Re)build everything for ``root`` (default: the current root); returns the files indexed."""
+        if root is not None and (self.root is None or Path(root).resolve() != self.root):
+            self._set_root(root)
+        stats, _ = self.index_workspace()
+        return stats.files
 
     def _imported_modules(self) -> set[str]:
         out: set[str] = set()
@@ -110,27 +133,90 @@ class ContextEngine:
     # -- prompts ----------------------------------------------------------------------------
     def build_prompt(
         self,
-        path: str | os.PathLike[str],
         text: str | None,
         offset: int,
-        budget_tokens: int,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        language: str | None = None,
+        budget_tokens: int | None = None,
         error_lines: Iterable[int] = (),
         count_tokens: Callable[[str], int] | None = None,
     ) -> Prompt:
-        """The prompt for a cursor at string ``offset``; ``text`` (if given) is the document's current text.
+        """The prompt for a cursor at string ``offset`` of ``text`` (``None``: the open document's text).
 
-        ``error_lines`` are 0-based lines a compiler flagged; ``count_tokens`` is the model
-        tokenizer's ``len(encode(s))`` (default: one token per three characters).
+        ``language`` is an LSP languageId (default: from the path); ``budget_tokens`` defaults to
+        the engine's ``token_budget``; ``error_lines`` are 0-based lines a compiler flagged;
+        ``count_tokens`` is the model tokenizer's ``len(encode(s))`` (default: 3 characters a token).
         """
-        key = self._key(path)
+        doc = self._document(text, path, language)
+        counter = self._counters.get(id(count_tokens))
+        if counter is None:
+            counter = self._counters[id(count_tokens)] = TokenCounter(count_tokens)
+        others = [d for d in self.documents if d.path != doc.path]
+        return build_prompt(doc, offset, budget_tokens or self.token_budget, symbols=self.symbols,
+                            apidocs=self.apidocs, other_docs=others, error_lines=error_lines,
+                            count_tokens=counter, limits=self.limits)
+
+    def names_at(self, text: str | None, offset: int, *, path: str | os.PathLike[str] | None = None,
+                 language: str | None = None) -> list[SymbolInfo]:
+        """Names that may follow the cursor: members after ``receiver.``, else the names in scope.
+
+        Each answer is a :class:`SymbolInfo` (``name``, ``kind``, ``signature``); names without a
+        definition in the table (builtins, jedi-listed members) have kind ``"name"``.
+        """
+        doc = self._document(text, path, language)
+        offset = min(max(offset, 0), len(doc.text))
+        line, col = doc.position(offset)
+        before = doc.line(line)[:col]
+        match = _RECEIVER.search(before)
+        if match:
+            names = self.symbols.members(match.group(1).replace(" ", ""), doc.path)
+        else:
+            names = sorted(self.symbols.names_in_scope(doc.path, line, col))
+        summary = self.symbols.files.get(doc.path)
+        defined = {s.name: s for s in summary.symbols} if summary is not None else {}
+        return [defined.get(n) or SymbolInfo(n, n, "name", n, doc.path, line, line) for n in names]
+
+    def _document(self, text: str | None, path: str | os.PathLike[str] | None, language: str | None) -> Document:
+        if path is None:
+            from glm5_lsp.context.languages import detect_language
+
+            lang = detect_language(None, language)
+            path = f"<untitled-{lang}>"
+        key = self._key(path) if not os.fspath(path).startswith("<") else os.fspath(path)
         doc = self.documents.get(key)
         if doc is None:
-            doc = self.open_document(key, text or "")
-        elif text is not None and text != doc.text:
+            return self.open_document(key, text or "", language)
+        if text is not None and text != doc.text:
             self.update_document(key, [text])
-        counter = self._counters.get(id(count_tokens))
-        if counter is None or counter.count_fn is not (count_tokens or counter.count_fn):
-            counter = self._counters[id(count_tokens)] = TokenCounter(count_tokens)
-        others = [d for d in self.documents if d.path != key]
-        return build_prompt(doc, offset, budget_tokens, symbols=self.symbols, apidocs=self.apidocs,
-                            other_docs=others, error_lines=error_lines, count_tokens=counter)
+        return doc
+
+
+_RECEIVER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*\.\s*[A-Za-z0-9_]*$")
+
+
+def _diff_edit(doc: Document, new: str) -> Edit | None:
+    """The single edit turning ``doc.text`` into ``new`` (common prefix and suffix kept), or None."""
+    old = doc.text
+    if old == new:
+        return None
+    limit = min(len(old), len(new))
+    lo, hi = 0, limit  # longest common prefix by bisection over C-level slice comparisons
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if old[:mid] == new[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    prefix = lo
+    lo, hi = 0, limit - prefix
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if old[len(old) - mid :] == new[len(new) - mid :]:
+            lo = mid
+        else:
+            hi = mid - 1
+    suffix = lo
+    start_line, start_col = doc.position(prefix)
+    end_line, end_col = doc.position(len(old) - suffix)
+    return Edit(start_line, start_col, end_line, end_col, new[prefix : len(new) - suffix])

@@ -55,14 +55,17 @@ class JediResolver:
         self._disk = JsonCache(cache_dir, f"jedi-py{sys.version_info[0]}{sys.version_info[1]}")
         self._memory: dict[str, ResolvedName] = {}
         self._members: dict[str, list[str]] = {}
+        self._unknown: set[str] = set()  # targets with no disk record yet (saves a disk read per keystroke)
         self._lock = threading.Lock()
         self._project = None
 
     def cached(self, target: str) -> ResolvedName | None:
         """The answer if already known (memory or disk); never calls jedi."""
         hit = self._memory.get(target)
-        if hit is None:
+        if hit is None and target not in self._unknown:
             data = self._disk.get(_key(target))
+            if data is None:
+                self._unknown.add(target)
             if data is not None:
                 hit = ResolvedName(data["target"], data["kind"], tuple(data["signatures"]), data["doc"], data["found"])
                 self._memory[target] = hit
@@ -76,6 +79,7 @@ class JediResolver:
         with self._lock:
             resolved = self._ask_jedi(target)
         self._memory[target] = resolved
+        self._unknown.discard(target)
         self._disk.put(_key(target), asdict(resolved))
         return resolved
 

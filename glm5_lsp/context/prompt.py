@@ -65,13 +65,21 @@ def build_prompt(
     other_docs: Sequence["Document"] = (),
     error_lines: Iterable[int] = (),
     count_tokens: Callable[[str], int] | TokenCounter | None = None,
+    limits: dict[str, int | None] | None = None,
 ) -> Prompt:
-    """The prompt for a cursor at string ``offset`` of ``doc``, within ``budget_tokens``."""
+    """The prompt for a cursor at string ``offset`` of ``doc``, within ``budget_tokens``.
+
+    ``limits`` caps header parts in tokens (``{"api": 256, "symbols": 256}``) below their shares.
+    """
     count = count_tokens if isinstance(count_tokens, TokenCounter) else TokenCounter(count_tokens)
     offset = min(max(offset, 0), len(doc.text))
     line, col = doc.position(offset)
     errors = sorted({e for e in error_lines if 0 <= e < doc.line_count})
     marker = comment_prefix(doc.language)
+    caps = {part: int(budget_tokens * share) for part, share in SHARES.items()}
+    for part, cap in (limits or {}).items():
+        if cap is not None and part in caps:
+            caps[part] = min(caps[part], cap)
 
     # 1. The code window, sized first with the guaranteed share.
     window = _Window(line, line, count(doc.line(line)))
@@ -79,22 +87,22 @@ def build_prompt(
 
     # 2. Header parts, each within its share.
     sections: list[tuple[str, list[str]]] = []
-    others = _snippets(doc, line, other_docs, int(budget_tokens * SHARES["others"]), count, marker)
+    others = _snippets(doc, line, other_docs, caps["others"], count, marker)
     if others:
         sections.append(("code", others))
     if symbols is not None:
-        lines = symbols.render(doc.path, line, int(budget_tokens * SHARES["symbols"]), count,
+        lines = symbols.render(doc.path, line, caps["symbols"], count,
                                skip_lines=(window.first, window.last))
         if lines:
             sections.append(("symbol", [marker + "symbols"] + [marker + t for t in lines]))
     if apidocs is not None:
-        api = _api_lines(doc, offset, symbols, apidocs, int(budget_tokens * SHARES["api"]), count, marker)
+        api = _api_lines(doc, offset, symbols, apidocs, caps["api"], count, marker)
         if api:
             sections.append(("api_doc", api))
     header_cost = sum(count.cached(t) + 1 for _, lines in sections for t in lines)
 
     # 3. Whatever the header left goes back to the code; flagged lines outside it get the header too.
-    error_reserve = min(int(budget_tokens * SHARES["errors"]),
+    error_reserve = min(caps["errors"],
                         sum(count.cached(doc.line(e)) + 4 for e in errors if not window.first <= e <= window.last))
     _grow(doc, window, line, budget_tokens - header_cost - error_reserve - window.cost, count)
     outside = [e for e in errors if not window.first <= e <= window.last]

@@ -19,8 +19,9 @@ from glm5_lsp.context.languages import Grammar
 if TYPE_CHECKING:
     import tree_sitter
 
-    from glm5_lsp.context.documents import Document
+    from glm5_lsp.context.documents import Change, Document
 
+MAX_REGION_BYTES = 16_384
 CONTAINER_KINDS = frozenset({"class", "function", "method", "module"})
 _MAX_SIGNATURE = 160
 _SPACES = re.compile(r"\s+")
@@ -93,6 +94,7 @@ class FileSummary:
     usage: dict[str, int] = field(default_factory=dict)  # reference counts by name
     doc: str = ""  # module docstring / leading comment, first paragraph
     has_errors: bool = False
+    stale: bool = False  # kept from before an edit that broke the structure (see ``resummarize``)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -106,7 +108,7 @@ class FileSummary:
         symbols = [SymbolInfo(**dict(zip(_SYMBOL_FIELDS, row), path=where)) for row in data["symbols"]]
         imports = [ImportInfo(*row) for row in data["imports"]]
         return cls(where, data["digest"], data["language"], symbols, imports, data["usage"], data["doc"],
-                   data["has_errors"])
+                   data["has_errors"], data.get("stale", False))
 
     def top_level(self) -> list[SymbolInfo]:
         return [s for s in self.symbols if s.parent is None and s.kind != "parameter"]
@@ -293,17 +295,7 @@ def _link(
         )
         if kind in CONTAINER_KINDS:
             stack.append((raw.end_byte, qualname, kind))
-    # Deduplicate repeated assignments to the same name in the same scope (keep the first).
-    seen: set[tuple[str | None, str, str]] = set()
-    unique: list[SymbolInfo] = []
-    for sym in out:
-        if sym.kind in ("variable", "field"):
-            key = (sym.parent, sym.name, sym.kind)
-            if key in seen:
-                continue
-            seen.add(key)
-        unique.append(sym)
-    return unique
+    return out
 
 
 def _module_doc(doc: "Document") -> str:
@@ -322,8 +314,11 @@ def _module_doc(doc: "Document") -> str:
     return ""
 
 
-def summarize(doc: "Document", digest: str = "") -> FileSummary:
-    """A full summary of one document (plain text yields an empty one)."""
+def summarize(doc: "Document", digest: str = "", usage: dict[str, int] | None = None) -> FileSummary:
+    """A full summary of one document (plain text yields an empty one).
+
+    ``usage`` (reference counts from a previous summary) skips recounting references.
+    """
     grammar = doc.grammar
     summary = FileSummary(doc.path, digest, doc.language)
     if grammar is None or doc.tree is None:
@@ -331,57 +326,77 @@ def summarize(doc: "Document", digest: str = "") -> FileSummary:
     python = doc.language == "python"
     summary.symbols = _link(_extract_defs(doc, grammar), doc.path, python)
     summary.imports = _extract_imports(doc, grammar)
-    summary.usage = _count_references(doc, grammar)
+    summary.usage = usage if usage is not None else _count_references(doc, grammar)
     summary.doc = _module_doc(doc)
     summary.has_errors = doc.has_errors
     return summary
 
 
-def resummarize(
-    doc: "Document", old: FileSummary, start_byte: int, old_end_byte: int, new_end_byte: int, digest: str = ""
-) -> FileSummary:
-    """Update ``old`` after one edit of bytes ``[start_byte, old_end_byte)`` -> ``[start_byte, new_end_byte)``."""
+def resummarize(doc: "Document", old: FileSummary, change: "Change", digest: str = "") -> FileSummary:
+    """Update ``old`` after one edit (``change``: its byte range before and after, and its line delta).
+
+    The region re-read is the innermost definition strictly around the edit, else the top-level
+    statements the edit touches. When the edit broke the structure around it (half-typed code that
+    tree-sitter recovers differently), the previous summary is kept with shifted positions and
+    marked ``stale`` until an edit leaves the structure whole again.
+    """
     grammar = doc.grammar
     if grammar is None or doc.tree is None or old.language != doc.language:
         return summarize(doc, digest)
-    delta = new_end_byte - old_end_byte
-    # The innermost old container strictly around the edit (so its header is untouched).
+    start, old_end, new_end = change.start_byte, change.old_end_byte, change.new_end_byte
+    delta = new_end - old_end
+    span_lo, span_hi = change.changed  # new-text bytes whose syntax changed
     region: SymbolInfo | None = None
     for sym in old.symbols:
-        if sym.kind in CONTAINER_KINDS and sym.start_byte < start_byte and old_end_byte < sym.end_byte:
-            if region is None or sym.start_byte >= region.start_byte:
-                region = sym
-    if region is None:
-        return summarize(doc, digest)
-    lo, hi = region.start_byte, region.end_byte + delta
-    fresh = _extract_defs(doc, grammar, lo, hi)
-    if not fresh or fresh[0].start_byte != lo or fresh[0].end_byte != hi or fresh[0].name != region.name:
-        return summarize(doc, digest)  # the edit changed the structure around it
-    line_delta = doc.position(doc.char_offset(hi))[0] - region.end_line
-    old_end = region.end_byte
+        if sym.kind in CONTAINER_KINDS and sym.start_byte < start and old_end < sym.end_byte:
+            if sym.start_byte < span_lo and span_hi < sym.end_byte + delta:
+                if region is None or sym.start_byte >= region.start_byte:
+                    region = sym
+    if region is not None:
+        lo, old_hi = region.start_byte, region.end_byte
+        fresh = _extract_defs(doc, grammar, lo, old_hi + delta)
+        whole = bool(fresh) and fresh[0].start_byte == lo and fresh[0].end_byte == old_hi + delta \
+            and fresh[0].name == region.name
+    else:
+        lo, new_hi = min(start, span_lo), max(new_end, span_hi)
+        for child in doc.tree.root_node.children:
+            if child.start_byte <= max(span_hi, new_end, start + 1) and child.end_byte >= lo:
+                lo, new_hi = min(lo, child.start_byte), max(new_hi, child.end_byte)
+        old_hi = new_hi - delta
+        # A large restructured region (half-typed code swallowing a class) is left stale rather
+        # than re-read on every keystroke; queries re-read stale summaries in full.
+        whole = old_hi >= lo and new_hi - lo <= MAX_REGION_BYTES and not any(
+            s.start_byte < lo < s.end_byte or s.start_byte < old_hi < s.end_byte
+            for s in [*old.symbols, *old.imports]
+        )
+        fresh = _extract_defs(doc, grammar, lo, new_hi) if whole else []
+    if not whole:
+        lo = old_hi = old_end  # keep everything; only move what follows the edit
+        fresh = []
     before: list[SymbolInfo] = []
     after: list[SymbolInfo] = []
     stack: list[tuple[int, str, str]] = []
+    lines = change.line_delta
     for sym in old.symbols:
-        if sym.end_byte <= lo:
+        if sym.end_byte <= lo and (whole or sym.end_byte <= start):
             before.append(sym)  # untouched
-        elif sym.start_byte < lo:  # an ancestor of the region: same start, end moves
-            moved = replace(sym, end_byte=sym.end_byte + delta, end_line=sym.end_line + line_delta)
+        elif sym.start_byte < lo or (not whole and sym.start_byte <= start):  # around the edit: end moves
+            moved = replace(sym, end_byte=sym.end_byte + delta, end_line=sym.end_line + lines)
             before.append(moved)
             stack.append((moved.end_byte, moved.qualname, moved.kind))
-        elif sym.start_byte >= old_end:
+        elif sym.start_byte >= old_hi:
             after.append(
-                SymbolInfo(sym.name, sym.qualname, sym.kind, sym.signature, sym.path, sym.line + line_delta,
-                           sym.end_line + line_delta, sym.parent, sym.doc, sym.start_byte + delta,
-                           sym.end_byte + delta)
+                SymbolInfo(sym.name, sym.qualname, sym.kind, sym.signature, sym.path, sym.line + lines,
+                           sym.end_line + lines, sym.parent, sym.doc, sym.start_byte + delta, sym.end_byte + delta)
             )
-    linked = _link(fresh, doc.path, doc.language == "python", stack)
-    imports = [i for i in old.imports if not (lo <= i.start_byte and i.end_byte <= old_end)]
+    linked = _link(fresh, doc.path, doc.language == "python", stack) if fresh else []
+    imports = [i for i in old.imports if not (whole and lo <= i.start_byte and i.end_byte <= old_hi)]
     imports = [
-        replace(i, start_byte=i.start_byte + delta, end_byte=i.end_byte + delta, line=i.line + line_delta)
-        if i.start_byte >= old_end else i
+        replace(i, start_byte=i.start_byte + delta, end_byte=i.end_byte + delta, line=i.line + lines)
+        if i.start_byte >= old_hi else i
         for i in imports
     ]
-    imports = sorted(imports + _extract_imports(doc, grammar, lo, hi), key=lambda i: i.start_byte)
-    return FileSummary(doc.path, digest, doc.language, before + linked + after, imports,
-                       old.usage, old.doc, doc.has_errors)
+    if whole:
+        imports = sorted(imports + _extract_imports(doc, grammar, lo, old_hi + delta), key=lambda i: i.start_byte)
+    return FileSummary(doc.path, digest, doc.language, before + linked + after, imports, old.usage, old.doc,
+                       doc.has_errors, stale=not whole or old.stale)

@@ -32,7 +32,7 @@ from glm5_lsp.context.summary import CONTAINER_KINDS, FileSummary, SymbolInfo, r
 from glm5_lsp.context.tokens import TokenCounter
 
 if TYPE_CHECKING:
-    from glm5_lsp.context.documents import Edit
+    from glm5_lsp.context.documents import Change
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class SymbolTable:
         self._top: dict[str, dict[str, SymbolInfo]] = {}  # name -> path -> top-level symbol
         self._modules: dict[str, str] = {}  # dotted Python module name -> path
         self._entries: dict[str, tuple[FileSummary, list[_Entry]]] = {}
+        self._open: dict[str, Document] = {}  # open documents, for refreshing stale summaries
 
     # -- building -----------------------------------------------------------------------
     def index_workspace(self, progress: Callable[[Path], None] | None = None) -> IndexStats:
@@ -116,18 +117,28 @@ class SymbolTable:
         self._store(summary)
         return summary, True
 
-    def update_document(self, doc: Document, edit_bytes: tuple[int, int, int] | None = None) -> FileSummary:
-        """Re-summarise an open document; ``edit_bytes`` = (start, old_end, new_end) of its last edit."""
+    def update_document(self, doc: Document, change: "Change | None" = None) -> FileSummary:
+        """Re-summarise an open document; ``change`` (from ``Document.apply``) makes it incremental."""
+        self._open[doc.path] = doc
         old = self.files.get(doc.path)
-        if old is not None and edit_bytes is not None and old.language == doc.language:
-            summary = resummarize(doc, old, *edit_bytes)
+        if old is not None and change is not None and old.language == doc.language:
+            summary = resummarize(doc, old, change)
         else:
-            summary = summarize(doc)
+            summary = summarize(doc, usage=old.usage if old is not None and old.language == doc.language else None)
         self._store(summary)
         return summary
 
     def remove(self, path: str) -> None:
+        self._open.pop(path, None)
         self._store(None, path)
+
+    def _fresh(self, path: str | None) -> FileSummary | None:
+        """The summary of ``path``, re-read in full first if edits left it stale."""
+        summary = self.files.get(path) if path else None
+        if summary is not None and summary.stale and path in self._open:
+            summary = summarize(self._open[path], usage=summary.usage)
+            self._store(summary)
+        return summary
 
     def _store(self, summary: FileSummary | None, path: str | None = None) -> None:
         key = summary.path if summary is not None else path
@@ -187,7 +198,7 @@ class SymbolTable:
         return None
 
     def _lookup_simple(self, name: str, path: str | None) -> SymbolInfo | None:
-        summary = self.files.get(path) if path else None
+        summary = self._fresh(path)
         if summary is not None:
             nested = None
             for sym in summary.symbols:
@@ -270,7 +281,7 @@ class SymbolTable:
         Python rule: names bound in a class body are visible in the class body itself but not
         inside its methods (those reach them through ``self``/the class).
         """
-        summary = self.files.get(path)
+        summary = self._fresh(path)
         if summary is None:
             return set(PYTHON_BUILTINS) if path.endswith(".py") else set()
         python = summary.language == "python"
@@ -330,11 +341,20 @@ class SymbolTable:
         cached = self._entries.get(summary.path)
         if cached is not None and cached[0] is summary:
             return cached[1]
+        members: dict[str, list[str]] = {}
+        for sym in summary.symbols:
+            if sym.parent is not None and sym.kind in _MEMBER_KINDS:
+                members.setdefault(sym.parent, []).append("    " + sym.signature)
         entries = []
+        seen: set[str] = set()
         for sym in summary.top_level():
+            if sym.kind == "variable":  # a name assigned twice is listed once
+                if sym.name in seen:
+                    continue
+                seen.add(sym.name)
             lines = [sym.signature]
             if sym.kind == "class":
-                lines += ["    " + c.signature for c in summary.children(sym.qualname) if c.kind in _MEMBER_KINDS]
+                lines += members.get(sym.qualname, [])
             entries.append(_Entry(sym.line, sym.end_line, lines))
         self._entries[summary.path] = (summary, entries)
         return entries
