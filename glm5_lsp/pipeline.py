@@ -153,27 +153,28 @@ def _bracket_depth(text: str) -> int:
     return depth
 
 
-def strip_suffix_overlap(text: str, suffix: str) -> str:
+def strip_suffix_overlap(text: str, suffix: str, at_line_start: bool = False) -> str:
     """Remove what the completion repeats of the code after the cursor.
 
     Two cases: the completion re-types the closing characters already after the cursor (``foo(x)``
     with ``)`` after the cursor: only stripped when the completion closes more brackets than it
-    opens), and a multi-line completion that runs into the suffix's first non-blank line.
+    opens), and a completion that runs on into the suffix's first non-blank line (cut before it).
+    ``at_line_start``: the cursor is at the start of a line, so the suffix's first line is a whole
+    line of code after the completion rather than the rest of the cursor's line.
     """
     if not suffix or not text:
         return text
-    rest_of_line = suffix.split("\n", 1)[0]
+    rest_of_line = "" if at_line_start else suffix.split("\n", 1)[0]
     if rest_of_line.strip() and _bracket_depth(text) < 0:
         for k in range(min(len(rest_of_line), len(text)), 0, -1):
             if text.endswith(rest_of_line[:k]):
                 text = text[:-k]
                 break
-    next_line = next((line.strip() for line in suffix.split("\n")[1:] if line.strip()), None)
-    if rest_of_line.strip() == "" and suffix.strip():
-        next_line = next((line.strip() for line in suffix.split("\n") if line.strip()), None)
-    if next_line and "\n" in text:
+    following = suffix.split("\n") if not rest_of_line.strip() else suffix.split("\n")[1:]
+    next_line = next((line.strip() for line in following if line.strip()), None)
+    if next_line:
         lines = text.split("\n")
-        for index in range(1, len(lines)):
+        for index in range(0 if at_line_start else 1, len(lines)):
             if lines[index].strip() == next_line:
                 return "\n".join(lines[:index]).rstrip()
     return text
@@ -315,6 +316,8 @@ class Pipeline:
             multiline=multiline, stop=[] if multiline else ["\n"],
             max_tokens=settings.multiline_max_tokens if multiline else settings.max_tokens, block_prefix=before,
         )
+        if (not before or before.endswith("\n")) and after[:1] not in ("", "\n", "\r"):
+            task.wrap = _end_line  # the cursor starts a line before existing code: the answer is whole lines
         return self._run(task, on_text=on_text, should_cancel=should_cancel)
 
     def generate(
@@ -411,7 +414,9 @@ class Pipeline:
             text = cut_at_block_end(text, task.block_prefix, task.target.language).rstrip()
         else:
             text = first_line(text)
-        text = strip_suffix_overlap(text, task.suffix)
+        start = task.target.start
+        at_line_start = start == 0 or task.target.document[start - 1] == "\n"
+        text = strip_suffix_overlap(text, task.suffix, at_line_start)
         return task.wrap(text)
 
     def _run(self, task: _Task, *, on_text: Callable[[str], None] | None,
@@ -437,6 +442,10 @@ class Pipeline:
             prompt_tokens=backend.prompt_tokens, completion_tokens=backend.completion_tokens,
             seconds=time.perf_counter() - started, finish_reason="cancelled" if cancelled else backend.finish_reason,
         )
+
+
+def _end_line(text: str) -> str:
+    return text + "\n" if text and not text.endswith("\n") else text
 
 
 def default_path(language: str) -> str:

@@ -172,3 +172,11 @@ def test_settings_reach_the_backend() -> None:
     Pipeline(backend, PipelineSettings(max_tokens=7, temperature=0.5, seed=3)).complete("x = ", 4)
     request: CompletionRequest = backend.requests[0]
     assert (request.max_tokens, request.temperature, request.seed) == (7, 0.5, 3)
+
+
+def test_a_line_inserted_before_existing_code_ends_with_a_newline() -> None:
+    document = "def f(xs):\n    total = 0\n    return total\n"
+    cursor = document.index("    return")
+    result = Pipeline(scripted.ScriptedBackend("    total += sum(xs)\n    return total\n")).complete(
+        document, cursor, multiline=False)
+    assert result.text == "    total += sum(xs)\n" and result.clean
