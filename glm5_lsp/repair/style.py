@@ -125,7 +125,7 @@ def _tokens(code: str) -> list[tokenize.TokenInfo] | None:
     found: list[tokenize.TokenInfo] = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(code).readline):
-            found.append(tok)
+            found.append(tok)  # noqa: PERF402 -- keep the tokens read before a TokenError
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass
     return found
