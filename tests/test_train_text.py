@@ -146,8 +146,8 @@ def test_encode_documents_is_deterministic_and_keeps_special_text_plain(tokenize
     b = encode_documents(docs, tokenizer, FimConfig(rate=0.5), seed=7, chunk_chars=120)
     c = encode_documents(docs, tokenizer, FimConfig(rate=0.5), seed=8, chunk_chars=120)
     assert np.array_equal(a, b) and not np.array_equal(a, c)
-    plain = encode_documents(docs, tokenizer, FimConfig(rate=0.0), seed=7, chunk_chars=10_000)
-    assert int((plain == 0).sum()) == len([d for d in docs if d.strip()])  # one <|endoftext|> per document
+    plain = encode_documents(docs, tokenizer, FimConfig(rate=0.0), seed=7, chunk_chars=10)
+    assert int((plain == 0).sum()) == len([d for d in docs if d.strip()])  # one <|endoftext|> per document: plain ones are never cut
     assert not tokenizer.encode_special_tokens
 
 
@@ -162,3 +162,10 @@ def test_pack_and_batches() -> None:
     assert len({int(r[0]) for r in epoch}) == 9  # no row twice within an epoch
     with pytest.raises(ValueError, match="packed sequences"):
         Batches(rows[:2], batch_size=3)
+
+
+def test_fim_documents_become_one_example_per_chunk(tokenizer) -> None:
+    doc = "".join(f"value_{i} = {i}\n" for i in range(40))
+    ids = encode_documents([doc], tokenizer, FimConfig(rate=1.0), seed=0, chunk_chars=100)
+    assert int((ids == 0).sum()) == len(chunk_text(doc, 100)) > 1  # each chunk ends in <|endoftext|>
+    assert int((ids == 3).sum()) == len(chunk_text(doc, 100))  # and has one <|code_middle|>

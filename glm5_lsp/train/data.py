@@ -1,8 +1,9 @@
 """From documents to batches: chunking, FIM, tokenisation, packing, deterministic shuffling.
 
-Documents are shuffled with the seed, cut at line boundaries into chunks of at most ``chunk_chars``
-(so an infilling example mostly fits one training sequence), FIM-transformed (``fim.py``),
-tokenised in parallel batches, joined into one stream and cut into rows of ``seq_len + 1`` tokens
+Documents are shuffled with the seed. A document drawn for fill-in-the-middle (``fim.py``) is cut
+at line boundaries into chunks of at most ``chunk_chars``, each its own infilling example (so one
+mostly fits a training sequence); any other document stays whole, one ``text <|endoftext|>``, so
+long files keep their long-range context. Everything is tokenised in parallel batches, joined into one stream and cut into rows of ``seq_len + 1`` tokens
 (inputs and the targets shifted by one). Batches are drawn by step number from a per-epoch
 permutation, so a run is reproducible and resumable from its step alone.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Tokenizer
 
-from glm5_lsp.train.fim import FimConfig, FimPlan, assemble, plan_document
+from glm5_lsp.train.fim import FimConfig, FimPlan, assemble, plan_fim
 from glm5_lsp.train.tokenizer import special_ids
 
 
@@ -61,9 +62,14 @@ def encode_documents(
     rng = random.Random(seed)
     docs = list(texts)
     rng.shuffle(docs)
-    plans: list[FimPlan] = [
-        plan_document(chunk, fim, rng) for doc in docs for chunk in chunk_text(doc, chunk_chars) if chunk.strip()
-    ]
+    plans: list[FimPlan] = []
+    for doc in docs:
+        if not doc.strip():
+            continue
+        if rng.random() < fim.rate:
+            plans.extend(plan_fim(chunk, fim, rng) for chunk in chunk_text(doc, chunk_chars) if chunk.strip())
+        else:
+            plans.append(FimPlan("plain", (doc,)))
     previous = tokenizer.encode_special_tokens
     tokenizer.encode_special_tokens = True
     try:

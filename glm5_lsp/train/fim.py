@@ -73,6 +73,11 @@ def plan_document(text: str, config: FimConfig, rng: random.Random) -> FimPlan:
     """Draw whether and how ``text`` becomes an infilling example (no tokenisation yet)."""
     if rng.random() >= config.rate:
         return FimPlan("plain", (text,))
+    return plan_fim(text, config, rng)
+
+
+def plan_fim(text: str, config: FimConfig, rng: random.Random) -> FimPlan:
+    """An infilling example of ``text``: line- or character-level cut, PSM or SPM layout."""
     line_level = rng.random() < config.line_rate
     a, b = split_points(text, rng, line_level)
     layout = "spm" if rng.random() < config.spm_rate else "psm"

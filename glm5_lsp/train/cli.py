@@ -1,0 +1,131 @@
+"""``glm5-lsp train``: build the corpus and tokenizer, train to a wall-clock budget, write the model folder.
+
+    glm5-lsp train --out runs/cpu --preset cpu --budget-minutes 35
+    glm5-lsp train --out $OUT/model --preset gpu --budget-minutes 8 --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from glm5_lsp.train.corpus import DEFAULT_HOLDOUT, CorpusConfig
+from glm5_lsp.train.fim import FimConfig
+from glm5_lsp.train.presets import PRESETS, get_preset
+from glm5_lsp.train.schedule import STAGES
+
+log = logging.getLogger(__name__)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True, help="folder for the model, tokenizer, manifest, log, card")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="model size and run knobs")
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help="training wall-clock budget (default: 35 on cpu, 8 on gpu, 0.5 for tiny)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vocab-size", type=int, default=None)
+    parser.add_argument("--seq-len", type=int, default=None)
+    parser.add_argument("--eval-seq-len", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--max-train-bytes", type=int, default=None, help="subsample the corpus to this many bytes")
+    parser.add_argument("--index-topk", type=int, default=None)
+    parser.add_argument("--steps", default=None, metavar="D,W,S",
+                        help="explicit steps for dense,indexer_warmup,sparse instead of sizing to the budget")
+    parser.add_argument("--fim-rate", type=float, default=0.5)
+    parser.add_argument("--holdout", action="append", default=None,
+                        help=f"a package to hold out for evaluation (repeatable; default {', '.join(DEFAULT_HOLDOUT)})")
+    parser.add_argument("--stdlib", type=Path, default=None, help="standard library folder (default: this Python's)")
+    parser.add_argument("--site-dir", type=Path, action="append", default=None,
+                        help="site-packages folder (repeatable; default: this Python's)")
+    parser.add_argument("--benchmarks", type=Path, default=REPO_ROOT.parent / "shared" / "benchmarks",
+                        help="benchmarks folder: never read as data; HumanEval prompts from it are filtered out")
+    parser.add_argument("--guard-file", type=Path, default=None,
+                        help="benchmark guard (HumanEval fingerprints) written by --write-guard, for machines without the benchmarks")
+    parser.add_argument("--write-guard", type=Path, default=None,
+                        help="only write the benchmark guard file built from --benchmarks, then exit")
+    parser.add_argument("--workers", type=int, default=1, help="processes for the corpus filters")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the training step (default: on CUDA only)")
+    parser.add_argument("--name", default="glm5-code-tiny")
+    parser.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
+
+
+_DEFAULT_BUDGET = {"tiny": 0.5, "cpu": 35.0, "gpu": 8.0}
+
+
+def _steps(text: str | None) -> dict[str, int] | None:
+    if text is None:
+        return None
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"--steps wants three positive integers D,W,S, got {text!r}")
+    return dict(zip(STAGES, (int(p) for p in parts)))
+
+
+def run(args: argparse.Namespace) -> int:
+    from glm5_lsp.train.contamination import BenchmarkGuard
+
+    if args.write_guard is not None:
+        guard = BenchmarkGuard.from_benchmarks(args.benchmarks)
+        guard.save(args.write_guard)
+        print(f"wrote {len(guard.digests)} HumanEval fingerprints to {args.write_guard}")
+        return 0
+    try:
+        steps = _steps(args.steps)
+        fim = FimConfig(rate=args.fim_rate)
+    except ValueError as exc:
+        print(f"glm5-lsp train: {exc}", file=sys.stderr)
+        return 2
+    import torch
+
+    from glm5_lsp.train.pipeline import RunOptions
+    from glm5_lsp.train.pipeline import run as run_pipeline
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    preset = get_preset(args.preset).with_overrides(
+        vocab_size=args.vocab_size, seq_len=args.seq_len, eval_seq_len=args.eval_seq_len,
+        batch_size=args.batch_size, lr=args.lr, max_train_bytes=args.max_train_bytes,
+    )
+    if args.index_topk is not None:
+        preset = preset.with_overrides(model={**preset.model, "index_topk": args.index_topk})
+    corpus = CorpusConfig(
+        stdlib=args.stdlib,
+        site_dirs=tuple(args.site_dir) if args.site_dir else None,
+        holdout=tuple(args.holdout) if args.holdout else DEFAULT_HOLDOUT,
+        workers=args.workers,
+    )
+    options = RunOptions(
+        out=args.out,
+        preset=preset,
+        budget_minutes=args.budget_minutes if args.budget_minutes is not None else _DEFAULT_BUDGET[preset.name],
+        device=args.device,
+        seed=args.seed,
+        compile=args.compile,
+        benchmarks=args.benchmarks if args.benchmarks and args.benchmarks.is_dir() else None,
+        guard_file=args.guard_file,
+        corpus=corpus,
+        fim=fim,
+        steps=steps,
+        name=args.name,
+        command="glm5-lsp train " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "glm5-lsp train",
+        overwrite=args.overwrite,
+    )
+    try:
+        summary = run_pipeline(options)
+    except (FileExistsError, FileNotFoundError, RuntimeError, ValueError) as exc:
+        print(f"glm5-lsp train: {exc}", file=sys.stderr)
+        return 1
+    ev = summary["eval"]
+    print(f"wrote {args.out}: {summary['parameters']:,} parameters, {summary['tokens_seen']:,} tokens seen "
+          f"in {summary['train_seconds']:.0f} s of training")
+    for name, value in ev["table"]:
+        print(f"  {name}: {value}")
+    return 0

@@ -1,0 +1,142 @@
+"""What a run leaves beside the weights for people: the loss-curve PNG and ``MODEL_CARD.md``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from glm5_lsp.train.samples import Sample
+from glm5_lsp.train.schedule import STAGES
+
+_COLOURS = {"dense": "tab:blue", "indexer_warmup": "tab:orange", "sparse": "tab:green"}
+
+
+def plot_loss(records: list[dict[str, Any]], path: Path) -> Path:
+    """Training loss (and the indexer's KL) against tokens seen, one colour per stage."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r for r in records if r.get("kind") == "step"]
+    fig, (ax_loss, ax_kl) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=(3, 2))
+    for stage in STAGES:
+        points = [r for r in steps if r["stage"] == stage]
+        if points:
+            xs = [r["tokens"] for r in points]
+            if stage != "indexer_warmup":
+                ax_loss.plot(xs, [r["loss"] for r in points], color=_COLOURS[stage], label=f"{stage} (cross-entropy)")
+            if stage != "dense":
+                ax_kl.plot(xs, [r["indexer_kl"] for r in points], color=_COLOURS[stage], label=f"{stage} (indexer KL)")
+    for r in records:
+        if r.get("kind") == "eval" and "heldout_loss" in r:
+            ax_loss.scatter([r["tokens"]], [r["heldout_loss"]], color="black", zorder=3, s=18)
+    ax_loss.set_ylabel("loss (nats/token)")
+    ax_loss.set_title("Training loss; black dots: held-out loss")
+    ax_loss.legend(loc="upper right", fontsize=8)
+    ax_kl.set_ylabel("indexer KL")
+    ax_kl.set_xlabel("tokens seen")
+    if ax_kl.lines:
+        ax_kl.legend(loc="upper right", fontsize=8)
+    ax_loss.grid(alpha=0.3)
+    ax_kl.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
+    """The model card's Markdown from a run summary (see ``pipeline.summarise``)."""
+    cfg = info["config"]
+    corpus = info["corpus"]
+    ev = info["eval"]
+    lines = [
+        f"# {info['name']}",
+        "",
+        info["headline"],
+        "",
+        "## Model",
+        "",
+        f"- Architecture: GLM-5 (`glm_moe_dsa`): MLA attention, MoE, DSA lightning indexer; "
+        f"run by this project's runtime (`glm5_lsp.model`), loaded with `load_model`.",
+        f"- Parameters: {_fmt(info['parameters'])} in all; about {_fmt(info['active_parameters'])} used per token.",
+        f"- Shape: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, {cfg['num_attention_heads']} heads "
+        f"(q LoRA {cfg['q_lora_rank']}, KV latent {cfg['kv_lora_rank']}, nope/rope/v {cfg['qk_nope_head_dim']}/"
+        f"{cfg['qk_rope_head_dim']}/{cfg['v_head_dim']}); first layer dense MLP {cfg['intermediate_size']}, then "
+        f"{cfg['n_routed_experts']} routed experts (top-{cfg['num_experts_per_tok']}) + {cfg['n_shared_experts']} shared, "
+        f"width {cfg['moe_intermediate_size']}; indexer {cfg['index_n_heads']} heads x {cfg['index_head_dim']}, "
+        f"top-k {cfg['index_topk']}.",
+        f"- Vocabulary: {_fmt(cfg['vocab_size'])} byte-level BPE tokens; `<|endoftext|>`=0, `<|code_prefix|>`=1, "
+        f"`<|code_suffix|>`=2, `<|code_middle|>`=3 (GLM's infilling names).",
+        f"- Weights: safetensors, {info['save_dtype']}, {_fmt(info['weights_bytes'])} bytes.",
+        "",
+        "## Training",
+        "",
+        f"- Hardware: {info['hardware']}.",
+        f"- Context: {info['seq_len']} tokens per sequence, batch {info['batch_size']}; "
+        f"fill-in-the-middle on {info['fim_rate']:.0%} of documents (PSM and SPM, character- and line-level cuts).",
+        f"- DSA recipe of DeepSeek-V3.2, scaled down: dense, then indexer warm-up by KL with everything else "
+        f"frozen, then sparse attention over the indexer's top-k.",
+        "",
+        "| stage | steps | tokens | seconds | last loss | last indexer KL |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for st in info["stages"]:
+        lines.append(
+            f"| {st['stage']} | {_fmt(st['steps'])} | {_fmt(st['tokens'])} | {st['seconds']:.0f} | "
+            f"{st['last_loss']:.3f} | {st['last_indexer_kl']:.4f} |"
+        )
+    lines += [
+        "",
+        f"Tokens seen: {_fmt(info['tokens_seen'])}. Budget: {info['budget_minutes']} minutes of training, "
+        f"sized from measured step times ({', '.join(f'{k} {v:.3f} s' for k, v in info['seconds_per_step'].items())}).",
+        "The loss curve is `loss_curve.png`; every step is in `train_log.jsonl`.",
+        "",
+        "## Data",
+        "",
+        f"Python source installed on the training machine (Python {corpus['python']}): the standard library and "
+        f"site-packages distributions whose metadata declares a permissive licence (MIT, BSD, Apache, PSF, ISC). "
+        f"Vendored, generated, minified, undecodable and unparsable files dropped, exact duplicates removed, "
+        f"and any file containing HumanEval prompt text dropped. `corpus_manifest.json` lists every package "
+        f"with version, licence, files and bytes.",
+        "",
+        f"- Training: {_fmt(corpus['totals']['train_files'])} files, {_fmt(corpus['totals']['train_bytes'])} bytes "
+        f"from {len(corpus['sources'])} packages ({_fmt(info['train_tokens'])} tokens after FIM).",
+        f"- Held out (whole packages, evaluation only): {', '.join(r['package'] for r in corpus['heldout']) or 'none'}; "
+        f"{_fmt(corpus['totals']['heldout_files'])} files, {_fmt(corpus['totals']['heldout_bytes'])} bytes.",
+        f"- Refused for their licence: {len(corpus['refused_licence'])} distributions. "
+        f"Files dropped: {', '.join(f'{k} {v}' for k, v in corpus['dropped_files'].items()) or 'none'}.",
+        "",
+        "## Measured on the held-out packages",
+        "",
+        "| figure | value |",
+        "| --- | ---: |",
+    ]
+    for row in ev["table"]:
+        lines.append(f"| {row[0]} | {row[1]} |")
+    lines += [
+        "",
+        ev["note"],
+        "",
+        "HumanEval and HumanEval single-line infilling pass@1 are measured with the evaluation harness "
+        "(`glm5-lsp eval`), not by the training run: "
+        + (info.get("humaneval") or "not yet measured for these weights."),
+        "",
+        "## Greedy samples (DSA attention, unedited)",
+        "",
+    ]
+    for s in samples:
+        kind = "infill" if s.suffix else "complete"
+        lines += [f"{kind}, prompt:", "", "```python", s.prefix + ("<CURSOR>" + s.suffix if s.suffix else ""), "```",
+                  "", "model:", "", "```python", s.completion, "```", ""]
+    lines += ["## Reproduce", "", "```sh", info["command"], "```", ""]
+    return "\n".join(lines)
