@@ -165,11 +165,20 @@ def _docstring(doc: "Document", node: "tree_sitter.Node", body: "tree_sitter.Nod
     if body is not None and doc.language == "python" and body.named_child_count:
         first = body.named_children[0]
         if first.type == "expression_statement" and first.named_child_count and first.named_children[0].type == "string":
-            return _first_line(doc.node_text(first.named_children[0]).strip("\"'rbuRBU"))
+            return _first_line(_unquote(doc.node_text(first.named_children[0])))
     prev = node.prev_named_sibling
     if prev is not None and prev.type == "comment" and prev.end_point[0] + 1 >= node.start_point[0]:
         return _first_line(doc.node_text(prev).lstrip("/#*! "))
     return ""
+
+
+_QUOTED = re.compile(r"""^[rRbBuUfF]*("{3}|'{3}|"|')(.*)\1$""", re.S)
+
+
+def _unquote(literal: str) -> str:
+    """The contents of a Python string literal (prefix and quotes removed)."""
+    match = _QUOTED.match(literal.strip())
+    return match.group(2) if match else literal
 
 
 def _first_line(text: str) -> str:
@@ -308,7 +317,7 @@ def _module_doc(doc: "Document") -> str:
     if doc.language == "python" and first.type == "expression_statement" and first.named_child_count:
         inner = first.named_children[0]
         if inner.type == "string":
-            return doc.node_text(inner).strip("\"'rbuRBU \n").split("\n\n", 1)[0].strip()
+            return _unquote(doc.node_text(inner)).strip().split("\n\n", 1)[0].strip()
     if first.type == "comment":
         return doc.node_text(first).lstrip("/#*! ").split("\n\n", 1)[0].strip()
     return ""

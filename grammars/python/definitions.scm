@@ -17,3 +17,4 @@
 (parameters (typed_parameter (list_splat_pattern (identifier) @name)) @definition.parameter)
 (parameters (typed_parameter (dictionary_splat_pattern (identifier) @name)) @definition.parameter)
 (lambda_parameters (identifier) @name @definition.parameter)
+(assignment left: (attribute object: (identifier) @_self attribute: (identifier) @name) (#eq? @_self "self")) @definition.field

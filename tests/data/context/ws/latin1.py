@@ -1,0 +1,6 @@
+def café():
+    return "naïve"
+
+
+def after():
+    return 2
