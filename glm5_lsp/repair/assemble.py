@@ -1,0 +1,42 @@
+"""One call that wires the repair loop with every rule: style, exception templates, the monitor.
+
+``standard_loop(backend, settings, token_strings=..., known_exceptions=...)`` gives a
+:class:`~glm5_lsp.repair.loop.RepairLoop` with
+
+- rewriters: the file's style fixes (``style.StyleConsistency.rewrite``) and the narrowing of broad
+  ``except`` clauses (``templates.exception_rewriter``, jedi + the document by default);
+- penalties: the style breaks left (``StyleConsistency.penalty``);
+- the decoding monitor for Python (``monitor.python_monitor_factory``) when the vocabulary's token
+  strings are given (``Tokenizer.token_strings()``; a backend without internals ignores it anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from glm5_lsp.backends.base import Backend
+from glm5_lsp.repair.loop import RepairLoop, RepairSettings
+from glm5_lsp.repair.monitor import MonitorSettings, python_monitor_factory
+from glm5_lsp.repair.providers import DiagnosticRunner
+from glm5_lsp.repair.style import StyleConsistency
+from glm5_lsp.repair.templates import CombinedExceptions, DocumentExceptions, JediExceptions, KnownExceptions, exception_rewriter
+
+
+def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,
+                  token_strings: Sequence[str] | None = None, known_exceptions: KnownExceptions | None = None,
+                  monitor_settings: MonitorSettings | None = None, runner: DiagnosticRunner | None = None,
+                  postprocess: Callable[[str], str] | None = None, style: bool = True,
+                  exception_fill: bool = True) -> RepairLoop:
+    """A repair loop with the style, exception-template and monitor rules attached (see above)."""
+    rewriters = []
+    penalties = []
+    if style:
+        consistency = StyleConsistency()
+        rewriters.append(consistency.rewrite)
+        penalties.append(consistency.penalty)
+    if exception_fill:
+        known = known_exceptions or CombinedExceptions([DocumentExceptions(), JediExceptions()])
+        rewriters.append(exception_rewriter(known))
+    factory = python_monitor_factory(token_strings, monitor_settings) if token_strings is not None else None
+    return RepairLoop(backend, settings, runner, rewriters=rewriters, penalties=penalties,
+                      monitor_factory=factory, postprocess=postprocess)
