@@ -23,14 +23,15 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
-from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings
+from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings, SerializedContext
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +125,6 @@ class AppendLog:
     def close(self) -> None:
         os.close(self._fd)
 
-    def __enter__(self) -> "AppendLog":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 # ---- running ----------------------------------------------------------------------------------
 
@@ -147,7 +142,7 @@ def run_task(pipeline: Pipeline, task: dict[str, Any]) -> PipelineResult:
     if kind == "fix":
         diagnostics = task.get("diagnostics")
         if diagnostics is not None and not isinstance(diagnostics, list):
-            raise ValueError("'diagnostics' must be a list")
+            raise TypeError("'diagnostics' must be a list")
         return pipeline.fix(_text(task, "code"), diagnostics=diagnostics, path=task.get("path"), language=language)
     raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
 
@@ -155,7 +150,7 @@ def run_task(pipeline: Pipeline, task: dict[str, Any]) -> PipelineResult:
 def _text(task: dict[str, Any], key: str, required: bool = True) -> str:
     value = task.get(key, None if required else "")
     if not isinstance(value, str):
-        raise ValueError(f"{key!r} must be a string" if key in task else f"missing {key!r}")
+        raise TypeError(f"{key!r} must be a string" if key in task else f"missing {key!r}")
     return value
 
 
@@ -200,13 +195,17 @@ def run_batch(
 
     bar = tqdm(total=len(pending), unit="task", disable=not progress, dynamic_ncols=True,
                desc=f"batch ({summary.skipped} done before)" if summary.skipped else "batch")
-    with AppendLog(output_path) as out, ThreadPoolExecutor(max_workers=workers) as pool:
-        for record in _completed(pool, work, pending, workers):
-            out.append(record)
-            summary.done += 1
-            summary.errors += record["error"] is not None
-            bar.update(1)
-    bar.close()
+    out = AppendLog(output_path)
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for record in _completed(pool, work, pending, workers):
+                out.append(record)
+                summary.done += 1
+                summary.errors += record["error"] is not None
+                bar.update(1)
+    finally:
+        out.close()
+        bar.close()
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -241,6 +240,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per multi-line/generate/fix answer")
     parser.add_argument("--no-repair", action="store_true", help="check candidates but do not regenerate them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--workspace", type=Path, default=None,
+                        help="project folder whose symbols and API docs the context engine adds to prompts")
+    parser.add_argument("--no-context", action="store_true", help="plain prompts: only the code around the cursor")
     add_backend_arguments(parser)
 
 
@@ -255,9 +257,14 @@ def make_pipeline_factory(args: argparse.Namespace) -> Callable[[], Pipeline]:
     if getattr(args, "max_tokens", None):
         settings.multiline_max_tokens = args.max_tokens
     shared = None if args.backend == "local" else backend_from_args(args)
+    context = None
+    if not getattr(args, "no_context", False):
+        from glm5_lsp.context.engine import ContextEngine
+
+        context = SerializedContext(ContextEngine(workspace_root=getattr(args, "workspace", None)))
 
     def factory() -> Pipeline:
-        return Pipeline(shared or backend_from_args(args), settings=settings)
+        return Pipeline(shared or backend_from_args(args), settings=settings, context=context)
 
     return factory
 

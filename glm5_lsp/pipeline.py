@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from glm5_lsp.backends.base import Backend, Completion, CompletionRequest
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
@@ -76,9 +78,21 @@ class PipelineResult:
 
 
 class PromptBuilder(Protocol):
-    """The part of ``glm5_lsp.context.ContextEngine`` the pipeline uses."""
+    """The part of ``glm5_lsp.context.engine.ContextEngine`` the pipeline uses."""
 
     def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> Prompt: ...
+
+
+class SerializedContext:
+    """One context engine shared by several pipelines (batch workers): one prompt built at a time."""
+
+    def __init__(self, engine: PromptBuilder) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+
+    def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> Prompt:
+        with self._lock:
+            return self.engine.build_prompt(text, offset, path=path, language=language)
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,7 +232,7 @@ class _Task:
     stop: list[str]
     max_tokens: int
     block_prefix: str  # text whose last line sets the block indentation
-    wrap: Callable[[str], str] = staticmethod(lambda text: text)  # type: ignore[assignment]
+    wrap: Callable[[str], str] | None = None  # a last touch on the text (a closing newline, ...)
 
     @property
     def suffix(self) -> str:
@@ -417,7 +431,7 @@ class Pipeline:
         start = task.target.start
         at_line_start = start == 0 or task.target.document[start - 1] == "\n"
         text = strip_suffix_overlap(text, task.suffix, at_line_start)
-        return task.wrap(text)
+        return task.wrap(text) if task.wrap is not None else text
 
     def _run(self, task: _Task, *, on_text: Callable[[str], None] | None,
              should_cancel: Callable[[], bool] | None) -> PipelineResult:

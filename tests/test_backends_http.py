@@ -8,11 +8,12 @@ streaming, 401, 429 retries, 4xx errors). ``test_backends_local.py`` serves a re
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import openai
 import pytest
@@ -42,7 +43,7 @@ def reply(request: CompletionRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, "scripted.ScriptedBackend"]]:
+def server() -> Iterator[tuple[str, scripted.ScriptedBackend]]:
     backend = scripted.ScriptedBackend(reply)
     with serve_in_thread(create_app(backend, "glm5-test", api_key=KEY, default_max_tokens=32)) as url:
         yield url, backend
@@ -78,7 +79,7 @@ def test_openai_client_401_and_400(server: tuple[str, object]) -> None:
         client.completions.create(model="glm5-test", prompt="x", temperature=9)
 
 
-def test_http_backend_completes_streams_and_sends_fim(server: tuple[str, "scripted.ScriptedBackend"], key: None) -> None:
+def test_http_backend_completes_streams_and_sends_fim(server: tuple[str, scripted.ScriptedBackend], key: None) -> None:
     url, backend = server
     http = OpenAIHTTPBackend(url, "glm5-test", api_key_env="GLM5_TEST_KEY")
     done = http.complete(CompletionRequest(Prompt("x = f("), max_tokens=8, stop=["\n"]))
@@ -157,7 +158,7 @@ def test_5xx_backs_off_exponentially_then_gives_up() -> None:
     app, arrivals = flaky_app([503, 500], retry_after=None)
     with serve_in_thread(app) as url:
         assert OpenAIHTTPBackend(url, "m", backoff=0.2).complete(CompletionRequest(Prompt("x"))).text == "ok"
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     assert len(arrivals) == 3 and gaps[0] >= 0.2 and gaps[1] >= 0.4  # 0.2 s, then 0.4 s
     app, arrivals = flaky_app([503] * 5, retry_after="0")
     with serve_in_thread(app) as url, pytest.raises(BackendError, match="giving up after 3 attempts.*503"):

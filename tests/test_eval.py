@@ -30,7 +30,7 @@ VOWEL_BODY = ["    total = 0\n", "    for char in text.lower():\n", "        if 
               "            total += 1\n", "    return total\n"]
 
 
-def oracle(answers: dict[str, str]) -> "scripted.ScriptedBackend":
+def oracle(answers: dict[str, str]) -> scripted.ScriptedBackend:
     """Answers the text keyed by the first needle found in the prompt."""
     def answer(request: CompletionRequest) -> str:
         text = request.prompt.text()

@@ -28,7 +28,7 @@ def test_memory_bomb_is_stopped() -> None:
 
 
 @pytest.fixture()
-def listener() -> "tuple[int, list[bool]]":
+def listener() -> tuple[int, list[bool]]:
     """A loopback TCP server that records whether anyone connected."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -61,7 +61,7 @@ CONNECT = "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeou
 
 @pytest.mark.parametrize("hook, namespace", [(True, None), (True, False), (False, True)],
                          ids=["both", "audit-hook-only", "namespace-only"])
-def test_network_call_is_blocked(listener: "tuple[int, list[bool]]", hook: bool, namespace: bool | None) -> None:
+def test_network_call_is_blocked(listener: tuple[int, list[bool]], hook: bool, namespace: bool | None) -> None:
     if namespace and not namespace_command():
         pytest.skip("unshare cannot create a network namespace on this machine")
     port, accepted = listener
@@ -70,7 +70,7 @@ def test_network_call_is_blocked(listener: "tuple[int, list[bool]]", hook: bool,
     assert not accepted
 
 
-def test_network_is_reachable_without_the_guards(listener: "tuple[int, list[bool]]") -> None:
+def test_network_is_reachable_without_the_guards(listener: tuple[int, list[bool]]) -> None:
     """The control: the same program connects when both guards are off, so the test above can fail."""
     port, _ = listener
     result = run_program(CONNECT.format(port=port), SandboxLimits(block_network=False, network_namespace=False))

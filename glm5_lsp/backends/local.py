@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from glm5_lsp.backends.base import BackendError, Completion, CompletionRequest
 from glm5_lsp.spans import ROLE_NAMES, Prompt
@@ -61,7 +62,7 @@ class LocalBackend:
     supports_internals = True
 
     def __init__(self, model_path: str | Path | None = None, device: str = "cpu", use_fim: bool = True,
-                 attention: "AttentionConfig | None" = None) -> None:
+                 attention: AttentionConfig | None = None) -> None:
         self.model_path = Path(model_path) if model_path is not None else None
         self.device = device
         self.use_fim = use_fim
@@ -78,7 +79,7 @@ class LocalBackend:
         with self._lock:
             self._ensure_loaded()
 
-    def _ensure_loaded(self) -> "Generator":
+    def _ensure_loaded(self) -> Generator:
         if self._generator is not None:
             return self._generator
         if self.model_path is not None and not (self.model_path / "config.json").is_file():
@@ -106,7 +107,7 @@ class LocalBackend:
         return self._generator
 
     @property
-    def tokenizer(self) -> "Tokenizer":
+    def tokenizer(self) -> Tokenizer:
         with self._lock:
             self._ensure_loaded()
         assert self._tokenizer is not None

@@ -19,7 +19,8 @@ import random
 import re
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 
@@ -53,7 +54,7 @@ class OpenAIHTTPBackend:
         max_backoff: float = 30.0,
     ) -> None:
         base = base_url.rstrip("/")
-        self.base_url = base[: -len("/v1")] if base.endswith("/v1") else base
+        self.base_url = base.removesuffix("/v1")
         self.model = model
         self.api_key_env = api_key_env
         self.chat = chat
@@ -203,7 +204,7 @@ class OpenAIHTTPBackend:
             )
         raise BackendError(f"{status} from {self.base_url}{response.request.url.path}: {_error_message(response)}")
 
-    def _with_retries(self, call: "Any") -> Completion:
+    def _with_retries(self, call: Any) -> Completion:
         attempt = 0
         while True:
             try:

@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-mb", type=int, default=1024, help="address-space limit per test program")
     parser.add_argument("--test-workers", type=int, default=2, help="test programs run at once")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: runs/eval/NAME-TIME)")
+    parser.add_argument("--context", action="store_true",
+                        help="build prompts with the context engine (default: the benchmark's prompt as is)")
     parser.add_argument("--no-progress", action="store_true")
     add_backend_arguments(parser)
 
@@ -75,13 +77,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"glm5-lsp eval: {error}", file=sys.stderr)
         return 2
     limits = SandboxLimits(timeout_s=args.timeout, memory_mb=args.memory_mb)
-    result = evaluate(problems, Pipeline(backend, settings), n_samples=args.n_samples, limits=limits,
+    context = None
+    if args.context:
+        from glm5_lsp.context.engine import ContextEngine
+
+        context = ContextEngine()
+    result = evaluate(problems, Pipeline(backend, settings, context=context), n_samples=args.n_samples, limits=limits,
                       test_workers=args.test_workers, progress=not args.no_progress)
     model = str(getattr(backend, "model_path", None) or getattr(backend, "model", "?"))
     meta = {
         "benchmark": args.name, "subset": subset, "data": str(args.data), "model": model, "backend": backend.name,
         "n_samples": args.n_samples, "k": args.k, "temperature": temperature, "max_tokens": args.max_tokens,
-        "repair_rounds": settings.repair.max_rounds, "timeout_s": args.timeout, "memory_mb": args.memory_mb,
+        "repair_rounds": settings.repair.max_rounds, "context": bool(args.context), "timeout_s": args.timeout, "memory_mb": args.memory_mb,
         "command": "glm5-lsp eval " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["eval"] else None,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 NAMES: tuple[str, ...] = ("humaneval", "humaneval-infilling", "humanevalfix", "mbpp")
 SUBSETS: tuple[str, ...] = ("single-line", "multi-line", "random-span")

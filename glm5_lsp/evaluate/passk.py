@@ -3,7 +3,7 @@ drawn without replacement from n generated ones of which c pass, passes."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -83,7 +83,7 @@ def evaluate(
     problems: list[Problem],
     pipeline: Pipeline,
     n_samples: int = 1,
-    limits: SandboxLimits = SandboxLimits(),
+    limits: SandboxLimits | None = None,
     test_workers: int = 2,
     progress: bool = True,
 ) -> EvalResult:
@@ -103,7 +103,7 @@ def evaluate(
                 begun = time.perf_counter()
                 try:
                     candidate, result = generate_candidate(sampler, problem)
-                except Exception as error:  # one broken sample never ends the run
+                except Exception as error:  # noqa: BLE001 - one broken sample never ends the run
                     log.warning("%s sample %d: generation failed: %s", problem.task_id, index, error)
                     outcome = SampleOutcome(problem.task_id, index, False, "error", "",
                                             error=f"{type(error).__name__}: {error}",
@@ -116,7 +116,7 @@ def evaluate(
                     prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
                     generation_seconds=time.perf_counter() - begun,
                 )
-                pending.append((outcome, pool.submit(run_program, problem.program(candidate), limits), problem))
+                pending.append((outcome, pool.submit(run_program, problem.program(candidate), limits or SandboxLimits()), problem))
                 bar.update(1)
         bar.close()
         for outcome, future, _ in pending:

@@ -93,7 +93,7 @@ def namespace_command() -> tuple[str, ...]:
     candidates = [(unshare, "-n"), (unshare, "-rn")] if os.geteuid() == 0 else [(unshare, "-rn")]
     for prefix in candidates:
         try:
-            done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+            done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False)
         except (OSError, subprocess.TimeoutExpired):
             continue
         if done.returncode == 0:
@@ -101,8 +101,9 @@ def namespace_command() -> tuple[str, ...]:
     return ()
 
 
-def run_program(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
+def run_program(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
     """Run ``code`` as a Python program in the sandbox and report how it ended."""
+    limits = limits or SandboxLimits()
     namespace: tuple[str, ...] = ()
     if limits.network_namespace is not False:
         namespace = namespace_command()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from glm5_lsp.backends.base import Completion, CompletionRequest
 
@@ -19,7 +19,7 @@ class ScriptedBackend:
     name = "scripted"
     supports_internals = False
 
-    def __init__(self, answer: "str | Callable[[CompletionRequest], str]" = "pass", delay: float = 0.0,
+    def __init__(self, answer: str | Callable[[CompletionRequest], str] = "pass", delay: float = 0.0,
                  piece: int = 3) -> None:
         self.answer = answer
         self.delay = delay
