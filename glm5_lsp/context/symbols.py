@@ -180,7 +180,8 @@ class SymbolTable:
 
         With ``path``, that file's own definitions win, then its imports (an import answers with
         kind ``"import"`` and, for Python names jedi has already resolved, their signature and doc);
-        then top-level definitions anywhere in the workspace.
+        then top-level definitions anywhere in the workspace. A dotted name reached through a Python
+        import of an installed module (``json.dumps``) is resolved with jedi (slow once, then cached).
         """
         head, _, rest = name.partition(".")
         found = self._lookup_simple(head, path)
@@ -228,15 +229,17 @@ class SymbolTable:
         return SymbolInfo(bound, target, "import", signature, path, line, line, None, doc)
 
     def _lookup_in_module(self, target: str, imported: SymbolInfo) -> SymbolInfo | None:
-        module, _, attr = target.rpartition(".")
-        mod_path = self._modules.get(module)
-        if mod_path is not None:
-            for sym in self.files[mod_path].top_level():
-                if sym.name == attr:
-                    return sym
+        parts = target.split(".")
+        for cut in range(len(parts) - 1, 0, -1):  # the longest prefix that is a workspace module
+            mod_path = self._modules.get(".".join(parts[:cut]))
+            if mod_path is not None:
+                wanted = ".".join(parts[cut:])
+                return next((s for s in self.files[mod_path].symbols if s.qualname == wanted), None)
+        attr = parts[-1]
+        if not imported.path.endswith((".py", ".pyi")):
             return None
-        resolved = self.resolver.cached(target)
-        if resolved is not None and resolved.found:
+        resolved = self.resolver.resolve(target)  # jedi on first use, then cached on disk
+        if resolved.found:
             return SymbolInfo(attr, target, "import", resolved.render(), imported.path, imported.line,
                               imported.line, None, resolved.doc.split("\n", 1)[0])
         return None
