@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from glm5_lsp.backends.base import Backend, Completion, CompletionRequest
+from glm5_lsp.backends.base import Backend, BackendError, Completion, CompletionRequest
+from glm5_lsp.repair.assemble import standard_loop
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
 from glm5_lsp.spans import Prompt, Span
 
@@ -287,8 +288,8 @@ class Pipeline:
 
     Thread-safe as long as the backend is (the local backend holds one lock around the model).
     ``repair`` is a :class:`~glm5_lsp.repair.loop.RepairLoop` used as a template (its settings,
-    diagnostic runner, rewriters, penalties and monitor); by default one is built from
-    ``settings.repair``.
+    diagnostic runner, rewriters, penalties and monitor); by default ``repair.assemble.standard_loop``
+    over ``settings.repair`` (style fixes, exception templates, the decoding monitor for Python).
     """
 
     def __init__(
@@ -301,7 +302,26 @@ class Pipeline:
         self.backend = backend
         self.settings = settings or PipelineSettings()
         self.context = context
-        self.repair = repair or RepairLoop(backend, self.settings.repair)
+        self._repair = repair
+        self._repair_lock = threading.Lock()
+
+    @property
+    def repair(self) -> RepairLoop:
+        """The repair-loop template: the caller's, or ``standard_loop`` (built on first use, since the
+        decoding monitor needs the local model's vocabulary and loading it is not free)."""
+        if self._repair is None:
+            with self._repair_lock:
+                if self._repair is None:
+                    self._repair = standard_loop(self.backend, self.settings.repair, token_strings=self._token_strings())
+        return self._repair
+
+    def _token_strings(self) -> list[str] | None:
+        if not self.backend.supports_internals or not hasattr(self.backend, "tokenizer"):
+            return None  # the monitor needs logits: only the in-process runtime has them
+        try:
+            return list(self.backend.tokenizer.token_strings())
+        except BackendError:
+            return None  # the model will not load: the request reports that itself
 
     # ---- public requests -----------------------------------------------------------------
 
