@@ -226,7 +226,7 @@ def module_chunks(dotted: str, as_name: str | None = None, depth: int = 0) -> li
     Names the source does not define (C functions pulled in by ``from posix import *``) are taken
     from the module's typeshed stub when one exists.
     """
-    if depth == 0 and locate_module(dotted) is None:
+    if depth == 0 and _locate_source(dotted) is None:
         alias = submodule_alias(dotted)
         if alias is not None:
             return module_chunks(alias, as_name or dotted)
@@ -340,7 +340,7 @@ def submodule_alias(dotted: str) -> str | None:
     parent, _, attr = dotted.rpartition(".")
     if not parent:
         return None
-    path = locate_module(parent)
+    path = _locate_source(parent)
     tree = _parse(path) if path is not None else None
     if tree is None:
         return None
