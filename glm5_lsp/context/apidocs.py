@@ -212,8 +212,11 @@ class ApiDocIndex:
         except OSError as err:
             log.warning("cannot save the API-doc index (%s); it will be rebuilt next time", err)
 
-    def search(self, query: CursorQuery | list[str], k: int = 10) -> list[tuple[Chunk, float]]:
-        """The ``k`` best chunks with their BM25 scores (only positive scores)."""
+    def search(self, query: CursorQuery | list[str], k: int = 10, packages: bool = True) -> list[tuple[Chunk, float]]:
+        """The ``k`` best chunks with their BM25 scores (only positive scores).
+
+        ``packages=False`` leaves out installed-package chunks (Python APIs are noise in a Go file).
+        """
         self.ensure_index()
         tokens = query.tokens() if isinstance(query, CursorQuery) else list(query)
         retriever = self._retriever
@@ -225,18 +228,28 @@ class ApiDocIndex:
         import numpy as np
 
         scores = retriever.get_scores(ids)
+        if not packages:
+            scores = scores * self._doc_mask()
         k = min(k, len(scores))
         best = np.argpartition(-scores, k - 1)[:k]
         best = best[np.argsort(-scores[best], kind="stable")]
         return [(self._chunks[i], float(scores[i])) for i in best if scores[i] > 0]
 
+    def _doc_mask(self):
+        import numpy as np
+
+        if getattr(self, "_mask_for", None) is not self._chunks:
+            self._mask = np.array([not c.origin.startswith("package:") for c in self._chunks], dtype=np.float32)
+            self._mask_for = self._chunks
+        return self._mask
+
     def top(self, query: CursorQuery | list[str], budget_tokens: int, count: TokenCounter | None = None,
-            candidates: int = 24) -> list[Chunk]:
-        """The best chunks that fit ``budget_tokens`` together, best first."""
+            candidates: int = 24, packages: bool = True) -> list[Chunk]:
+        """The best chunks that fit ``budget_tokens`` together, best first (see :meth:`search`)."""
         count = count or TokenCounter()
         chosen: list[Chunk] = []
         left = budget_tokens
-        for chunk, _ in self.search(query, candidates):
+        for chunk, _ in self.search(query, candidates, packages):
             cost = count.cached(chunk.render()) + 1
             if cost <= left:
                 chosen.append(chunk)

@@ -11,7 +11,8 @@ Layout (what changes least comes first, so the runtime's cached prefix survives 
 
 Every header line is a line comment of the document's language. Budget priorities: the code window
 is sized first with at least ``CODE_SHARE`` of the budget (the code around the cursor is never
-starved), header parts take at most their share each, and whatever they leave goes back to the code.
+starved), header parts take at most their share each (``SHARES``), flagged lines outside the window
+come next (cut, not dropped, when long), and whatever is left goes back to the code.
 
 Roles inside the code window (later spans override earlier ones, see ``Prompt.role_at``):
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from glm5_lsp.context.symbols import SymbolTable
 
 CODE_SHARE = 0.5
-SHARES = {"others": 0.10, "symbols": 0.15, "api": 0.15, "errors": 0.10}
+SHARES = {"others": 0.10, "symbols": 0.15, "api": 0.15, "errors": 0.25}
 BEFORE_SHARE = 0.75  # of the code budget, for the text before the cursor
 INDENT_ABOVE, INDENT_BELOW = 24, 8
 SNIPPET_LINES = 12
@@ -102,7 +103,7 @@ def build_prompt(
     header_cost = sum(count.cached(t) + 1 for _, lines in sections for t in lines)
 
     # 3. Whatever the header left goes back to the code; flagged lines outside it get the header too.
-    error_reserve = min(caps["errors"],
+    error_reserve = min(caps["errors"], max(budget_tokens - header_cost - window.cost, 0),
                         sum(count.cached(doc.line(e)) + 4 for e in errors if not window.first <= e <= window.last))
     _grow(doc, window, line, budget_tokens - header_cost - error_reserve - window.cost, count)
     outside = [e for e in errors if not window.first <= e <= window.last]
@@ -111,6 +112,9 @@ def build_prompt(
         for e in outside:
             text = f"{marker}{e + 1}: {doc.line(e).strip()}"
             cost = count(text) + 1
+            while cost > left and len(text) > len(marker) + 8:  # a long flagged line is cut, not dropped
+                text = text[: max(len(marker) + 8, len(text) * left // cost - 1)]
+                cost = count(text) + 1
             if cost <= left:
                 flagged.append(text)
                 left -= cost
@@ -230,7 +234,8 @@ def _api_lines(doc, offset, symbols, apidocs, budget, count, marker) -> list[str
                 aliases[imp.bound] = imp.target
             modules.append(imp.module)
     query = build_query(doc.text, offset, aliases, modules)
-    chunks = apidocs.top(query, budget - count(marker) - 1, count)
+    # Installed-package chunks are Python APIs: other languages get only the workspace's docs.
+    chunks = apidocs.top(query, budget - count(marker) - 1, count, packages=doc.language == "python")
     if not chunks:
         return []
     lines = [marker + "api"]
@@ -258,7 +263,7 @@ def _snippets(doc, line, other_docs, budget, count, marker) -> list[str]:
     out: list[str] = []
     left = budget
     for _, path, first, lines in scored[:4]:
-        block = [f"{marker}{path}:{first + 1}"] + [marker + t for t in lines]
+        block = [f"{marker}{_display(path, doc.path)}:{first + 1}"] + [marker + t for t in lines]
         cost = sum(count.cached(t) + 1 for t in block)
         if cost <= left:
             out += block
@@ -284,3 +289,14 @@ def _windows(doc: "Document") -> list[tuple[int, list[str], frozenset[str]]]:
         _WINDOWS.clear()
     _WINDOWS[doc.path] = (doc.text, out)
     return out
+
+
+def _display(path: str, relative_to: str) -> str:
+    """``path`` relative to the folder it shares with ``relative_to`` (short, stable header lines)."""
+    import os
+
+    try:
+        base = os.path.dirname(os.path.commonpath([path, relative_to]))
+        return os.path.relpath(path, base) if base and base != os.sep else path
+    except ValueError:
+        return path
