@@ -138,7 +138,7 @@ def changed_tokens(strings: list[str], before: torch.Tensor, after: torch.Tensor
 def test_unknown_receiver_leaves_logits_alone(strings: list[str]) -> None:
     # every attribute-opening token checked (none is known): only uncheckable tokens are removed
     monitor = NameMonitor(TokenIndex(strings), lambda text: [], "thing = make()\nthing.",
-                          MonitorSettings(check_top_k=len(strings), check_margin=float("inf")))
+                          MonitorSettings(check_top_k=len(strings), check_margin=float("inf"), check_receivers=len(strings)))
     logits = torch.randn(len(strings))
     assert all(two_attributes(s) for s in changed_tokens(strings, logits, monitor([], logits)))
     monitor.settings.enabled = False
@@ -149,7 +149,7 @@ def test_failing_provider_means_no_restriction(strings: list[str]) -> None:
     def broken(text: str) -> list[str]:
         raise RuntimeError("symbol table unavailable")
 
-    monitor = NameMonitor(TokenIndex(strings), broken, "import os\nos.", MonitorSettings(check_top_k=len(strings), check_margin=float("inf")))
+    monitor = NameMonitor(TokenIndex(strings), broken, "import os\nos.", MonitorSettings(check_top_k=len(strings), check_margin=float("inf"), check_receivers=len(strings)))
     logits = torch.randn(len(strings))
     assert all(two_attributes(s) for s in changed_tokens(strings, logits, monitor([], logits)))
 

@@ -19,7 +19,13 @@ from glm5_lsp.repair.loop import RepairLoop, RepairSettings
 from glm5_lsp.repair.monitor import MonitorSettings, python_monitor_factory
 from glm5_lsp.repair.providers import DiagnosticRunner
 from glm5_lsp.repair.style import StyleConsistency
-from glm5_lsp.repair.templates import CombinedExceptions, DocumentExceptions, JediExceptions, KnownExceptions, exception_rewriter
+from glm5_lsp.repair.templates import (
+    CombinedExceptions,
+    DocumentExceptions,
+    JediExceptions,
+    KnownExceptions,
+    exception_rewriter,
+)
 
 
 def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,

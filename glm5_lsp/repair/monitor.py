@@ -13,8 +13,10 @@ document up to the cursor plus the decoded tokens) and decides where decoding st
   ``free_name_bias`` added.
 - **tokens that open an attribute themselves** (``.append``, ``).strip``, in any state): the
   ``check_top_k`` likeliest such tokens within ``check_margin`` of the step's best logit are each
-  checked against their receiver's attributes; the others (improbable anyway) are masked unchecked,
-  so no unchecked attribute can be produced and the provider is asked only about plausible ones.
+  checked against their receiver's attributes, for at most ``check_receivers`` distinct receivers
+  per step; the others are masked unchecked (the model can still spell the same code in smaller
+  tokens), so no unchecked attribute can be produced and the provider is asked about few receivers.
+  Inside a string or a comment they are left alone.
 
 Valid names are matched through a character trie (:class:`NameTrie`) walked against an index of the
 vocabulary's token strings (``Tokenizer.token_strings()``), so a step costs in the number of valid
@@ -49,6 +51,7 @@ class MonitorSettings:
     free_name_bias: float = 2.0  # added to tokens that continue a known free name (0 disables)
     check_top_k: int = 8  # attribute-opening tokens checked per step; the other ones are masked ...
     check_margin: float = 8.0  # ... and so are those this far below the step's best logit (p < e^-8 of it)
+    check_receivers: int = 2  # distinct receivers asked about per step; openers of further ones are masked
 
 
 class NameTrie:
@@ -234,19 +237,27 @@ class NameMonitor:
 
         assert isinstance(logits, torch.Tensor)
         opening = [entry for entry in self.index.opening if entry[0] < logits.shape[-1]]
-        if not opening:
+        if not opening or _in_comment_or_string(text):
             return
         ids = torch.tensor([entry[0] for entry in opening], dtype=torch.long)
         scores = logits[ids]
         order = torch.argsort(scores, descending=True).tolist()
         floor = float(logits.max()) - self.settings.check_margin
         banned: list[int] = []
+        receivers: set[str] = set()
         for rank, position in enumerate(order):
             token_id, head, name, rest = opening[position]
             score = float(scores[position])
             if score == float("-inf"):
                 continue
-            if rank >= self.settings.check_top_k or score < floor or not self._opener_ok(text, state, head, name, rest):
+            if rank >= self.settings.check_top_k or score < floor:
+                banned.append(token_id)
+                continue
+            if head not in receivers and len(receivers) >= self.settings.check_receivers:
+                banned.append(token_id)
+                continue
+            receivers.add(head)
+            if not self._opener_ok(text, state, head, name, rest):
                 banned.append(token_id)
         if banned:
             logits[torch.tensor(banned, dtype=torch.long)] = float("-inf")
