@@ -9,14 +9,18 @@ model loaded (or the reason it could not be).
 
 from __future__ import annotations
 
-import inspect
 import logging
+import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
 from glm5_lsp.repair.loop import RepairSettings
 from glm5_lsp.server.settings import Settings
+from glm5_lsp.spans import Prompt
+
+if TYPE_CHECKING:  # the context engine (jedi, bm25s) is imported when the model loads
+    from glm5_lsp.context import ContextEngine
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +64,11 @@ def backend_options(settings: Settings) -> tuple[str, dict[str, Any]]:
 class Engine:
     """Owns the backend and pipeline for one set of model settings."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, root: str | None = None) -> None:
         self.settings = settings
+        self.root = root
         self.pipeline: Pipeline | None = None
-        self.context: Any | None = None
+        self.context: SharedContext | None = None
         self.error: str | None = None
         self.load_seconds = 0.0
 
@@ -82,7 +87,7 @@ class Engine:
                 report("loading the model weights", 20)
                 loader()
             report("preparing the context engine", 80)
-            self.context = _make_context(self.settings)
+            self.context = _make_context(self.settings, self.root)
             self.pipeline = Pipeline(
                 backend,
                 settings=pipeline_settings(self.settings),
@@ -95,23 +100,39 @@ class Engine:
             self.error = f"{type(error).__name__}: {error}"
 
 
-def _make_context(settings: Settings) -> Any | None:
-    """The context engine (API docs + symbol summaries) when the package provides one."""
-    try:
-        from glm5_lsp import context as context_package
-    except ImportError:
-        return None
-    factory = getattr(context_package, "ContextEngine", None)
-    if factory is None:
-        return None
-    accepted = inspect.signature(factory).parameters
-    options = {
-        name: value
-        for name, value in {
-            "token_budget": settings.budgets.context_tokens,
-            "api_doc_tokens": settings.budgets.api_doc_tokens,
-            "symbol_tokens": settings.budgets.symbol_tokens,
-        }.items()
-        if name in accepted
-    }
-    return factory(**options)
+class SharedContext:
+    """The context engine behind one lock: the model worker builds prompts while list completions
+    ask for names and ``glm5.reindex`` rebuilds the index from other threads."""
+
+    def __init__(self, engine: "ContextEngine") -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+
+    def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> Prompt:
+        with self._lock:
+            return self.engine.build_prompt(text, offset, path=path, language=language)
+
+    def names_at(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> list[Any]:
+        with self._lock:
+            return list(self.engine.names_at(text, offset, path=path, language=language))
+
+    def reindex(self, root: str) -> int:
+        with self._lock:
+            return self.engine.reindex(root)
+
+    def close_document(self, path: str) -> None:
+        with self._lock:
+            if self.engine.documents.get(path) is not None:
+                self.engine.close_document(path)
+
+
+def _make_context(settings: Settings, root: str | None) -> SharedContext:
+    """The context engine (API docs + symbol summaries) for the workspace."""
+    from glm5_lsp.context import ContextEngine
+
+    return SharedContext(ContextEngine(
+        workspace_root=root,
+        token_budget=settings.budgets.context_tokens,
+        api_doc_tokens=settings.budgets.api_doc_tokens,
+        symbol_tokens=settings.budgets.symbol_tokens,
+    ))

@@ -55,6 +55,9 @@ _COMPLETION_KINDS = {
     "param": types.CompletionItemKind.Variable,
     "property": types.CompletionItemKind.Property,
     "path": types.CompletionItemKind.File,
+    "method": types.CompletionItemKind.Method,
+    "variable": types.CompletionItemKind.Variable,
+    "constant": types.CompletionItemKind.Constant,
 }
 _LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
 
@@ -77,7 +80,7 @@ class Glm5Server(LanguageServer):
     def __init__(self) -> None:
         super().__init__("glm5-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = Settings()
-        self.engine = Engine(self.settings)
+        self.engine = Engine(self.settings, None)
         self.cache: LRUCache[str] = LRUCache(self.settings.completion.cache_size)
         self.supersession = Supersession()
         # One model worker: the model is CPU-bound, so requests run one at a time, newest wins.
@@ -114,7 +117,8 @@ class Glm5Server(LanguageServer):
         """(Re)create the engine and load it on the model worker, reporting ``$/progress``."""
         assert self.loop is not None
         self.supersession.cancel_all("reload")
-        engine = Engine(self.settings)
+        root = self.workspace.root_path
+        engine = Engine(self.settings, root)
         self.engine = engine
         progress = WorkProgress(self, self.loop, "GLM-5: loading the model")
         # Submitted now, so every request queued on the model worker after this finds it loaded.
@@ -130,11 +134,30 @@ class Glm5Server(LanguageServer):
                         type=types.MessageType.Error, message=f"glm5-lsp: the model could not be loaded: {engine.error}"
                     )
                 )
-            else:
-                progress.end(f"ready in {engine.load_seconds:.1f}s")
-                log.info("model ready (%s) in %.1fs", self.settings.model.backend, engine.load_seconds)
+                return
+            progress.end(f"ready in {engine.load_seconds:.1f}s")
+            log.info("model ready (%s) in %.1fs", self.settings.model.backend, engine.load_seconds)
+            if root and engine.context is not None:
+                await self.index_workspace(engine, root)
 
         self.loop.create_task(run())
+
+    async def index_workspace(self, engine: Engine, root: str) -> int:
+        """Summarise the workspace and index the API docs it imports, reporting ``$/progress``."""
+        assert self.loop is not None and engine.context is not None
+        progress = WorkProgress(self, self.loop, "GLM-5: indexing")
+        await progress.begin(root)
+        started = time.perf_counter()
+        try:
+            count = await asyncio.to_thread(engine.context.reindex, root)
+        except Exception:  # a broken file or package must not cost the user completions
+            log.exception("indexing %s failed", root)
+            progress.end("failed")
+            return 0
+        self.cache.clear()
+        progress.end(f"indexed {count} files")
+        log.info("indexed %d files of %s in %.1fs", count, root, time.perf_counter() - started)
+        return count
 
     # ---- documents ----------------------------------------------------------------------------
 
@@ -390,6 +413,8 @@ def build_server() -> Glm5Server:
         task = ls._diagnose_tasks.pop(params.text_document.uri, None)
         if task is not None:
             task.cancel()
+        if ls.engine.context is not None:
+            ls.engine.context.close_document(to_fs_path(params.text_document.uri) or params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     @guarded("inline completion")
@@ -554,20 +579,11 @@ def build_server() -> Glm5Server:
     @guarded("glm5.reindex")
     async def reindex(ls: Glm5Server, *args: Any) -> dict[str, Any]:
         """Rebuild the context engine's index of the workspace, with ``$/progress``."""
-        assert ls.loop is not None
-        progress = WorkProgress(ls, ls.loop, "GLM-5: indexing")
-        await progress.begin(ls.workspace.root_path or "")
         started = time.perf_counter()
-        context = ls.engine.context
-        indexer = getattr(context, "reindex", None)
         root = ls.workspace.root_path
-        if not callable(indexer) or not root:
-            progress.end("nothing to index")
-            return {"indexed": 0, "seconds": 0.0}
-        count = await asyncio.to_thread(indexer, root)
-        ls.cache.clear()
-        progress.end(f"indexed {count}")
-        return {"indexed": count if isinstance(count, int) else 0, "seconds": time.perf_counter() - started}
+        engine = ls.engine
+        count = await ls.index_workspace(engine, root) if root and engine.context is not None else 0
+        return {"indexed": count, "seconds": time.perf_counter() - started}
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: Glm5Server, params: None) -> None:
