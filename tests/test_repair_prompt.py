@@ -77,3 +77,13 @@ def test_brace_languages_use_double_slash() -> None:
     new = build_repair_prompt(Prompt(code[:at], code[at:]), ["h"], [],
                               RepairContext(code, at, at, "x", "c"))
     assert "  // h\n" in new.prefix
+
+
+def test_blank_cursor_line_takes_the_indentation_of_the_code_around() -> None:
+    code = "def f(x):\n    y = 1\n\n    return y\n"
+    at = code.index("\n\n") + 1  # the blank line
+    new = build_repair_prompt(Prompt(code[:at], code[at:]), ["h"], [], RepairContext(code, at, at, "", "python"))
+    assert new.prefix.endswith("    # h\n")
+    tail = "def f(x):\n    '''Doc.'''\n"  # no suffix: the previous line's indentation
+    new = build_repair_prompt(Prompt(tail), ["h"], [], RepairContext(tail, len(tail), len(tail), "", "python"))
+    assert new.prefix.endswith("    # h\n")

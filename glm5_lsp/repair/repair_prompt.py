@@ -1,7 +1,8 @@
 """The prompt for a repair round: the original prompt plus the checkers' hints, marked ``error_context``.
 
 Where the hints go: a comment block (``#`` or ``//`` by language) inserted at the start of the line
-the cursor is on, indented like that line, so it is the last thing the model reads before the code
+the cursor is on, indented like that line (on a blank line: like the next line of code, else the
+previous one), so it is the last thing the model reads before the code
 it writes and comments cannot change the program. Placing it there rather than at the top of the
 prompt keeps everything before the cursor line unchanged, so the runtime's KV cache still covers
 the context header and the code above (prefix reuse). The block reads::
@@ -61,8 +62,7 @@ def build_repair_prompt(prompt: Prompt, hints: Sequence[str], diagnostics: Seque
     """``prompt`` with the hint block before the cursor line and ``error_context`` spans (see above)."""
     marker = comment_marker(where.language)
     insert_at = prompt.prefix.rfind("\n") + 1
-    line_head = prompt.prefix[insert_at:]
-    indent = line_head[: len(line_head) - len(line_head.lstrip(" \t"))]
+    indent = _block_indent(prompt, insert_at)
     block = "".join(f"{indent}{marker} {line}\n" for line in [HEADER, *hints])
     size = len(block)
     prefix = prompt.prefix[:insert_at] + block + prompt.prefix[insert_at:]
@@ -74,6 +74,24 @@ def build_repair_prompt(prompt: Prompt, hints: Sequence[str], diagnostics: Seque
         if hi > lo:
             new_prompt.spans.append(Span(lo, hi, "error_context"))
     return new_prompt
+
+
+def _indent_of(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _block_indent(prompt: Prompt, insert_at: int) -> str:
+    """The cursor line's indentation; on a blank line, the next code line's (or else the previous one's)."""
+    head = prompt.prefix[insert_at:]
+    if head.strip():
+        return _indent_of(head)
+    for line in prompt.suffix.split("\n"):
+        if line.strip():
+            return _indent_of(line)
+    for line in reversed(prompt.prefix[:insert_at].split("\n")):
+        if line.strip():
+            return _indent_of(line)
+    return _indent_of(head)
 
 
 def _shift(span: Span, at: int, size: int) -> Span:
