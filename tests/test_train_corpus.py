@@ -42,7 +42,15 @@ def _metadata(**fields: str | list[str]) -> Message:
         ({"License_Expression": "BSD-3-Clause AND Zlib"}, False),
         ({"Classifier": ["License :: OSI Approved :: BSD License"]}, True),
         ({"Classifier": ["License :: OSI Approved :: ISC License (ISCL)"]}, True),
-        ({"Classifier": ["License :: OSI Approved :: MIT License", "License :: OSI Approved :: GNU General Public License (GPL)"]}, False),
+        (
+            {
+                "Classifier": [
+                    "License :: OSI Approved :: MIT License",
+                    "License :: OSI Approved :: GNU General Public License (GPL)",
+                ]
+            },
+            False,
+        ),
         ({"License": "MIT License"}, True),
         ({"License": "Permission is hereby granted, free of charge, to any person obtaining a copy"}, True),
         ({"License": "LGPL"}, False),
@@ -70,7 +78,11 @@ def _fixture_corpus(**overrides) -> tuple:
         **overrides,
     )
     corpus = build_corpus(config)
-    return corpus, {(d.package, d.relpath) for d in corpus.train}, {(d.unit, d.relpath) for d in corpus.heldout}
+    return (
+        corpus,
+        {(d.package, d.relpath) for d in corpus.train},
+        {(d.unit, d.relpath) for d in corpus.heldout},
+    )
 
 
 def test_fixture_corpus_keeps_only_permissive_clean_unique_files() -> None:
@@ -81,30 +93,40 @@ def test_fixture_corpus_keeps_only_permissive_clean_unique_files() -> None:
         ("goodpkg", "goodpkg/core.py"),
         ("classicpkg", "classicpkg/__init__.py"),
     }
-    assert heldout == {("stdlib:json", "json/__init__.py"), ("stdlib:json", "json/decoder.py"),
-                       ("heldpkg", "heldpkg/__init__.py")}
+    assert heldout == {
+        ("stdlib:json", "json/__init__.py"),
+        ("stdlib:json", "json/decoder.py"),
+        ("heldpkg", "heldpkg/__init__.py"),
+    }
     manifest = corpus.manifest
     assert {r["package"] for r in manifest["refused_licence"]} == {"gplpkg", "nolicpkg"}
     assert manifest["dropped_files"] == {
-        "benchmark_text": 1, "duplicate": 1, "empty": 1, "generated": 1, "minified": 1, "syntax": 1,
+        "benchmark_text": 1,
+        "duplicate": 1,
+        "empty": 1,
+        "generated": 1,
+        "minified": 1,
+        "syntax": 1,
     }
     assert manifest["heldout_missing"] == ["absentpkg"]
     good = next(r for r in manifest["sources"] if r["package"] == "goodpkg")
     assert (good["version"], good["licence"], good["files"]) == ("1.0", "MIT", 2)
-    assert good["bytes"] == sum((DATA / "site" / p).stat().st_size for p in ("goodpkg/__init__.py", "goodpkg/core.py"))
+    assert good["bytes"] == sum(
+        (DATA / "site" / p).stat().st_size for p in ("goodpkg/__init__.py", "goodpkg/core.py")
+    )
     assert manifest["totals"]["train_files"] == 4
     json.dumps(manifest)  # serialisable as is
 
 
 def test_benchmark_folder_is_never_read() -> None:
-    corpus, train, heldout = _fixture_corpus(benchmarks=DATA / "stdlib" / "json")
+    corpus, _train, heldout = _fixture_corpus(benchmarks=DATA / "stdlib" / "json")
     assert not any(unit == "stdlib:json" for unit, _ in heldout)
     assert corpus.manifest["dropped_files"]["benchmark_folder"] == 2
 
 
 def test_subsample_is_deterministic_and_bounded() -> None:
     a, train_a, _ = _fixture_corpus(max_train_bytes=200, seed=3)
-    b, train_b, _ = _fixture_corpus(max_train_bytes=200, seed=3)
+    _b, train_b, _ = _fixture_corpus(max_train_bytes=200, seed=3)
     assert train_a == train_b and 0 < len(train_a) < 4
     assert sum(d.size for d in a.train) <= 200
 
@@ -129,10 +151,14 @@ def test_guard_refuses_a_folder_without_humaneval(tmp_path: Path) -> None:
         BenchmarkGuard.from_benchmarks(tmp_path)
 
 
-@pytest.mark.skipif(not (SHARED / "benchmarks" / "humaneval").is_dir(), reason="../shared/benchmarks is absent")
+@pytest.mark.skipif(
+    not (SHARED / "benchmarks" / "humaneval").is_dir(), reason="../shared/benchmarks is absent"
+)
 def test_guard_flags_every_real_humaneval_prompt() -> None:
     guard = BenchmarkGuard.from_benchmarks(SHARED / "benchmarks")
-    with gzip.open(SHARED / "benchmarks" / "humaneval" / "HumanEval.jsonl.gz", "rt", encoding="utf-8") as handle:
+    with gzip.open(
+        SHARED / "benchmarks" / "humaneval" / "HumanEval.jsonl.gz", "rt", encoding="utf-8"
+    ) as handle:
         prompts = [json.loads(line)["prompt"] for line in handle if line.strip()]
     assert len(prompts) == 164
     assert all(guard.contains(p) for p in prompts)

@@ -8,6 +8,7 @@ site-packages ``tests/data/train/site``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -51,7 +52,9 @@ def _rows(n: int, length: int, vocab: int = 256, seed: int = 0) -> np.ndarray:
 
 
 def test_plan_splits_budget_by_shares_and_step_time() -> None:
-    plan = plan_stages(100.0, {"dense": 0.5, "indexer_warmup": 0.25, "sparse": 1.0}, StageShares(0.8, 0.05, 0.15))
+    plan = plan_stages(
+        100.0, {"dense": 0.5, "indexer_warmup": 0.25, "sparse": 1.0}, StageShares(0.8, 0.05, 0.15)
+    )
     assert plan.steps == {"dense": 160, "indexer_warmup": 20, "sparse": 15}
     assert plan_stages(0.01, {"dense": 1.0, "indexer_warmup": 1.0, "sparse": 1.0}).steps["sparse"] == 1
     with pytest.raises(ValueError, match="sum to 1"):
@@ -63,7 +66,7 @@ def test_plan_splits_budget_by_shares_and_step_time() -> None:
 def test_lr_warms_up_then_decays_to_floor() -> None:
     lrs = [lr_at(s, 100, 1.0, 10, 0.1) for s in range(100)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
-    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+    assert all(a >= b for a, b in itertools.pairwise(lrs[9:]))
     assert lr_at(100, 100, 1.0, 10, 0.1) == pytest.approx(0.1)
 
 
@@ -104,8 +107,13 @@ def test_kl_warmup_raises_indexer_agreement_and_freezes_the_rest(tmp_path: Path)
     rows = _rows(16, 64)
     before = indexer_recall(model, rows[:2])["mean"]
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if ".indexer." not in n}
-    trainer = Trainer(model, Batches(rows, 4), OptimConfig(indexer_lr=3e-2, warmup_steps=1),
-                      torch.device("cpu"), RunLog(tmp_path / "log.jsonl"))
+    trainer = Trainer(
+        model,
+        Batches(rows, 4),
+        OptimConfig(indexer_lr=3e-2, warmup_steps=1),
+        torch.device("cpu"),
+        RunLog(tmp_path / "log.jsonl"),
+    )
     result = trainer.run_stage("indexer_warmup", 40)
     after = indexer_recall(model, rows[:2])["mean"]
     kls = [r["indexer_kl"] for r in read_log(tmp_path / "log.jsonl") if r["kind"] == "step"]
@@ -121,8 +129,13 @@ def test_dense_and_sparse_stages_lower_the_loss(tmp_path: Path) -> None:
     base = np.tile(np.arange(4, 36, dtype=np.int32), 5)[:65]  # a repeating pattern: learnable in a few steps
     rows = np.stack([np.roll(base, i) for i in range(8)])
     start = perplexity(model, rows, dense=True)
-    trainer = Trainer(model, Batches(rows, 4), OptimConfig(lr=1e-2, warmup_steps=2), torch.device("cpu"),
-                      RunLog(tmp_path / "log.jsonl"))
+    trainer = Trainer(
+        model,
+        Batches(rows, 4),
+        OptimConfig(lr=1e-2, warmup_steps=2),
+        torch.device("cpu"),
+        RunLog(tmp_path / "log.jsonl"),
+    )
     trainer.run_stage("dense", 30)
     trainer.run_stage("sparse", 5)
     assert perplexity(model, rows, dense=True) < 0.5 * start
@@ -151,12 +164,38 @@ def test_train_cli_end_to_end(tmp_path: Path) -> None:
     from glm5_lsp.model import load_model, load_tokenizer
 
     out = tmp_path / "model"
-    code = main(["train", "--out", str(out), "--preset", "tiny", "--stdlib", str(REPO / "glm5_lsp"),
-                 "--site-dir", str(DATA / "site"), "--holdout", "stdlib:model", "--benchmarks", str(DATA / "benchmarks"),
-                 "--steps", "20,5,5", "--threads", "1"])
+    code = main(
+        [
+            "train",
+            "--out",
+            str(out),
+            "--preset",
+            "tiny",
+            "--stdlib",
+            str(REPO / "glm5_lsp"),
+            "--site-dir",
+            str(DATA / "site"),
+            "--holdout",
+            "stdlib:model",
+            "--benchmarks",
+            str(DATA / "benchmarks"),
+            "--steps",
+            "20,5,5",
+            "--threads",
+            "1",
+        ]
+    )
     assert code == 0
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "corpus_manifest.json", "train_log.jsonl",
-                 "loss_curve.png", "metrics.json", "MODEL_CARD.md"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "corpus_manifest.json",
+        "train_log.jsonl",
+        "loss_curve.png",
+        "metrics.json",
+        "MODEL_CARD.md",
+    ):
         assert (out / name).is_file(), name
     model = load_model(out)
     tokenizer = load_tokenizer(out)

@@ -118,13 +118,17 @@ def test_fim_rate_and_layouts_cover_the_document() -> None:
     assert 0.4 < share < 0.6
     assert {p.layout for p in plans} == {"plain", "psm", "spm"}
     for plan in plans:
-        assert "".join(plan.pieces) == text if plan.layout == "plain" else plan.pieces[0] + plan.pieces[1] + plan.pieces[2] == text
-    encode = lambda s: [ord(c) + 10 for c in s]  # noqa: E731 - a transparent stand-in tokenizer
+        assert (
+            "".join(plan.pieces) == text
+            if plan.layout == "plain"
+            else plan.pieces[0] + plan.pieces[1] + plan.pieces[2] == text
+        )
+    encode = lambda s: [ord(c) + 10 for c in s]
     ids = document_ids(text, encode, SPECIAL, FimConfig(rate=1.0, spm_rate=0.0), random.Random(5))
     assert ids[0] == 1 and ids[-1] == 0 and ids.count(2) == 1 and ids.count(3) == 1
-    prefix, rest = ids[1:ids.index(2)], ids[ids.index(2) + 1 : -1]
+    prefix, rest = ids[1 : ids.index(2)], ids[ids.index(2) + 1 : -1]
     suffix, middle = rest[: rest.index(3)], rest[rest.index(3) + 1 :]
-    decode = lambda xs: "".join(chr(i - 10) for i in xs)  # noqa: E731
+    decode = lambda xs: "".join(chr(i - 10) for i in xs)
     assert decode(prefix) + decode(middle) + decode(suffix) == text
 
 
@@ -147,7 +151,9 @@ def test_encode_documents_is_deterministic_and_keeps_special_text_plain(tokenize
     c = encode_documents(docs, tokenizer, FimConfig(rate=0.5), seed=8, chunk_chars=120)
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     plain = encode_documents(docs, tokenizer, FimConfig(rate=0.0), seed=7, chunk_chars=10)
-    assert int((plain == 0).sum()) == len([d for d in docs if d.strip()])  # one <|endoftext|> per document: plain ones are never cut
+    assert int((plain == 0).sum()) == len(
+        [d for d in docs if d.strip()]
+    )  # one <|endoftext|> per document: plain ones are never cut
     assert not tokenizer.encode_special_tokens
 
 

@@ -1,7 +1,7 @@
 """``glm5-lsp train``: build the corpus and tokenizer, train to a wall-clock budget, write the model folder.
 
-    glm5-lsp train --out runs/cpu --preset cpu --budget-minutes 35
-    glm5-lsp train --out $OUT/model --preset gpu --budget-minutes 8 --device cuda
+glm5-lsp train --out runs/cpu --preset cpu --budget-minutes 35
+glm5-lsp train --out $OUT/model --preset gpu --budget-minutes 8 --device cuda
 """
 
 from __future__ import annotations
@@ -22,37 +22,78 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, help="folder for the model, tokenizer, manifest, log, card")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder for the model, tokenizer, manifest, log, card"
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="model size and run knobs")
-    parser.add_argument("--budget-minutes", type=float, default=None,
-                        help="training wall-clock budget (default: 35 on cpu, 8 on gpu, 0.5 for tiny)")
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        default=None,
+        help="training wall-clock budget (default: 35 on cpu, 8 on gpu, 0.5 for tiny)",
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vocab-size", type=int, default=None)
     parser.add_argument("--seq-len", type=int, default=None)
     parser.add_argument("--eval-seq-len", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--lr", type=float, default=None)
-    parser.add_argument("--max-train-bytes", type=int, default=None, help="subsample the corpus to this many bytes")
+    parser.add_argument(
+        "--max-train-bytes", type=int, default=None, help="subsample the corpus to this many bytes"
+    )
     parser.add_argument("--index-topk", type=int, default=None)
-    parser.add_argument("--steps", default=None, metavar="D,W,S",
-                        help="explicit steps for dense,indexer_warmup,sparse instead of sizing to the budget")
+    parser.add_argument(
+        "--steps",
+        default=None,
+        metavar="D,W,S",
+        help="explicit steps for dense,indexer_warmup,sparse instead of sizing to the budget",
+    )
     parser.add_argument("--fim-rate", type=float, default=0.5)
-    parser.add_argument("--holdout", action="append", default=None,
-                        help=f"a package to hold out for evaluation (repeatable; default {', '.join(DEFAULT_HOLDOUT)})")
-    parser.add_argument("--stdlib", type=Path, default=None, help="standard library folder (default: this Python's)")
-    parser.add_argument("--site-dir", type=Path, action="append", default=None,
-                        help="site-packages folder (repeatable; default: this Python's)")
-    parser.add_argument("--benchmarks", type=Path, default=REPO_ROOT.parent / "shared" / "benchmarks",
-                        help="benchmarks folder: never read as data; HumanEval prompts from it are filtered out")
-    parser.add_argument("--guard-file", type=Path, default=None,
-                        help="benchmark guard (HumanEval fingerprints) written by --write-guard, for machines without the benchmarks")
-    parser.add_argument("--write-guard", type=Path, default=None,
-                        help="only write the benchmark guard file built from --benchmarks, then exit")
+    parser.add_argument(
+        "--holdout",
+        action="append",
+        default=None,
+        help=f"a package to hold out for evaluation (repeatable; default {', '.join(DEFAULT_HOLDOUT)})",
+    )
+    parser.add_argument(
+        "--stdlib", type=Path, default=None, help="standard library folder (default: this Python's)"
+    )
+    parser.add_argument(
+        "--site-dir",
+        type=Path,
+        action="append",
+        default=None,
+        help="site-packages folder (repeatable; default: this Python's)",
+    )
+    parser.add_argument(
+        "--benchmarks",
+        type=Path,
+        default=REPO_ROOT.parent / "shared" / "benchmarks",
+        help="benchmarks folder: never read as data; HumanEval prompts from it are filtered out",
+    )
+    parser.add_argument(
+        "--guard-file",
+        type=Path,
+        default=None,
+        help="benchmark guard (HumanEval fingerprints) written by --write-guard, for machines without the benchmarks",
+    )
+    parser.add_argument(
+        "--write-guard",
+        type=Path,
+        default=None,
+        help="only write the benchmark guard file built from --benchmarks, then exit",
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes for the corpus filters")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="torch.compile the training step (default: on CUDA only)")
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the training step (default: on CUDA only)",
+    )
     parser.add_argument("--name", default="glm5-code-tiny")
     parser.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
 
@@ -77,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
         guard.save(args.write_guard)
         print(f"wrote {len(guard.digests)} HumanEval fingerprints to {args.write_guard}")
         return 0
+    if args.out is None:
+        print("glm5-lsp train: --out is required", file=sys.stderr)
+        return 2
     try:
         steps = _steps(args.steps)
         fim = FimConfig(rate=args.fim_rate)
@@ -91,8 +135,12 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     preset = get_preset(args.preset).with_overrides(
-        vocab_size=args.vocab_size, seq_len=args.seq_len, eval_seq_len=args.eval_seq_len,
-        batch_size=args.batch_size, lr=args.lr, max_train_bytes=args.max_train_bytes,
+        vocab_size=args.vocab_size,
+        seq_len=args.seq_len,
+        eval_seq_len=args.eval_seq_len,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        max_train_bytes=args.max_train_bytes,
     )
     if args.index_topk is not None:
         preset = preset.with_overrides(model={**preset.model, "index_topk": args.index_topk})
@@ -105,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
     options = RunOptions(
         out=args.out,
         preset=preset,
-        budget_minutes=args.budget_minutes if args.budget_minutes is not None else _DEFAULT_BUDGET[preset.name],
+        budget_minutes=args.budget_minutes
+        if args.budget_minutes is not None
+        else _DEFAULT_BUDGET[preset.name],
         device=args.device,
         seed=args.seed,
         compile=args.compile,
@@ -115,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
         fim=fim,
         steps=steps,
         name=args.name,
-        command="glm5-lsp train " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "glm5-lsp train",
+        command="glm5-lsp train " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+        if len(sys.argv) > 2
+        else "glm5-lsp train",
         overwrite=args.overwrite,
     )
     try:
@@ -124,8 +176,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"glm5-lsp train: {exc}", file=sys.stderr)
         return 1
     ev = summary["eval"]
-    print(f"wrote {args.out}: {summary['parameters']:,} parameters, {summary['tokens_seen']:,} tokens seen "
-          f"in {summary['train_seconds']:.0f} s of training")
+    print(
+        f"wrote {args.out}: {summary['parameters']:,} parameters, {summary['tokens_seen']:,} tokens seen "
+        f"in {summary['train_seconds']:.0f} s of training"
+    )
     for name, value in ev["table"]:
         print(f"  {name}: {value}")
     return 0

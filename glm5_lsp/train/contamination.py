@@ -59,7 +59,9 @@ class BenchmarkGuard:
             path = folder / name
             if path.is_file():
                 return cls.from_prompts(_read_prompts(path), min_chars, min_hits)
-        raise FileNotFoundError(f"no HumanEval problems under {folder} (looked for {', '.join(_HUMANEVAL_FILES)})")
+        raise FileNotFoundError(
+            f"no HumanEval problems under {folder} (looked for {', '.join(_HUMANEVAL_FILES)})"
+        )
 
     @classmethod
     def load(cls, path: Path) -> BenchmarkGuard:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.metadata as metadata
 import json
 import platform
 import re
@@ -20,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from glm5_lsp.train.contamination import BenchmarkGuard
@@ -207,7 +207,7 @@ def _check_star(args: tuple) -> FileCheck:
 def _unit(source: Source, relpath: str) -> str:
     if source.name == STDLIB:
         top = relpath.split("/", 1)[0]
-        return "stdlib:" + (top[:-3] if top.endswith(".py") else top)
+        return "stdlib:" + top.removesuffix(".py")
     return source.name
 
 
@@ -229,11 +229,18 @@ def build_corpus(config: CorpusConfig = CorpusConfig()) -> Corpus:
 
 
 def assemble(sources: Iterable[Source], config: CorpusConfig) -> Corpus:
-    """Filter and split already-discovered sources (separate from discovery so tests can feed fixtures)."""
+    """Filter and split already-discovered sources (separate from discovery so tests can feed fixtures).
+
+    Held-out files are examined first, so a training file that duplicates one is dropped (no leak).
+    With ``max_train_bytes``, training candidates are examined in a seed-dependent order only until
+    the budget is filled: a small corpus does not pay for reading and parsing all of site-packages.
+    """
+    sources = list(sources)
     holdout = {h.lower() for h in config.holdout}
     refused: list[dict] = []
     dropped: Counter[str] = Counter()
-    accepted: list[tuple[Source, str, Path]] = []
+    held: list[_Candidate] = []
+    candidates: list[_Candidate] = []
     for source in sources:
         if not source.permissive:
             refused.append({"package": source.name, "version": source.version, "licence": source.licence})
@@ -241,49 +248,69 @@ def assemble(sources: Iterable[Source], config: CorpusConfig) -> Corpus:
         for path, rel in source.files:
             if _under(path, config.benchmarks):
                 dropped["benchmark_folder"] += 1
-            else:
-                accepted.append((source, rel, path))
-    jobs = [(p, config.max_file_bytes, config.max_line_chars, config.check_syntax, config.guard) for _, _, p in accepted]
-    checks = _run_checks(jobs, config.workers)
+                continue
+            unit = _unit(source, rel)
+            (held if unit.lower() in holdout else candidates).append(_Candidate(source.name, unit, rel, path))
+    if config.max_train_bytes is not None:
+        candidates.sort(key=lambda c: hashlib.sha256(f"{config.seed}:{c.unit}:{c.relpath}".encode()).digest())
     seen: set[str] = set()
-    train: list[Document] = []
-    heldout: list[Document] = []
-    for (source, rel, path), check in zip(accepted, checks):
-        if check.digest is None:
-            dropped[check.reason or "unknown"] += 1
-            continue
-        if check.digest in seen:
-            dropped["duplicate"] += 1
-            continue
-        seen.add(check.digest)
-        unit = _unit(source, rel)
-        doc = Document(source.name, unit, rel, path, check.digest, check.size)
-        (heldout if unit.lower() in holdout else train).append(doc)
-    train = _subsample(train, config.max_train_bytes, config.seed)
+    heldout, _ = _accept(held, config, seen, dropped, None)
+    train, examined = _accept(candidates, config, seen, dropped, config.max_train_bytes)
+    train.sort(key=lambda d: (d.package.lower(), d.relpath))
     versions = {s.name: (s.version, s.licence) for s in sources}
     manifest = _manifest(train, heldout, refused, dropped, versions, config)
+    manifest["totals"]["examined_files"] = examined + len(held)
+    manifest["totals"]["candidate_files"] = len(candidates) + len(held)
     return Corpus(train, heldout, manifest)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    package: str
+    unit: str
+    relpath: str
+    path: Path
+
+
+def _accept(
+    candidates: list[_Candidate],
+    config: CorpusConfig,
+    seen: set[str],
+    dropped: Counter[str],
+    max_bytes: int | None,
+    batch: int = 512,
+) -> tuple[list[Document], int]:
+    """Check candidates batch by batch; keep new, clean files while they fit in ``max_bytes``."""
+    docs: list[Document] = []
+    total = examined = 0
+    for start in range(0, len(candidates), batch):
+        if max_bytes is not None and total >= 0.99 * max_bytes:
+            break
+        group = candidates[start : start + batch]
+        jobs = [
+            (c.path, config.max_file_bytes, config.max_line_chars, config.check_syntax, config.guard)
+            for c in group
+        ]
+        for cand, check in zip(group, _run_checks(jobs, config.workers)):
+            examined += 1
+            if check.digest is None:
+                dropped[check.reason or "unknown"] += 1
+            elif check.digest in seen:
+                dropped["duplicate"] += 1
+            elif max_bytes is None or total + check.size <= max_bytes:
+                seen.add(check.digest)
+                docs.append(
+                    Document(cand.package, cand.unit, cand.relpath, cand.path, check.digest, check.size)
+                )
+                total += check.size
+    return docs, examined
 
 
 def _run_checks(jobs: list[tuple], workers: int) -> list[FileCheck]:
     if workers <= 1 or len(jobs) < 64:
         return [_check_star(job) for job in jobs]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_check_star, jobs, chunksize=64))
-
-
-def _subsample(docs: list[Document], max_bytes: int | None, seed: int) -> list[Document]:
-    """Keep a deterministic, seed-dependent subset of at most ``max_bytes`` (order: hash of seed + digest)."""
-    if max_bytes is None or sum(d.size for d in docs) <= max_bytes:
-        return docs
-    order = sorted(docs, key=lambda d: hashlib.sha256(f"{seed}:{d.digest}".encode()).digest())
-    kept, total = [], 0
-    for doc in order:
-        if total + doc.size <= max_bytes:
-            kept.append(doc)
-            total += doc.size
-    keep = {id(d) for d in kept}
-    return [d for d in docs if id(d) in keep]
+        return list(pool.map(_check_star, jobs, chunksize=32))
 
 
 def _manifest(
@@ -305,8 +332,15 @@ def _manifest(
         for name in sorted(files, key=str.lower):
             package = name if key == "package" else _package_of(name)
             version, licence = versions.get(package, ("", ""))
-            rows.append({"package": name, "version": version, "licence": licence,
-                         "files": files[name], "bytes": size[name]})
+            rows.append(
+                {
+                    "package": name,
+                    "version": version,
+                    "licence": licence,
+                    "files": files[name],
+                    "bytes": size[name],
+                }
+            )
         return rows
 
     present = {d.unit.lower() for d in heldout}
@@ -319,16 +353,22 @@ def _manifest(
         "heldout_missing": [h for h in config.holdout if h.lower() not in present],
         "refused_licence": refused,
         "dropped_files": dict(sorted(dropped.items())),
-        "benchmark_guard": None if config.guard is None else {
-            "fingerprints": len(config.guard.digests), "min_hits": config.guard.min_hits},
+        "benchmark_guard": None
+        if config.guard is None
+        else {"fingerprints": len(config.guard.digests), "min_hits": config.guard.min_hits},
         "totals": {
-            "train_files": len(train), "train_bytes": sum(d.size for d in train),
-            "heldout_files": len(heldout), "heldout_bytes": sum(d.size for d in heldout),
+            "train_files": len(train),
+            "train_bytes": sum(d.size for d in train),
+            "heldout_files": len(heldout),
+            "heldout_bytes": sum(d.size for d in heldout),
         },
         "filters": {
-            "max_file_bytes": config.max_file_bytes, "max_line_chars": config.max_line_chars,
-            "include_tests": config.include_tests, "check_syntax": config.check_syntax,
-            "max_train_bytes": config.max_train_bytes, "seed": config.seed,
+            "max_file_bytes": config.max_file_bytes,
+            "max_line_chars": config.max_line_chars,
+            "include_tests": config.include_tests,
+            "check_syntax": config.check_syntax,
+            "max_train_bytes": config.max_train_bytes,
+            "seed": config.seed,
             "vendored_dirs": sorted(VENDORED_DIRS),
         },
     }

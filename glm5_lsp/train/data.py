@@ -81,7 +81,9 @@ def encode_documents(
             cursor = 0
             for plan in group:
                 n = len(plan.pieces)
-                parts.append(np.asarray(assemble(plan, encoded[cursor : cursor + n], special), dtype=np.int32))
+                parts.append(
+                    np.asarray(assemble(plan, encoded[cursor : cursor + n], special), dtype=np.int32)
+                )
                 cursor += n
     finally:
         tokenizer.encode_special_tokens = previous

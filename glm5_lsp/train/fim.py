@@ -93,7 +93,9 @@ def assemble(plan: FimPlan, piece_ids: list[list[int]], special: SpecialIds) -> 
     return layout(prefix, suffix, middle, special)
 
 
-def document_ids(text: str, encode: Encode, special: SpecialIds, config: FimConfig, rng: random.Random) -> list[int]:
+def document_ids(
+    text: str, encode: Encode, special: SpecialIds, config: FimConfig, rng: random.Random
+) -> list[int]:
     """One document as training ids: plain ``text <|endoftext|>`` or, at ``config.rate``, a FIM example."""
     plan = plan_document(text, config, rng)
     return assemble(plan, [encode(piece) for piece in plan.pieces], special)

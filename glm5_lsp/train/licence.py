@@ -47,7 +47,9 @@ def classify_metadata(metadata: Message) -> LicenceVerdict:
     if expression:
         return LicenceVerdict(expression, spdx_is_permissive(expression))
     classifiers = [
-        c.split("::")[-1].strip() for c in (metadata.get_all("Classifier") or []) if c.startswith("License ::")
+        c.split("::")[-1].strip()
+        for c in (metadata.get_all("Classifier") or [])
+        if c.startswith("License ::")
     ]
     if classifiers:
         return LicenceVerdict("; ".join(classifiers), all(c in _CLASSIFIER_PERMISSIVE for c in classifiers))

@@ -40,7 +40,9 @@ def perplexity(model: GlmMoeDsaForCausalLM, rows: np.ndarray, dense: bool, batch
         batch = torch.from_numpy(rows[start : start + batch_size]).long().to(device)
         with _autocast(device):
             logits = model(batch[:, :-1], dense=dense)
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum")
+        loss = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
+        )
         total += float(loss)
         count += batch[:, 1:].numel()
     return math.exp(total / count)
@@ -87,7 +89,9 @@ def indexer_recall(model: GlmMoeDsaForCausalLM, rows: np.ndarray, topk: int | No
         if attn.indexer is not None:
             iq, iw = attn.indexer.queries(x, q_resid, step.cos, step.sin)
             keys = attn.indexer.keys(x, step.cos, step.sin)
-            select_step = dataclasses.replace(step, dense=False, topk=k, key_bias=None, forced_keys=None, forced_rows=None)
+            select_step = dataclasses.replace(
+                step, dense=False, topk=k, key_bias=None, forced_keys=None, forced_rows=None
+            )
             state["prev"] = attn.indexer.select(iq, iw, keys, select_step)
         mask = selection_mask(state["prev"], bsz, t, t, 0, x.device)
         recall = (target * mask).sum(-1)  # [B, T]
@@ -107,6 +111,8 @@ def indexer_recall(model: GlmMoeDsaForCausalLM, rows: np.ndarray, topk: int | No
         for h in hooks:
             h.remove()
     if not counts:
-        raise ValueError(f"sequences of {rows.shape[1] - 1} tokens never exceed top-k {k}: recall is undefined")
+        raise ValueError(
+            f"sequences of {rows.shape[1] - 1} tokens never exceed top-k {k}: recall is undefined"
+        )
     per_layer = {layer: sums[layer] / counts[layer] for layer in sorted(counts)}
     return {"mean": sum(per_layer.values()) / len(per_layer), "per_layer": per_layer, "topk": k}

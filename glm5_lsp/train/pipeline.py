@@ -40,8 +40,15 @@ from glm5_lsp.train.trainer import OptimConfig, Trainer
 
 log = logging.getLogger(__name__)
 
-OUTPUT_FILES = ("config.json", "tokenizer.json", "corpus_manifest.json", "train_log.jsonl", "loss_curve.png",
-                "metrics.json", "MODEL_CARD.md")
+OUTPUT_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "corpus_manifest.json",
+    "train_log.jsonl",
+    "loss_curve.png",
+    "metrics.json",
+    "MODEL_CARD.md",
+)
 MAX_SHIPPED_BYTES = 64 * 1024 * 1024
 
 
@@ -113,7 +120,13 @@ def _tokenizer_sample(docs: list[Document], max_bytes: int, seed: int) -> list[s
 
 def model_config(preset: Preset, vocab_size: int, eos_id: int) -> GlmMoeDsaConfig:
     return GlmMoeDsaConfig.from_dict(
-        {**preset.model, "vocab_size": vocab_size, "eos_token_id": eos_id, "bos_token_id": None, "pad_token_id": eos_id}
+        {
+            **preset.model,
+            "vocab_size": vocab_size,
+            "eos_token_id": eos_id,
+            "bos_token_id": None,
+            "pad_token_id": eos_id,
+        }
     )
 
 
@@ -132,40 +145,70 @@ def run(options: RunOptions) -> dict[str, Any]:
     torch.manual_seed(options.seed)
     _prepare_out(options.out, options.overwrite)
     runlog = RunLog(options.out / "train_log.jsonl")
-    runlog.write("start", preset=preset.to_dict(), device=str(device), torch=torch.__version__,
-                 python=platform.python_version(), threads=torch.get_num_threads(), budget_minutes=options.budget_minutes)
+    runlog.write(
+        "start",
+        preset=preset.to_dict(),
+        device=str(device),
+        torch=torch.__version__,
+        python=platform.python_version(),
+        threads=torch.get_num_threads(),
+        budget_minutes=options.budget_minutes,
+    )
 
     # -- data -------------------------------------------------------------------------------------
     guard = _guard(options)
-    corpus_config = _with(options.corpus, guard=guard, benchmarks=options.benchmarks,
-                          max_train_bytes=preset.max_train_bytes, seed=options.seed)
+    corpus_config = _with(
+        options.corpus,
+        guard=guard,
+        benchmarks=options.benchmarks,
+        max_train_bytes=preset.max_train_bytes,
+        seed=options.seed,
+    )
     corpus: Corpus = build_corpus(corpus_config)
     if not corpus.train:
         raise RuntimeError("the corpus is empty: no permissively licensed Python source passed the filters")
     corpus.write_manifest(options.out / "corpus_manifest.json")
-    runlog.write("corpus", **corpus.manifest["totals"], dropped=corpus.manifest["dropped_files"],
-                 guard=corpus.manifest["benchmark_guard"])
+    runlog.write(
+        "corpus",
+        **corpus.manifest["totals"],
+        dropped=corpus.manifest["dropped_files"],
+        guard=corpus.manifest["benchmark_guard"],
+    )
 
-    hf_tok = train_tokenizer(_tokenizer_sample(corpus.train, preset.tokenizer_sample_bytes, options.seed),
-                             vocab_size=preset.vocab_size)
+    hf_tok = train_tokenizer(
+        _tokenizer_sample(corpus.train, preset.tokenizer_sample_bytes, options.seed),
+        vocab_size=preset.vocab_size,
+    )
     save_tokenizer(hf_tok, options.out)
     chunk_chars = preset.seq_len * 3
     train_stream = encode_documents(_texts(corpus.train), hf_tok, options.fim, options.seed, chunk_chars)
-    held_stream = encode_documents(_texts(corpus.heldout), hf_tok, FimConfig(rate=0.0), options.seed, chunk_chars)
+    held_stream = encode_documents(
+        _texts(corpus.heldout), hf_tok, FimConfig(rate=0.0), options.seed, chunk_chars
+    )
     train_rows = pack(train_stream, preset.seq_len)
     batches = Batches(train_rows, preset.batch_size, options.seed)
-    runlog.write("data", vocab_size=hf_tok.get_vocab_size(), train_tokens=int(len(train_stream)),
-                 heldout_tokens=int(len(held_stream)), train_sequences=len(train_rows),
-                 bytes_per_token=round(corpus.manifest["totals"]["train_bytes"] / max(1, len(train_stream)), 3),
-                 prep_seconds=round(time.monotonic() - t_start, 1))
+    runlog.write(
+        "data",
+        vocab_size=hf_tok.get_vocab_size(),
+        train_tokens=len(train_stream),
+        heldout_tokens=len(held_stream),
+        train_sequences=len(train_rows),
+        bytes_per_token=round(corpus.manifest["totals"]["train_bytes"] / max(1, len(train_stream)), 3),
+        prep_seconds=round(time.monotonic() - t_start, 1),
+    )
 
     # -- model and budget -------------------------------------------------------------------------
     config = model_config(preset, hf_tok.get_vocab_size(), eos_id=0)
     model = GlmMoeDsaForCausalLM(config)
     model.init_weights(options.seed)
     model.to(device)
-    optim = OptimConfig(lr=preset.lr, indexer_lr=preset.indexer_lr, warmup_steps=preset.warmup_steps,
-                        weight_decay=preset.weight_decay, grad_clip=preset.grad_clip)
+    optim = OptimConfig(
+        lr=preset.lr,
+        indexer_lr=preset.indexer_lr,
+        warmup_steps=preset.warmup_steps,
+        weight_decay=preset.weight_decay,
+        grad_clip=preset.grad_clip,
+    )
     use_compile = options.compile if options.compile is not None else device.type == "cuda"
     trainer = Trainer(model, batches, optim, device, runlog, compile_model=use_compile)
     budget_s = options.budget_minutes * 60.0
@@ -185,7 +228,9 @@ def run(options: RunOptions) -> dict[str, Any]:
     t_train = time.monotonic()
     for i, stage in enumerate(STAGES):
         seconds = None
-        if options.steps is None:  # this stage's share of what is left, so an overrun cannot starve later stages
+        if (
+            options.steps is None
+        ):  # this stage's share of what is left, so an overrun cannot starve later stages
             left = [getattr(options.shares, s) for s in STAGES[i:]]
             share = getattr(options.shares, stage) / max(sum(left), 1e-9)
             seconds = max(1.0, share * (t_train + budget_s - probe_s - time.monotonic()))
@@ -223,7 +268,7 @@ def run(options: RunOptions) -> dict[str, Any]:
         "fim_rate": options.fim.rate,
         "stages": [r.__dict__ for r in results],
         "tokens_seen": trainer.tokens_seen,
-        "train_tokens": int(len(train_stream)),
+        "train_tokens": len(train_stream),
         "budget_minutes": options.budget_minutes,
         "seconds_per_step": seconds_per_step,
         "train_seconds": round(train_seconds, 1),
@@ -236,10 +281,17 @@ def run(options: RunOptions) -> dict[str, Any]:
     }
     (options.out / "MODEL_CARD.md").write_text(model_card(summary, samples), encoding="utf-8")
     slim = {k: v for k, v in summary.items() if k != "corpus"}
-    (options.out / "metrics.json").write_text(json.dumps(slim, indent=2, default=str) + "\n", encoding="utf-8")
+    (options.out / "metrics.json").write_text(
+        json.dumps(slim, indent=2, default=str) + "\n", encoding="utf-8"
+    )
     total_bytes = sum(p.stat().st_size for p in options.out.iterdir() if p.is_file())
     if total_bytes > MAX_SHIPPED_BYTES:
-        log.warning("%s holds %d bytes, over the %d that may ship in the package", options.out, total_bytes, MAX_SHIPPED_BYTES)
+        log.warning(
+            "%s holds %d bytes, over the %d that may ship in the package",
+            options.out,
+            total_bytes,
+            MAX_SHIPPED_BYTES,
+        )
     return summary
 
 
@@ -251,7 +303,9 @@ def evaluate(model: GlmMoeDsaForCausalLM, held_stream: np.ndarray, preset: Prese
     for length in dict.fromkeys((preset.seq_len, preset.eval_seq_len)):
         rows = pack(held_stream, length)[: preset.eval_sequences]
         if len(rows) == 0:
-            notes.append(f"The held-out packages hold fewer than {length + 1} tokens: nothing measured at {length}.")
+            notes.append(
+                f"The held-out packages hold fewer than {length + 1} tokens: nothing measured at {length}."
+            )
             continue
         dense = perplexity(model, rows, dense=True)
         dsa = perplexity(model, rows, dense=False)
@@ -261,38 +315,54 @@ def evaluate(model: GlmMoeDsaForCausalLM, held_stream: np.ndarray, preset: Prese
         figures["table"] += [
             (f"perplexity, dense attention, {length} tokens ({len(rows)} sequences)", f"{dense:.3f}"),
             (f"perplexity, DSA top-{topk}, {length} tokens", f"{dsa:.3f}"),
-            (f"DSA / dense perplexity at {length} tokens", f"{dsa / dense:.4f} ({(dsa / dense - 1) * 100:+.2f}%)"),
+            (
+                f"DSA / dense perplexity at {length} tokens",
+                f"{dsa / dense:.4f} ({(dsa / dense - 1) * 100:+.2f}%)",
+            ),
         ]
         if length > topk:
             recall = indexer_recall(model, rows[: min(len(rows), 4)])
             figures[f"indexer_recall_{length}"] = recall["mean"]
             figures[f"indexer_recall_per_layer_{length}"] = recall["per_layer"]
             figures["table"].append(
-                (f"indexer recall of dense attention mass at top-{topk}, {length} tokens", f"{recall['mean']:.4f}")
+                (
+                    f"indexer recall of dense attention mass at top-{topk}, {length} tokens",
+                    f"{recall['mean']:.4f}",
+                )
             )
     if preset.eval_seq_len > preset.seq_len:
-        notes.append(f"Trained at {preset.seq_len} tokens: figures at {preset.eval_seq_len} tokens measure "
-                     "extrapolation to a longer context than the model saw.")
-    notes.append("Recall: share of the dense attention mass (summed over heads, normalised) on the indexer's "
-                 "selected keys, averaged over queries with more causal keys than top-k, over all layers.")
+        notes.append(
+            f"Trained at {preset.seq_len} tokens: figures at {preset.eval_seq_len} tokens measure "
+            "extrapolation to a longer context than the model saw."
+        )
+    notes.append(
+        "Recall: share of the dense attention mass (summed over heads, normalised) on the indexer's "
+        "selected keys, averaged over queries with more causal keys than top-k, over all layers."
+    )
     figures["note"] = " ".join(notes)
     return figures
 
 
 def _headline(device: torch.device, minutes: float) -> str:
     if device.type == "cuda":
-        return (f"The project's embedded default code model, trained from scratch on one GPU in about "
-                f"{minutes:g} minutes of training.")
-    return (f"**CPU stop-gap.** Trained from scratch on a CPU in about {minutes:g} minutes while no GPU was "
-            "available: a small model that has seen little data. It writes plausible-looking Python at best; "
-            "expect weak completions. The one-command GPU run (`scripts/gpu_train.sh`) replaces it.")
+        return (
+            f"The project's embedded default code model, trained from scratch on one GPU in about "
+            f"{minutes:g} minutes of training."
+        )
+    return (
+        f"**CPU stop-gap.** Trained from scratch on a CPU in about {minutes:g} minutes while no GPU was "
+        "available: a small model that has seen little data. It writes plausible-looking Python at best; "
+        "expect weak completions. The one-command GPU run (`scripts/gpu_train.sh`) replaces it."
+    )
 
 
 def _hardware(device: torch.device) -> str:
     if device.type == "cuda":
         return f"GPU: {torch.cuda.get_device_name(device)}, bf16 autocast, torch {torch.__version__}"
-    return (f"CPU: {platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) "
-            f"({os.cpu_count()} cores, shared), fp32, torch {torch.__version__}")
+    return (
+        f"CPU: {platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) "
+        f"({os.cpu_count()} cores, shared), fp32, torch {torch.__version__}"
+    )
 
 
 def _with(config: CorpusConfig, **changes: Any) -> CorpusConfig:

@@ -25,9 +25,16 @@ def plot_loss(records: list[dict[str, Any]], path: Path) -> Path:
         if points:
             xs = [r["tokens"] for r in points]
             if stage != "indexer_warmup":
-                ax_loss.plot(xs, [r["loss"] for r in points], color=_COLOURS[stage], label=f"{stage} (cross-entropy)")
+                ax_loss.plot(
+                    xs, [r["loss"] for r in points], color=_COLOURS[stage], label=f"{stage} (cross-entropy)"
+                )
             if stage != "dense":
-                ax_kl.plot(xs, [r["indexer_kl"] for r in points], color=_COLOURS[stage], label=f"{stage} (indexer KL)")
+                ax_kl.plot(
+                    xs,
+                    [r["indexer_kl"] for r in points],
+                    color=_COLOURS[stage],
+                    label=f"{stage} (indexer KL)",
+                )
     for r in records:
         if r.get("kind") == "eval" and "heldout_loss" in r:
             ax_loss.scatter([r["tokens"]], [r["heldout_loss"]], color="black", zorder=3, s=18)
@@ -66,26 +73,36 @@ def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
         "",
         "## Model",
         "",
-        f"- Architecture: GLM-5 (`glm_moe_dsa`): MLA attention, MoE, DSA lightning indexer; "
-        f"run by this project's runtime (`glm5_lsp.model`), loaded with `load_model`.",
+        (
+            "- Architecture: GLM-5 (`glm_moe_dsa`): MLA attention, MoE, DSA lightning indexer; "
+            "run by this project's runtime (`glm5_lsp.model`), loaded with `load_model`."
+        ),
         f"- Parameters: {_fmt(info['parameters'])} in all; about {_fmt(info['active_parameters'])} used per token.",
-        f"- Shape: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, {cfg['num_attention_heads']} heads "
-        f"(q LoRA {cfg['q_lora_rank']}, KV latent {cfg['kv_lora_rank']}, nope/rope/v {cfg['qk_nope_head_dim']}/"
-        f"{cfg['qk_rope_head_dim']}/{cfg['v_head_dim']}); first layer dense MLP {cfg['intermediate_size']}, then "
-        f"{cfg['n_routed_experts']} routed experts (top-{cfg['num_experts_per_tok']}) + {cfg['n_shared_experts']} shared, "
-        f"width {cfg['moe_intermediate_size']}; indexer {cfg['index_n_heads']} heads x {cfg['index_head_dim']}, "
-        f"top-k {cfg['index_topk']}.",
-        f"- Vocabulary: {_fmt(cfg['vocab_size'])} byte-level BPE tokens; `<|endoftext|>`=0, `<|code_prefix|>`=1, "
-        f"`<|code_suffix|>`=2, `<|code_middle|>`=3 (GLM's infilling names).",
+        (
+            f"- Shape: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, {cfg['num_attention_heads']} heads "
+            f"(q LoRA {cfg['q_lora_rank']}, KV latent {cfg['kv_lora_rank']}, nope/rope/v {cfg['qk_nope_head_dim']}/"
+            f"{cfg['qk_rope_head_dim']}/{cfg['v_head_dim']}); first layer dense MLP {cfg['intermediate_size']}, then "
+            f"{cfg['n_routed_experts']} routed experts (top-{cfg['num_experts_per_tok']}) + {cfg['n_shared_experts']} shared, "
+            f"width {cfg['moe_intermediate_size']}; indexer {cfg['index_n_heads']} heads x {cfg['index_head_dim']}, "
+            f"top-k {cfg['index_topk']}."
+        ),
+        (
+            f"- Vocabulary: {_fmt(cfg['vocab_size'])} byte-level BPE tokens; `<|endoftext|>`=0, `<|code_prefix|>`=1, "
+            f"`<|code_suffix|>`=2, `<|code_middle|>`=3 (GLM's infilling names)."
+        ),
         f"- Weights: safetensors, {info['save_dtype']}, {_fmt(info['weights_bytes'])} bytes.",
         "",
         "## Training",
         "",
         f"- Hardware: {info['hardware']}.",
-        f"- Context: {info['seq_len']} tokens per sequence, batch {info['batch_size']}; "
-        f"fill-in-the-middle on {info['fim_rate']:.0%} of documents (PSM and SPM, character- and line-level cuts).",
-        f"- DSA recipe of DeepSeek-V3.2, scaled down: dense, then indexer warm-up by KL with everything else "
-        f"frozen, then sparse attention over the indexer's top-k.",
+        (
+            f"- Context: {info['seq_len']} tokens per sequence, batch {info['batch_size']}; "
+            f"fill-in-the-middle on {info['fim_rate']:.0%} of documents (PSM and SPM, character- and line-level cuts)."
+        ),
+        (
+            "- DSA recipe of DeepSeek-V3.2, scaled down: dense, then indexer warm-up by KL with everything else "
+            "frozen, then sparse attention over the indexer's top-k."
+        ),
         "",
         "| stage | steps | tokens | seconds | last loss | last indexer KL |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -97,24 +114,34 @@ def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
         )
     lines += [
         "",
-        f"Tokens seen: {_fmt(info['tokens_seen'])}. Budget: {info['budget_minutes']} minutes of training, "
-        f"sized from measured step times ({', '.join(f'{k} {v:.3f} s' for k, v in info['seconds_per_step'].items())}).",
+        (
+            f"Tokens seen: {_fmt(info['tokens_seen'])}. Budget: {info['budget_minutes']} minutes of training, "
+            f"sized from measured step times ({', '.join(f'{k} {v:.3f} s' for k, v in info['seconds_per_step'].items())})."
+        ),
         "The loss curve is `loss_curve.png`; every step is in `train_log.jsonl`.",
         "",
         "## Data",
         "",
-        f"Python source installed on the training machine (Python {corpus['python']}): the standard library and "
-        f"site-packages distributions whose metadata declares a permissive licence (MIT, BSD, Apache, PSF, ISC). "
-        f"Vendored, generated, minified, undecodable and unparsable files dropped, exact duplicates removed, "
-        f"and any file containing HumanEval prompt text dropped. `corpus_manifest.json` lists every package "
-        f"with version, licence, files and bytes.",
+        (
+            f"Python source installed on the training machine (Python {corpus['python']}): the standard library and "
+            f"site-packages distributions whose metadata declares a permissive licence (MIT, BSD, Apache, PSF, ISC). "
+            f"Vendored, generated, minified, undecodable and unparsable files dropped, exact duplicates removed, "
+            f"and any file containing HumanEval prompt text dropped. `corpus_manifest.json` lists every package "
+            f"with version, licence, files and bytes."
+        ),
         "",
-        f"- Training: {_fmt(corpus['totals']['train_files'])} files, {_fmt(corpus['totals']['train_bytes'])} bytes "
-        f"from {len(corpus['sources'])} packages ({_fmt(info['train_tokens'])} tokens after FIM).",
-        f"- Held out (whole packages, evaluation only): {', '.join(r['package'] for r in corpus['heldout']) or 'none'}; "
-        f"{_fmt(corpus['totals']['heldout_files'])} files, {_fmt(corpus['totals']['heldout_bytes'])} bytes.",
-        f"- Refused for their licence: {len(corpus['refused_licence'])} distributions. "
-        f"Files dropped: {', '.join(f'{k} {v}' for k, v in corpus['dropped_files'].items()) or 'none'}.",
+        (
+            f"- Training: {_fmt(corpus['totals']['train_files'])} files, {_fmt(corpus['totals']['train_bytes'])} bytes "
+            f"from {len(corpus['sources'])} packages ({_fmt(info['train_tokens'])} tokens after FIM)."
+        ),
+        (
+            f"- Held out (whole packages, evaluation only): {', '.join(r['package'] for r in corpus['heldout']) or 'none'}; "
+            f"{_fmt(corpus['totals']['heldout_files'])} files, {_fmt(corpus['totals']['heldout_bytes'])} bytes."
+        ),
+        (
+            f"- Refused for their licence: {len(corpus['refused_licence'])} distributions. "
+            f"Files dropped: {', '.join(f'{k} {v}' for k, v in corpus['dropped_files'].items()) or 'none'}."
+        ),
         "",
         "## Measured on the held-out packages",
         "",
@@ -136,7 +163,19 @@ def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
     ]
     for s in samples:
         kind = "infill" if s.suffix else "complete"
-        lines += [f"{kind}, prompt:", "", "```python", s.prefix + ("<CURSOR>" + s.suffix if s.suffix else ""), "```",
-                  "", "model:", "", "```python", s.completion, "```", ""]
+        lines += [
+            f"{kind}, prompt:",
+            "",
+            "```python",
+            s.prefix + ("<CURSOR>" + s.suffix if s.suffix else ""),
+            "```",
+            "",
+            "model:",
+            "",
+            "```python",
+            s.completion,
+            "```",
+            "",
+        ]
     lines += ["## Reproduce", "", "```sh", info["command"], "```", ""]
     return "\n".join(lines)

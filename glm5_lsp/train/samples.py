@@ -23,7 +23,9 @@ class Sample:
     completion: str
 
 
-def greedy_samples(model: GlmMoeDsaForCausalLM, tokenizer: Tokenizer, max_new_tokens: int = 48) -> list[Sample]:
+def greedy_samples(
+    model: GlmMoeDsaForCausalLM, tokenizer: Tokenizer, max_new_tokens: int = 48
+) -> list[Sample]:
     """Complete each prompt greedily (DSA attention, the default inference path)."""
     model.eval()
     out = []

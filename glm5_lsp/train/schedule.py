@@ -41,8 +41,11 @@ class StagePlan:
         return self.steps[stage] * self.seconds_per_step[stage]
 
     def to_dict(self) -> dict:
-        return {"steps": dict(self.steps), "seconds_per_step": dict(self.seconds_per_step),
-                "budget_seconds": self.budget_seconds}
+        return {
+            "steps": dict(self.steps),
+            "seconds_per_step": dict(self.seconds_per_step),
+            "budget_seconds": self.budget_seconds,
+        }
 
 
 def plan_stages(

@@ -88,7 +88,9 @@ class ExpertBalancer:
         for module, counts in self.counts.items():
             mean = counts.mean()
             if mean > 0:
-                module.e_score_correction_bias.add_(self.rate * torch.sign(mean - counts).to(module.e_score_correction_bias))
+                module.e_score_correction_bias.add_(
+                    self.rate * torch.sign(mean - counts).to(module.e_score_correction_bias)
+                )
                 worst = max(worst, float(counts.max() / mean))
         self.counts.clear()
         return worst
@@ -116,7 +118,14 @@ def _param_groups(model: nn.Module, stage: str, optim: OptimConfig) -> list[dict
     out = []
     for (indexer, decay), params in sorted(groups.items()):
         peak = (optim.indexer_lr if indexer else optim.lr) * scale
-        out.append({"params": params, "weight_decay": optim.weight_decay if decay else 0.0, "peak_lr": peak, "lr": peak})
+        out.append(
+            {
+                "params": params,
+                "weight_decay": optim.weight_decay if decay else 0.0,
+                "peak_lr": peak,
+                "lr": peak,
+            }
+        )
     return out
 
 
@@ -132,6 +141,7 @@ class Trainer:
         runlog: RunLog,
         compile_model: bool = False,
         log_every: int = 1,
+        max_compile_seconds: float = 90.0,
     ) -> None:
         self.model = model
         self.batches = batches
@@ -142,6 +152,7 @@ class Trainer:
         self.data_step = 0  # batches consumed so far, across stages (each stage sees new data)
         self.tokens_seen = 0
         self.balancer = ExpertBalancer(model, optim.balance_rate)
+        self.max_compile_seconds = max_compile_seconds
         self._forward: Callable = model.forward_train
         self._compiled = False
         if compile_model:
@@ -161,7 +172,7 @@ class Trainer:
         with self._autocast():
             try:
                 out = self._forward(rows[:, :-1], stage)
-            except Exception as exc:  # noqa: BLE001 - torch.compile can fail on a backend; eager always works
+            except Exception as exc:
                 if not self._compiled:
                     raise
                 log.warning("torch.compile failed (%s); continuing without it", exc)
@@ -185,9 +196,16 @@ class Trainer:
             loss, _, _ = self._loss(rows, stage)
             loss.backward()
             self._sync()
+            elapsed = time.perf_counter() - start
             if i >= warmup:
-                times.append(time.perf_counter() - start)
+                times.append(elapsed)
+            elif self._compiled and elapsed > self.max_compile_seconds:
+                # A slow compile would eat the budget again for every later stage's graph: stay eager.
+                self.runlog.write("note", message=f"compiling {stage} took {elapsed:.0f} s; later stages run eager")
+                self._forward, self._compiled = self.model.forward_train, False
             self.model.zero_grad(set_to_none=True)
+        for p in self.model.parameters():
+            p.requires_grad_(True)
         self.balancer.counts.clear()
         return sorted(times)[len(times) // 2]
 
@@ -226,15 +244,22 @@ class Trainer:
                 per_step = elapsed / step
                 resized = max(step + 1, step + int((seconds - elapsed) / per_step))
                 if resized != steps:
-                    self.runlog.write("resize", stage=stage, at_step=step, steps=resized,
-                                      seconds_per_step=round(per_step, 5))
+                    self.runlog.write(
+                        "resize",
+                        stage=stage,
+                        at_step=step,
+                        steps=resized,
+                        seconds_per_step=round(per_step, 5),
+                    )
                 steps = resized
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, steps, group["peak_lr"], warmup, self.optim.min_lr_ratio)
             rows = self._rows(self.data_step)
             loss, lm, kl = self._loss(rows, stage)
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"{stage} step {step}: loss is {float(loss)}; lower the learning rate")
+                raise FloatingPointError(
+                    f"{stage} step {step}: loss is {float(loss)}; lower the learning rate"
+                )
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(params, self.optim.grad_clip)
             opt.step()
@@ -247,9 +272,17 @@ class Trainer:
             if step % self.log_every == 0 or step == steps - 1:
                 elapsed = time.monotonic() - start
                 self.runlog.write(
-                    "step", stage=stage, step=step, of=steps, data_step=self.data_step, tokens=self.tokens_seen,
-                    loss=round(float(lm), 5), indexer_kl=round(float(kl), 6), lr=opt.param_groups[0]["lr"],
-                    grad_norm=round(float(grad_norm), 4), expert_load_max_over_mean=round(load, 3),
+                    "step",
+                    stage=stage,
+                    step=step,
+                    of=steps,
+                    data_step=self.data_step,
+                    tokens=self.tokens_seen,
+                    loss=round(float(lm), 5),
+                    indexer_kl=round(float(kl), 6),
+                    lr=opt.param_groups[0]["lr"],
+                    grad_norm=round(float(grad_norm), 4),
+                    expert_load_max_over_mean=round(load, 3),
                     tokens_per_s=round(tokens / max(elapsed, 1e-9), 1),
                 )
             step += 1
