@@ -4,6 +4,8 @@ candidates withheld by default, crashing providers skipped."""
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -160,6 +162,27 @@ def test_crashing_provider_is_skipped_and_the_loop_goes_on() -> None:
     result = RepairLoop(backend, RepairSettings(), runner).run(request(), target())
     assert result.text == "radius * 2" and result.clean
     assert any(s.startswith("crashing: RuntimeError") for s in result.skipped_providers)
+
+
+def test_hanging_provider_is_skipped_and_the_loop_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    class Hanging:
+        name = "hanging"
+        languages = frozenset({"python"})
+
+        def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+            if "slow" in text:
+                time.sleep(3)
+            return []
+
+    runner = DiagnosticRunner([Hanging(), *default_providers("python", use_external=False)], timeout_s=0.3)
+    backend = ScriptedBackend(["radius + slow", "radius * 2"])
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        result = RepairLoop(backend, RepairSettings(), runner).run(request(), target())
+    assert time.monotonic() - started < 2.5
+    assert result.text == "radius * 2" and result.rounds == 2  # round 1 still failed on pyflakes
+    assert any(s.startswith("hanging: timed out") for s in result.skipped_providers)
+    assert "hanging skipped" in caplog.text
 
 
 def test_monitor_factory_is_attached_for_python_only_by_default() -> None:

@@ -182,3 +182,5 @@ def test_factory_builds_a_jedi_monitor_for_a_target(strings: list[str]) -> None:
 
     monitor = python_monitor_factory(strings)(Target())
     assert isinstance(monitor, NameMonitor) and monitor.context == "import os\nos."
+    Target.language = "javascript"
+    assert python_monitor_factory(strings)(Target()) is None

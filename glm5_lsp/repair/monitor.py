@@ -322,11 +322,13 @@ def token_index(token_strings: Sequence[str]) -> TokenIndex:
 
 
 def python_monitor_factory(token_strings: Sequence[str], settings: MonitorSettings | None = None
-                           ) -> Callable[[object], NameMonitor]:
+                           ) -> Callable[[object], NameMonitor | None]:
     """For ``RepairLoop(monitor_factory=...)``: a jedi-backed monitor per request target."""
     index = token_index(token_strings)
 
-    def make(target: object) -> NameMonitor:
+    def make(target: object) -> NameMonitor | None:
+        if getattr(target, "language", "python") != "python":
+            return None  # jedi knows Python only
         document, start = target.document, target.start  # type: ignore[attr-defined]
         provider = JediAttributes(path=getattr(target, "path", None) or None)
         return NameMonitor(index, provider, document[:start], settings)
