@@ -92,3 +92,17 @@ def test_failing_provider_on_one_side_does_not_invent_diagnostics() -> None:
     runner = DiagnosticRunner([FailsOnSecondCall()], timeout_s=5)
     verdict = judge(Splice("x = 1\n", 0, 0, "y = 2\n"), runner, "a.py", "python")
     assert verdict.introduced == [] and verdict.before == [] and verdict.skipped
+
+
+def test_provider_skipped_on_the_document_is_ignored_on_the_candidate() -> None:
+    class FailsFirst:
+        name = "flaky"
+        languages = frozenset({"python"})
+
+        def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+            return [Diagnostic(0, 0, 0, 1, "something", "error", "flaky", "X")]
+
+    runner = DiagnosticRunner([FailsFirst()], timeout_s=5)
+    verdict = judge(Splice("x = 1\n", 0, 0, "y = 2\n"), runner, "a.py", "python", before=[],
+                    before_skipped=["flaky: timed out after 5s"])
+    assert verdict.introduced == [] and verdict.skipped == ["flaky: timed out after 5s"]

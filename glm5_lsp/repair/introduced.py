@@ -151,9 +151,10 @@ class Judgement:
 
 
 def judge(splice: Splice, runner: DiagnosticRunner, path: str, language: str,
-          before: Sequence[Diagnostic] | None = None) -> Judgement:
-    """Diagnose the spliced text (and the document, unless its ``before`` list is given) and compare."""
-    skipped: list[str] = []
+          before: Sequence[Diagnostic] | None = None, before_skipped: Sequence[str] = ()) -> Judgement:
+    """Diagnose the spliced text (and the document, unless its ``before`` list is given, with the
+    providers that were skipped on it in ``before_skipped``) and compare."""
+    skipped: list[str] = list(before_skipped)
     if before is None:
         report = runner.diagnose(splice.document, path, language)
         before, skipped = report.diagnostics, list(report.skipped)

@@ -153,7 +153,7 @@ class RepairLoop:
                 break
             tokens += completion.completion_tokens
             text = self.postprocess(completion.text) if self.postprocess else completion.text
-            text, verdict = self._judge_with_rewrites(text, target, runner, before)
+            text, verdict = self._judge_with_rewrites(text, target, runner, before, baseline.skipped)
             skipped += [s for s in verdict.skipped if s not in skipped]
             blocking = verdict.blocking(settings.blocking_severities)
             candidate = Candidate(text, round_no, verdict.introduced, blocking, completion.logprob,
@@ -180,16 +180,16 @@ class RepairLoop:
         return replace(request, should_cancel=should_cancel, logits_processor=processor)
 
     def _judge_with_rewrites(self, text: str, target: RepairTarget, runner: DiagnosticRunner,
-                             before: list[Diagnostic]) -> tuple[str, Judgement]:
+                             before: list[Diagnostic], before_skipped: list[str]) -> tuple[str, Judgement]:
         verdict = judge(Splice(target.document, target.start, target.end, text), runner, target.path,
-                        target.language, before)
+                        target.language, before, before_skipped)
         blocking = len(verdict.blocking(self.settings.blocking_severities))
         for rewrite in self.rewriters:
             fixed = rewrite(text, target)
             if fixed is None or fixed == text:
                 continue
             fixed_verdict = judge(Splice(target.document, target.start, target.end, fixed), runner,
-                                  target.path, target.language, before)
+                                  target.path, target.language, before, before_skipped)
             fixed_blocking = len(fixed_verdict.blocking(self.settings.blocking_severities))
             if fixed_blocking <= blocking:
                 text, verdict, blocking = fixed, fixed_verdict, fixed_blocking
