@@ -211,3 +211,21 @@ def test_train_cli_end_to_end(tmp_path: Path) -> None:
     card = (out / "MODEL_CARD.md").read_text()
     assert "CPU stop-gap" in card and "perplexity, DSA" in card
     assert main(["train", "--out", str(out), "--preset", "tiny"]) == 1  # refuses to overwrite silently
+    report = tmp_path / "report.json"
+    report.write_text(
+        json.dumps(
+            {
+                "benchmark": "humaneval",
+                "subset": None,
+                "n_samples": 1,
+                "temperature": 0.0,
+                "repair_rounds": 1,
+                "summary": {"problems": 3, "pass@1": 1 / 3},
+            }
+        )
+    )
+    assert main(["train", "--out", str(out), "--add-eval", str(report)]) == 0
+    assert "| humaneval | 3 | 0.3333 |" in (out / "MODEL_CARD.md").read_text()
+    assert json.loads((out / "metrics.json").read_text())["humaneval"]
+    report.write_text("{}")
+    assert main(["train", "--out", str(out), "--add-eval", str(report)]) == 1

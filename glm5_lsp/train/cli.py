@@ -96,6 +96,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--name", default="glm5-code-tiny")
     parser.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
+    parser.add_argument(
+        "--add-eval",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="REPORT_JSON",
+        help="only re-write --out's model card with these `glm5-lsp eval` reports added (repeatable)",
+    )
 
 
 _DEFAULT_BUDGET = {"tiny": 0.5, "cpu": 35.0, "gpu": 8.0}
@@ -121,6 +129,16 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         print("glm5-lsp train: --out is required", file=sys.stderr)
         return 2
+    if args.add_eval:
+        from glm5_lsp.train.report import refresh_card
+
+        try:
+            card = refresh_card(args.out, args.add_eval)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"glm5-lsp train: {exc}", file=sys.stderr)
+            return 1
+        print(f"updated {card}")
+        return 0
     try:
         steps = _steps(args.steps)
         fim = FimConfig(rate=args.fim_rate)

@@ -16,7 +16,7 @@ import logging
 import os
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from glm5_lsp.train.presets import Preset
 from glm5_lsp.train.report import model_card, plot_loss
 from glm5_lsp.train.runlog import RunLog, read_log
 from glm5_lsp.train.samples import greedy_samples
-from glm5_lsp.train.schedule import STAGES, StageShares, plan_stages
+from glm5_lsp.train.schedule import STAGES, StagePlan, StageShares, plan_stages
 from glm5_lsp.train.tokenizer import save_tokenizer, train_tokenizer
 from glm5_lsp.train.trainer import OptimConfig, Trainer
 
@@ -157,7 +157,7 @@ def run(options: RunOptions) -> dict[str, Any]:
 
     # -- data -------------------------------------------------------------------------------------
     guard = _guard(options)
-    corpus_config = _with(
+    corpus_config = replace(
         options.corpus,
         guard=guard,
         benchmarks=options.benchmarks,
@@ -216,8 +216,7 @@ def run(options: RunOptions) -> dict[str, Any]:
     seconds_per_step = {stage: trainer.measure(stage, steps=options.probe_steps) for stage in STAGES}
     probe_s = time.monotonic() - t_probe
     if options.steps is not None:
-        plan = plan_stages(max(budget_s, 1.0), seconds_per_step, options.shares)
-        plan = type(plan)(dict(options.steps), plan.seconds_per_step, plan.budget_seconds)
+        plan = StagePlan(dict(options.steps), seconds_per_step, budget_s)
     else:
         plan = plan_stages(max(budget_s - probe_s, 1.0), seconds_per_step, options.shares)
     runlog.write("plan", **plan.to_dict(), probe_seconds=round(probe_s, 1), compile=use_compile)
@@ -228,9 +227,8 @@ def run(options: RunOptions) -> dict[str, Any]:
     t_train = time.monotonic()
     for i, stage in enumerate(STAGES):
         seconds = None
-        if (
-            options.steps is None
-        ):  # this stage's share of what is left, so an overrun cannot starve later stages
+        if options.steps is None:
+            # This stage's share of the time left, so an overrun cannot starve the later stages.
             left = [getattr(options.shares, s) for s in STAGES[i:]]
             share = getattr(options.shares, stage) / max(sum(left), 1e-9)
             seconds = max(1.0, share * (t_train + budget_s - probe_s - time.monotonic()))
@@ -363,9 +361,3 @@ def _hardware(device: torch.device) -> str:
         f"CPU: {platform.processor() or platform.machine()}, {torch.get_num_threads()} thread(s) "
         f"({os.cpu_count()} cores, shared), fp32, torch {torch.__version__}"
     )
-
-
-def _with(config: CorpusConfig, **changes: Any) -> CorpusConfig:
-    from dataclasses import replace
-
-    return replace(config, **{k: v for k, v in changes.items() if v is not None})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +155,11 @@ def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
         "",
         ev["note"],
         "",
-        "HumanEval and HumanEval single-line infilling pass@1 are measured with the evaluation harness "
-        "(`glm5-lsp eval`), not by the training run: "
-        + (info.get("humaneval") or "not yet measured for these weights."),
+        "HumanEval and HumanEval single-line infilling pass@1 come from the evaluation harness "
+        "(`glm5-lsp eval`), not from the training run"
+        + (":" if info.get("humaneval") else ": not yet measured for these weights."),
         "",
+        *(info.get("humaneval") or []),
         "## Greedy samples (DSA attention, unedited)",
         "",
     ]
@@ -179,3 +181,40 @@ def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
         ]
     lines += ["## Reproduce", "", "```sh", info["command"], "```", ""]
     return "\n".join(lines)
+
+
+def eval_rows(reports: list[dict[str, Any]]) -> list[str]:
+    """A Markdown table of ``glm5-lsp eval`` reports (``report.json``), one row per benchmark run."""
+    lines = [
+        "| benchmark | problems | pass@1 | samples | temperature | repair rounds | command |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in reports:
+        summary = r["summary"]
+        name = r["benchmark"] + (f" ({r['subset']})" if r.get("subset") else "")
+        lines.append(
+            f"| {name} | {summary['problems']} | {summary['pass@1']:.4f} | {r.get('n_samples', 1)} | "
+            f"{r.get('temperature', 0.0)} | {r.get('repair_rounds', '?')} | `{r.get('command') or ''}` |"
+        )
+    return [*lines, ""]
+
+
+def refresh_card(folder: Path, report_paths: list[Path]) -> Path:
+    """Re-write a trained model's ``MODEL_CARD.md`` (and ``metrics.json``) with evaluation reports added."""
+    metrics_path = folder / "metrics.json"
+    if not metrics_path.is_file():
+        raise FileNotFoundError(f"no metrics.json in {folder}: not a folder written by glm5-lsp train")
+    summary = json.loads(metrics_path.read_text(encoding="utf-8"))
+    reports = []
+    for path in report_paths:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        if "summary" not in report or "pass@1" not in report["summary"]:
+            raise ValueError(f"{path} is not a glm5-lsp eval report with pass@1")
+        reports.append(report)
+    summary["humaneval"] = eval_rows(reports)
+    metrics_path.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    summary["corpus"] = json.loads((folder / "corpus_manifest.json").read_text(encoding="utf-8"))
+    samples = [Sample(**s) for s in summary["samples"]]
+    card = folder / "MODEL_CARD.md"
+    card.write_text(model_card(summary, samples), encoding="utf-8")
+    return card

@@ -201,7 +201,9 @@ class Trainer:
                 times.append(elapsed)
             elif self._compiled and elapsed > self.max_compile_seconds:
                 # A slow compile would eat the budget again for every later stage's graph: stay eager.
-                self.runlog.write("note", message=f"compiling {stage} took {elapsed:.0f} s; later stages run eager")
+                self.runlog.write(
+                    "note", message=f"compiling {stage} took {elapsed:.0f} s; later stages run eager"
+                )
                 self._forward, self._compiled = self.model.forward_train, False
             self.model.zero_grad(set_to_none=True)
         for p in self.model.parameters():
