@@ -37,7 +37,9 @@ from glm5_lsp.model.cache import KVCache
 from glm5_lsp.model.config import GlmMoeDsaConfig
 from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
 
-QUERY_CHUNK = 128  # queries whose keys are selected and attended together (bounds the indexer's memory)
+QUERY_CHUNK = 128  # queries whose keys are selected together (bounds the indexer's memory)
+DECODE_MAX_TOKENS = 4  # forward calls this short take the fused decoding path
+GATHER_CHUNK = 8  # queries whose selected latents are gathered at once (small enough to stay in cache)
 EXPAND_MIN_QUERIES = 128  # at least this many dense queries: expand per-head K/V and use fused SDPA
 TRAIN_STAGES = ("dense", "indexer_warmup", "sparse")
 
@@ -49,6 +51,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -131,8 +135,9 @@ class Indexer(nn.Module):
 
     def scores(self, q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """``q [B, Tq, Hi, D]``, ``weights [B, Tq, Hi]``, ``keys [B, Tk, D]`` -> ``[B, Tq, Tk]`` (unmasked)."""
-        per_head = torch.matmul(q.float(), keys.transpose(-1, -2).float().unsqueeze(1)) * self.scale
-        per_head = F.relu(per_head)  # [B, Tq, Hi, Tk]
+        bsz, tq, heads, dim = q.shape
+        per_head = torch.bmm(q.float().reshape(bsz, tq * heads, dim), keys.float().transpose(1, 2)) * self.scale
+        per_head = F.relu(per_head).view(bsz, tq, heads, -1)  # [B, Tq, Hi, Tk]
         return torch.matmul(weights.unsqueeze(-2), per_head).squeeze(-2)
 
     @torch.no_grad()
@@ -248,6 +253,8 @@ class MLAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, step: Step, prev: list[Selection] | None):
         bsz, t, _ = x.shape
+        if t <= DECODE_MAX_TOKENS and step.stage is None and not step.reference and not torch.is_grad_enabled():
+            return self._forward_decode(x, step, prev)
         q_resid = self.q_a_layernorm(self.q_a_proj(x))  # [B, T, q_lora]
         q = self.q_b_proj(q_resid).view(bsz, t, self.n_heads, self.q_dim)  # [B, T, H, dq]
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
@@ -278,6 +285,70 @@ class MLAttention(nn.Module):
             out = self._attend_reference(q_nope, q_rope, latents, step, selections)
         else:
             out = self._attend_fast(q_nope, q_rope, latents, step, selections)
+        return self.o_proj(out.reshape(bsz, t, self.n_heads * self.v_dim)), selections
+
+    # -- decoding: the same computation with fewer, larger operations -----------------------------
+    def _fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Projections that read the same input, concatenated (recomputed if any weight changes).
+
+        ``w_x`` maps the hidden state to [q latent | kv latent + rope key | indexer key | indexer head
+        weights]; ``w_q`` maps the q latent to [per-head queries | indexer queries].
+        """
+        idx = self.indexer
+        srcs = [self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight, self.q_b_proj.weight]
+        if idx is not None:
+            srcs += [idx.wk.weight, idx.weights_proj.weight, idx.wq_b.weight]
+        key = tuple((t.data_ptr(), t._version) for t in srcs)
+        if getattr(self, "_fused_key", None) != key:
+            w_x = [self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight]
+            w_q = [self.q_b_proj.weight]
+            if idx is not None:
+                w_x += [idx.wk.weight, idx.weights_proj.weight.to(self.q_a_proj.weight.dtype)]
+                w_q += [idx.wq_b.weight]
+            self._fused = (torch.cat(w_x).detach(), torch.cat(w_q).detach())
+            self._fused_key = key
+        return self._fused
+
+    def _forward_decode(self, x: torch.Tensor, step: Step, prev: list[Selection] | None):
+        bsz, t, _ = x.shape
+        idx = self.indexer
+        w_x, w_q = self._fused_weights()
+        q_lora = self.q_a_proj.out_features
+        sizes = [q_lora, self.kv_rank, self.rope_dim] + ([idx.head_dim, idx.n_heads] if idx is not None else [])
+        parts = F.linear(x, w_x).split(sizes, dim=-1)
+        if self.q_a_proj.bias is not None or self.kv_a_proj_with_mqa.bias is not None:
+            raise NotImplementedError("attention_bias is not supported by the decoding path")
+        q_resid = self.q_a_layernorm(parts[0])
+        qs = F.linear(q_resid, w_q)
+        q = qs[..., : self.n_heads * self.q_dim].view(bsz, t, self.n_heads, self.q_dim)
+        q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
+        rot = [q_rope, parts[2].unsqueeze(2)]  # every rotary slice of this layer, rotated at once
+        if idx is not None:
+            iq = qs[..., self.n_heads * self.q_dim :].view(bsz, t, idx.n_heads, idx.head_dim)
+            ik = idx.k_norm(parts[3])
+            rot += [iq[..., : self.rope_dim], ik[..., : self.rope_dim].unsqueeze(2)]
+        rot = apply_rope(torch.cat(rot, dim=2), step.cos, step.sin)
+        q_rope, k_rope = rot[:, :, : self.n_heads], rot[:, :, self.n_heads]
+        new_latents = torch.cat([self.kv_a_layernorm(parts[1]), k_rope], dim=-1)
+        idx_keys = None
+        if idx is not None:
+            h = self.n_heads + 1
+            iq = torch.cat([rot[:, :, h : h + idx.n_heads], iq[..., self.rope_dim :]], dim=-1)
+            idx_keys = torch.cat([rot[:, :, -1], ik[..., self.rope_dim :]], dim=-1)
+            weights = parts[4].float() * idx.n_heads**-0.5
+        if step.cache is not None:
+            step.cache.write(self.layer_idx, new_latents, idx_keys, step.start)
+            latents = step.cache.latents[self.layer_idx][:, : step.start + t]
+            if idx_keys is not None:
+                idx_keys = step.cache.index_keys[self.layer_idx][:, : step.start + t]
+        else:
+            latents = new_latents
+        selections = prev
+        if step.needs_selection and idx is not None:
+            selections = idx.select(iq, weights, idx_keys, step)
+        if step.needs_selection and selections is None:
+            raise ValueError(f"layer {self.layer_idx} is 'shared' but no earlier layer ran the indexer")
+        out = self._attend_fast(q_nope, q_rope, latents, step, selections)
         return self.o_proj(out.reshape(bsz, t, self.n_heads * self.v_dim)), selections
 
     def _attend_reference(self, q_nope, q_rope, latents, step: Step, selections) -> torch.Tensor:
@@ -313,7 +384,17 @@ class MLAttention(nn.Module):
             flush()
             rows = slice(sel.q0, sel.q1)
             q_cat = self._absorb(q_nope[:, rows], q_rope[:, rows], w_uk)
-            o_lat = latent_attention_gathered(q_cat, latents[:, : sel.kend], sel.idx, sel.valid, self.scale, self.kv_rank)
+            keys = latents[:, : sel.kend]
+            o_lat = torch.cat(
+                [
+                    latent_attention_gathered(
+                        q_cat[:, a : a + GATHER_CHUNK], keys, sel.idx[:, a : a + GATHER_CHUNK],
+                        sel.valid[:, a : a + GATHER_CHUNK], self.scale, self.kv_rank,
+                    )
+                    for a in range(0, sel.q1 - sel.q0, GATHER_CHUNK)
+                ],
+                dim=1,
+            )
             if sel.dense_rows is not None and bool(sel.dense_rows.any()):
                 allowed = causal_allowed(step.start + sel.q0, sel.q1 - sel.q0, sel.kend, latents.device)
                 full = latent_attention_dense(q_cat, latents[:, : sel.kend], allowed.expand(bsz, -1, -1), self.scale, self.kv_rank)
@@ -422,6 +503,12 @@ class Experts(nn.Module):
     def forward(self, x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Tokens grouped by expert, one matmul pair per expert that has any."""
         n, k = idx.shape
+        if n == 1:  # decoding: just the chosen experts
+            out = torch.zeros_like(x)
+            for expert, w in zip(idx[0].tolist(), weights[0].to(x.dtype)):
+                gate, up = F.linear(x, self.gate_up_proj[expert]).chunk(2, dim=-1)
+                out = out + F.linear(F.silu(gate) * up, self.down_proj[expert]) * w
+            return out
         flat = idx.reshape(-1)
         order = flat.argsort(stable=True)
         counts = torch.bincount(flat, minlength=self.gate_up_proj.shape[0]).tolist()
@@ -571,7 +658,8 @@ class GlmMoeDsaForCausalLM(nn.Module):
         per_layer = []
         for layer in self.model.layers:
             x, selections, _ = layer(x, step, selections)
-            per_layer.append(selections)
+            if return_selections:
+                per_layer.append(selections)
         if cache is not None:
             cache.commit(input_ids, role_ids)
         if last_only:

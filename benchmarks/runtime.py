@@ -1,0 +1,178 @@
+"""Runtime benchmark: our GLM-5 runtime against transformers' reference, and DSA against dense attention.
+
+One checkpoint (random weights; the architecture, not the weights, sets the cost): vocab 16384,
+hidden 384, 8 layers, 6 heads, q_lora 192, kv_lora 128, nope 64 / rope 32 / v 64, 16 routed experts
+top-2 + 1 shared, moe_intermediate 256, first layer dense (intermediate 1024), indexer 4 x 64, top-k 512.
+
+Part 1, same weights, 4,096-token context: prefill tokens/s and greedy decode tokens/s (32 new
+tokens), ours vs ``transformers.GlmMoeDsaForCausalLM``; both compute only the last position's logits
+in prefill. Part 2, our runtime only, 16,384-token context: DSA (top-k 512) against dense attention
+(top-k covering the sequence): decode-step time and prefill peak memory (each prefill in a fresh
+subprocess, peak RSS above the loaded model).
+
+    python benchmarks/runtime.py                 # everything (about 10-15 minutes on 2 cores)
+    python benchmarks/runtime.py --part reference --context 1024   # a quicker look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from glm5_lsp.model import GenerationConfig, Generator, GlmMoeDsaConfig, GlmMoeDsaForCausalLM, KVCache, load_model, save_model
+
+SIZES = dict(
+    vocab_size=16384,
+    hidden_size=384,
+    intermediate_size=1024,
+    moe_intermediate_size=256,
+    num_hidden_layers=8,
+    num_attention_heads=6,
+    num_key_value_heads=6,
+    n_shared_experts=1,
+    n_routed_experts=16,
+    num_experts_per_tok=2,
+    q_lora_rank=192,
+    kv_lora_rank=128,
+    qk_nope_head_dim=64,
+    qk_rope_head_dim=32,
+    v_head_dim=64,
+    first_k_dense_replace=1,
+    index_n_heads=4,
+    index_head_dim=64,
+    index_topk=512,
+    max_position_embeddings=32768,
+    eos_token_id=None,
+    bos_token_id=None,
+)
+
+
+class _NoText:
+    """Decoding benchmarks need ids only; this stands in for a tokenizer."""
+
+    eos_token_id = None
+
+    def decode(self, ids) -> str:
+        return ""
+
+
+def build_checkpoint(folder: Path, **overrides) -> Path:
+    config = GlmMoeDsaConfig.from_dict({**SIZES, **overrides})
+    torch.manual_seed(0)
+    model = GlmMoeDsaForCausalLM(config)
+    model.init_weights(seed=0)
+    save_model(model, folder, max_shard_bytes=200_000_000, fused_experts=False)  # per-expert, like save_pretrained
+    return folder
+
+
+def prompt(n: int) -> torch.Tensor:
+    return torch.randint(0, SIZES["vocab_size"], (1, n), generator=torch.Generator().manual_seed(0))
+
+
+def ours_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
+    model = load_model(path)
+    gen = Generator(model, _NoText())  # type: ignore[arg-type]
+    with torch.inference_mode():
+        model(ids[:, :64], last_only=True)  # warm-up
+        t0 = time.perf_counter()
+        gen.prefill(ids[0].tolist())
+        prefill = time.perf_counter() - t0
+        gen.reset()
+        out = gen.generate(ids[0].tolist(), GenerationConfig(max_new_tokens=new_tokens, stop_at_eos=False))
+    decode = out.seconds - out.prefill_seconds
+    return ids.shape[1] / prefill, len(out.token_ids) / decode
+
+
+def reference_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
+    import transformers
+
+    model = transformers.GlmMoeDsaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        model(ids[:, :64], logits_to_keep=1)  # warm-up
+        t0 = time.perf_counter()
+        out = model(ids, use_cache=True, logits_to_keep=1)
+        prefill = time.perf_counter() - t0
+        cache = out.past_key_values
+        token = out.logits[:, -1:].argmax(-1)
+        t0 = time.perf_counter()
+        for _ in range(new_tokens):
+            out = model(token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            token = out.logits[:, -1:].argmax(-1)
+        decode = time.perf_counter() - t0
+    return ids.shape[1] / prefill, new_tokens / decode
+
+
+def decode_step_ms(path: Path, context: int, steps: int = 8) -> float:
+    model = load_model(path)
+    cache = KVCache(model.config, capacity=context + steps + 4)
+    with torch.inference_mode():
+        model(prompt(context), cache=cache, last_only=True)
+        token = torch.tensor([[7]])
+        model(token, cache=cache)  # warm-up
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            model(token, cache=cache)
+    return (time.perf_counter() - t0) / steps * 1000
+
+
+def prefill_peak_mib(path: Path, context: int) -> float:
+    """Peak RSS growth of one prefill, measured in a fresh subprocess."""
+    code = (
+        "import resource, torch, sys, json\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from glm5_lsp.model import load_model, KVCache\n"
+        f"torch.set_num_threads({torch.get_num_threads()})\n"
+        f"m = load_model({str(path)!r})\n"
+        f"ids = torch.randint(0, {SIZES['vocab_size']}, (1, {context}), generator=torch.Generator().manual_seed(0))\n"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        f"c = KVCache(m.config, capacity={context})\n"
+        "with torch.inference_mode(): m(ids, cache=c, last_only=True)\n"
+        "print(json.dumps((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=["all", "reference", "dsa"], default="all")
+    parser.add_argument("--context", type=int, default=4096, help="context for the reference comparison")
+    parser.add_argument("--long-context", type=int, default=16384, help="context for DSA vs dense")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        sparse = build_checkpoint(Path(tmp) / "dsa")
+        print(f"checkpoint: {sum(p.stat().st_size for p in sparse.glob('*.safetensors')) / 2**20:.0f} MiB, threads {args.threads}")
+        if args.part in ("all", "reference"):
+            ids = prompt(args.context)
+            o_pre, o_dec = ours_prefill_and_decode(sparse, ids, args.new_tokens)
+            r_pre, r_dec = reference_prefill_and_decode(sparse, ids, args.new_tokens)
+            results.update(ours_prefill=o_pre, ref_prefill=r_pre, ours_decode=o_dec, ref_decode=r_dec)
+            print(f"context {args.context}: prefill tokens/s ours {o_pre:.0f} vs transformers {r_pre:.0f} -> {o_pre / r_pre:.1f}x")
+            print(f"context {args.context}: decode tokens/s ours {o_dec:.1f} vs transformers {r_dec:.2f} -> {o_dec / r_dec:.1f}x")
+        if args.part in ("all", "dsa"):
+            dense = build_checkpoint(Path(tmp) / "dense", index_topk=args.long_context + 64)
+            n = args.long_context
+            s_ms, d_ms = decode_step_ms(sparse, n), decode_step_ms(dense, n)
+            s_mem, d_mem = prefill_peak_mib(sparse, n), prefill_peak_mib(dense, n)
+            results.update(dsa_step_ms=s_ms, dense_step_ms=d_ms, dsa_prefill_mib=s_mem, dense_prefill_mib=d_mem)
+            print(f"context {n}: decode step DSA {s_ms:.1f} ms vs dense {d_ms:.1f} ms -> {d_ms / s_ms:.1f}x faster")
+            print(f"context {n}: prefill peak memory DSA {s_mem:.0f} MiB vs dense {d_mem:.0f} MiB -> {s_mem / d_mem:.2f}x")
+    print(json.dumps({k: round(v, 3) for k, v in results.items()}))
+
+
+if __name__ == "__main__":
+    main()
