@@ -128,6 +128,14 @@ def test_time_budget_stops_the_loop_and_cancels_generation() -> None:
     assert backend.requests[-1].should_cancel is not None and backend.requests[-1].should_cancel()
 
 
+def test_caller_cancellation_stops_further_rounds() -> None:
+    backend = ScriptedBackend(["radius +", "radius * 2"])
+    cancelled = request()
+    cancelled.should_cancel = lambda: True
+    result = RepairLoop(backend, RepairSettings(max_rounds=3), RUNNER).run(cancelled, target())
+    assert len(backend.requests) == 1 and result.text is None
+
+
 def test_the_best_clean_candidate_is_kept_and_empty_is_not_clean() -> None:
     backend = ScriptedBackend(["", "radius * 2"])
     result = RepairLoop(backend, RepairSettings(), RUNNER).run(request(), target())

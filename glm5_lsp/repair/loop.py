@@ -141,8 +141,8 @@ class RepairLoop:
         tokens = 0
         current = request
         for round_no in range(1, settings.max_rounds + 1):
-            if round_no > 1 and self.clock() >= deadline:
-                break
+            if round_no > 1 and (self.clock() >= deadline or (request.should_cancel and request.should_cancel())):
+                break  # out of time, or the caller cancelled (a newer keystroke): no further round
             try:
                 completion = self.backend.complete(self._prepare(current, target, deadline))
             except BackendError:
