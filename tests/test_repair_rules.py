@@ -195,3 +195,11 @@ def test_perf_hint_rewrites_name_the_code() -> None:
     (hint,) = perf_hints((DATA / "perf" / "attribute_lookup.py").read_text())
     assert hint.rewrite.startswith("append = self.results.values.append")
     assert perf_hints("def broken(:\n") == []
+
+
+def test_symbol_table_exceptions_over_the_real_symbol_table(tmp_path: Path) -> None:
+    symbols = pytest.importorskip("glm5_lsp.context.symbols")
+    table = symbols.SymbolTable(DATA / "workspace", cache_dir=tmp_path)
+    table.index_workspace()
+    assert SymbolTableExceptions(table).exception_classes("", []) == ["ParseError"]
+    assert templates_at("def f():\n    raise", "", SymbolTableExceptions(table)) == ['raise ParseError("")']

@@ -1,0 +1,6 @@
+class ParseError(ValueError):
+    pass
+
+class Parser:
+    def run(self):
+        raise ParseError("x")
