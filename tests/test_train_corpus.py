@@ -163,3 +163,13 @@ def test_guard_flags_every_real_humaneval_prompt() -> None:
     assert len(prompts) == 164
     assert all(guard.contains(p) for p in prompts)
     assert not guard.contains((DATA / "stdlib" / "shapes.py").read_text())
+
+
+def test_parallel_checks_match_serial() -> None:
+    """The process pool (used from 64 files on) accepts exactly what the serial path does."""
+    source = Path(__file__).resolve().parents[1] / "glm5_lsp"
+    serial = build_corpus(CorpusConfig(stdlib=source, site_dirs=(), holdout=("stdlib:model",)))
+    parallel = build_corpus(CorpusConfig(stdlib=source, site_dirs=(), holdout=("stdlib:model",), workers=2))
+    assert len(serial.train) >= 64
+    assert [d.digest for d in parallel.train] == [d.digest for d in serial.train]
+    assert parallel.manifest["dropped_files"] == serial.manifest["dropped_files"]

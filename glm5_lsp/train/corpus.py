@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import multiprocessing
 import platform
 import re
 import sysconfig
@@ -309,7 +310,8 @@ def _accept(
 def _run_checks(jobs: list[tuple], workers: int) -> list[FileCheck]:
     if workers <= 1 or len(jobs) < 64:
         return [_check_star(job) for job in jobs]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # forkserver: workers never inherit a parent that may have initialised CUDA already.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver")) as pool:
         return list(pool.map(_check_star, jobs, chunksize=32))
 
 
