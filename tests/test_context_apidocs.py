@@ -101,7 +101,7 @@ def test_query_reads_receiver_call_and_typed_prefix():
     code = "import numpy as np\nx = foo(1, np.linalg.no"
     query = build_query(code, len(code), {"np": "numpy"}, ["numpy"])
     assert (query.typed, query.receiver, query.call) == ("no", "numpy.linalg", "foo")
-    assert query.tokens().count("mod:numpy.linalg") == 4 and "pfx:no" in query.tokens()
+    assert query.tokens().count("mp:numpy.linalg:no") == 4 and "pfx:no" in query.tokens()
 
 
 def test_top_respects_the_budget(index):

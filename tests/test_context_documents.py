@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from glm5_lsp.context.documents import Document, DocumentStore, Edit
-from glm5_lsp.context.languages import PLAIN, comment_prefix, detect_language, load_grammar, supported_languages
+from glm5_lsp.context.languages import (
+    PLAIN,
+    comment_prefix,
+    detect_language,
+    load_grammar,
+    supported_languages,
+)
 from glm5_lsp.context.sources import decode, read_source, walk_files
 
 WS = Path(__file__).parent / "data" / "context" / "ws"

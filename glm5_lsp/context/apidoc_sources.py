@@ -34,10 +34,10 @@ _SECTION = re.compile(
     r"^\s*(?:(?:[A-Z][A-Za-z ]{2,30})\n\s*[-=~]{3,}\s*$|"
     r"(?:Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|Attributes|"
     r"See Also|Warnings?|Keyword Arguments|Other Parameters|References):\s*$|:param\b)",
-    re.M,
+    re.MULTILINE,
 )
-_MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
-_RST_HEADING = re.compile(r"^(.+)\n([=\-~^\"'`#*+]{3,})\s*$", re.M)
+_MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_RST_HEADING = re.compile(r"^(.+)\n([=\-~^\"'`#*+]{3,})\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)

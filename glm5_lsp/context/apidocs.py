@@ -15,9 +15,10 @@ import logging
 import os
 import shutil
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from glm5_lsp.context.apidoc_sources import (
     Chunk,
@@ -29,7 +30,7 @@ from glm5_lsp.context.apidoc_sources import (
     submodule_alias,
 )
 from glm5_lsp.context.cache import JsonCache, default_cache_dir
-from glm5_lsp.context.cursor_query import CursorQuery, prefix_tokens, tokenize
+from glm5_lsp.context.cursor_query import CursorQuery, prefix_tokens, receiver_prefix_tokens, tokenize
 from glm5_lsp.context.languages import DOC_SUFFIXES
 from glm5_lsp.context.sources import walk_files
 from glm5_lsp.context.tokens import TokenCounter
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOURCES_VERSION = 2  # bump when chunk extraction changes
+SOURCES_VERSION = 3  # bump when chunk extraction or chunk tokens change (invalidates caches)
 W_TITLE = 3  # title tokens are repeated so a symbol's own name outranks a mention in prose
 
 
@@ -56,12 +57,13 @@ def chunk_tokens(chunk: Chunk) -> list[str]:
     """The BM25 document for a chunk: weighted title, structured tokens, then the text."""
     head = chunk.title.split("(", 1)[0]
     tokens = tokenize(head) * W_TITLE + tokenize(chunk.title[len(head):])
-    tokens.append(f"mod:{chunk.module.lower()}")
-    if chunk.owner:
-        tokens.append(f"mod:{chunk.module.lower()}.{chunk.owner.lower()}")
+    # Reached through: the module for functions and classes, ``module.Class`` for methods.
+    where = f"{chunk.module}.{chunk.owner}" if chunk.owner else chunk.module
+    tokens.append(f"mod:{where.lower()}")
     if chunk.kind in ("function", "class", "method"):
         tokens.append(f"name:{chunk.name.lower()}")
         tokens += prefix_tokens(chunk.name)
+        tokens += receiver_prefix_tokens(where, chunk.name)
     tokens += tokenize(chunk.text)
     return tokens
 
@@ -100,9 +102,9 @@ class ApiDocIndex:
         key = _file_key(f"doc:{rel}", path)
         if path.suffix in (".py", ".pyi"):
             module = rel.rsplit(".", 1)[0].replace("/", ".").removesuffix(".__init__")
-            make = lambda: python_doc_chunks(path, rel, module)  # noqa: E731
+            make = lambda: python_doc_chunks(path, rel, module)
         else:
-            make = lambda: doc_file_chunks(path, rel)  # noqa: E731
+            make = lambda: doc_file_chunks(path, rel)
         chunks = self._cached_or(key, make)
         self._set_source(f"doc:{rel}", key, chunks)
         return len(chunks)
@@ -147,7 +149,7 @@ class ApiDocIndex:
                 progress(module)
             try:
                 n = self.add_package(module)
-            except Exception as err:  # a package that cannot be read never stops the others
+            except Exception as err:  # noqa: BLE001 - a package that cannot be read never stops the others
                 log.warning("API docs: %s failed (%s: %s); skipped", module, type(err).__name__, err)
                 n = 0
             (stats.packages if n else stats.skipped).append(module)
@@ -162,7 +164,7 @@ class ApiDocIndex:
 
     # -- the BM25 index ------------------------------------------------------------------------
     def _fingerprint(self) -> str:
-        text = json.dumps(sorted(self._source_keys.items()))
+        text = json.dumps([SOURCES_VERSION, sorted(self._source_keys.items())])
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def ensure_index(self) -> bool:
@@ -180,6 +182,7 @@ class ApiDocIndex:
                 return False
             import bm25s
 
+            logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every build at DEBUG
             retriever = bm25s.BM25()
             retriever.index([chunk_tokens(c) or [""] for c in self._chunks], show_progress=False)
             self._retriever = retriever

@@ -3,15 +3,17 @@
 Both documents and queries go through :func:`tokenize`, which splits identifiers into their parts
 (``ArgumentParser`` -> ``argument parser argumentparser``) and drops words too common to rank.
 Structured tokens carry the strongest signals and are weighted by repetition (BM25 sums repeated
-query terms): ``mod:<module>`` for the resolved receiver (``re.`` -> ``mod:re``), ``pfx:<letters>``
-for the start of the identifier being typed, ``name:<call>`` for the enclosing call.
+query terms): ``mp:<receiver>:<letters>`` joins the resolved receiver with the start of the name
+being typed (``os.path.jo`` -> ``mp:os.path:jo``, matching only what ``os.path`` offers under that
+prefix), ``mod:<module>`` for the receiver alone, ``pfx:<letters>`` for the typed start alone,
+``name:<call>`` for the enclosing call.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -20,13 +22,11 @@ _RECEIVER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]
 _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*$")
 PREFIX_MAX = 6
 STOP = frozenset(
-    """a an and are as at be by for from if in into is it of on or that the this to with was will not no
-    self cls none true false return def class import none else elif while try except pass lambda
-    var let const function new int str""".split()
+    ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "if", "in", "into", "is", "it", "of", "on", "or", "that", "the", "this", "to", "with", "was", "will", "not", "no", "self", "cls", "none", "true", "false", "return", "def", "class", "import", "none", "else", "elif", "while", "try", "except", "pass", "lambda", "var", "let", "const", "function", "new", "int", "str"]
 )
 
 # Weights (repetitions) of each signal in the query.
-W_RECEIVER, W_PREFIX, W_CALL, W_TYPED, W_NEARBY, W_IMPORT = 4, 3, 2, 1, 1, 1
+W_RECEIVER_PREFIX, W_RECEIVER, W_PREFIX, W_CALL, W_TYPED, W_NEARBY, W_IMPORT = 4, 2, 3, 2, 1, 1, 1
 
 
 def split_identifier(word: str) -> list[str]:
@@ -44,6 +44,12 @@ def tokenize(text: str) -> list[str]:
             out.append(lower.replace("_", ""))
         out.extend(p for p in parts if len(p) > 1 and p not in STOP)
     return out
+
+
+def receiver_prefix_tokens(receiver: str, name: str) -> list[str]:
+    """``mp:os.path:``, ``mp:os.path:j``, ... ``mp:os.path:join`` (up to ``PREFIX_MAX`` letters; indexed side)."""
+    where, lower = receiver.lower(), name.lower()
+    return [f"mp:{where}:{lower[:k]}" for k in range(min(len(lower), PREFIX_MAX) + 1)]
 
 
 def prefix_tokens(name: str) -> list[str]:
@@ -65,6 +71,7 @@ class CursorQuery:
     def tokens(self) -> list[str]:
         out: list[str] = []
         if self.receiver:
+            out += [f"mp:{self.receiver.lower()}:{self.typed[:PREFIX_MAX].lower()}"] * W_RECEIVER_PREFIX
             out += [f"mod:{self.receiver.lower()}"] * W_RECEIVER
             out += tokenize(self.receiver.rsplit(".", 1)[-1])
         if self.typed:

@@ -12,8 +12,9 @@ import bisect
 import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from glm5_lsp.context.languages import PLAIN, Grammar, detect_language, load_grammar
 
@@ -114,11 +115,11 @@ class Document:
             return byte
         return len(self.data[:byte].decode("utf-8", errors="replace"))
 
-    def node_text(self, node: "tree_sitter.Node") -> str:
+    def node_text(self, node: tree_sitter.Node) -> str:
         return self.data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
 
     # -- parsing --------------------------------------------------------------------------
-    def _parse(self, old: "tree_sitter.Tree | None") -> None:
+    def _parse(self, old: tree_sitter.Tree | None) -> None:
         if self._parser is None:
             return
         Document.parse_count += 1

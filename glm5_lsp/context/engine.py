@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from glm5_lsp.context.apidocs import ApiDocIndex, ApiDocStats, installed_imports
 from glm5_lsp.context.documents import Document, DocumentStore, Edit

@@ -104,11 +104,11 @@ class JediResolver:
         return jedi.Script(code=code, project=self._project) if self._project else jedi.Script(code=code)
 
     def _ask_jedi(self, target: str) -> ResolvedName:
-        module, _, attr = target.rpartition(".")
+        module = target.rpartition(".")[0]
         code = f"import {module}\n{target}" if module else f"import {target}\n{target}"
         try:
             names = self._script(code).infer(2, len(target))
-        except Exception as err:  # jedi raises many kinds of errors on odd code; never fatal
+        except Exception as err:  # noqa: BLE001 - jedi raises many kinds of errors on odd code; never fatal
             log.info("jedi could not resolve %s (%s)", target, err)
             names = []
         if not names:
@@ -117,7 +117,7 @@ class JediResolver:
         try:
             signatures = tuple(s.to_string() for s in name.get_signatures()[:2])
             doc = name.docstring(raw=True).strip().split("\n\n", 1)[0][:_MAX_DOC]
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - never fatal
             log.info("jedi failed on the signature of %s (%s)", target, err)
             signatures, doc = (), ""
         return ResolvedName(target, name.type, signatures, doc)
@@ -127,7 +127,7 @@ class JediResolver:
         code = f"import {module}\n{target}."
         try:
             completions = self._script(code).complete(2, len(target) + 1)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - never fatal
             log.info("jedi could not list members of %s (%s)", target, err)
             return []
         return sorted({c.name for c in completions if not c.name.startswith("_")})

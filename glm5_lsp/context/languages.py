@@ -82,19 +82,19 @@ class Grammar:
     """A loaded tree-sitter language with its four compiled queries (``None`` where a file is absent)."""
 
     name: str
-    language: "tree_sitter.Language"
-    definitions: "tree_sitter.Query | None"
-    references: "tree_sitter.Query | None"
-    blocks: "tree_sitter.Query | None"
-    imports: "tree_sitter.Query | None"
+    language: tree_sitter.Language
+    definitions: tree_sitter.Query | None
+    references: tree_sitter.Query | None
+    blocks: tree_sitter.Query | None
+    imports: tree_sitter.Query | None
 
-    def parser(self) -> "tree_sitter.Parser":
+    def parser(self) -> tree_sitter.Parser:
         import tree_sitter
 
         return tree_sitter.Parser(self.language)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_grammar(language: str) -> Grammar | None:
     """The grammar for ``language``, or ``None`` for plain text or a grammar package that is missing."""
     spec = _GRAMMAR_MODULES.get(language)

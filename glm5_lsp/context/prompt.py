@@ -26,8 +26,9 @@ Roles inside the code window (later spans override earlier ones, see ``Prompt.ro
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from glm5_lsp.context.cursor_query import build_query
 from glm5_lsp.context.languages import comment_prefix
@@ -57,13 +58,13 @@ class _Window:
 
 
 def build_prompt(
-    doc: "Document",
+    doc: Document,
     offset: int,
     budget_tokens: int,
     *,
-    symbols: "SymbolTable | None" = None,
-    apidocs: "ApiDocIndex | None" = None,
-    other_docs: Sequence["Document"] = (),
+    symbols: SymbolTable | None = None,
+    apidocs: ApiDocIndex | None = None,
+    other_docs: Sequence[Document] = (),
     error_lines: Iterable[int] = (),
     count_tokens: Callable[[str], int] | TokenCounter | None = None,
     limits: dict[str, int | None] | None = None,
@@ -74,7 +75,7 @@ def build_prompt(
     """
     count = count_tokens if isinstance(count_tokens, TokenCounter) else TokenCounter(count_tokens)
     offset = min(max(offset, 0), len(doc.text))
-    line, col = doc.position(offset)
+    line = doc.position(offset)[0]
     errors = sorted({e for e in error_lines if 0 <= e < doc.line_count})
     marker = comment_prefix(doc.language)
     caps = {part: int(budget_tokens * share) for part, share in SHARES.items()}
@@ -138,7 +139,7 @@ def build_prompt(
     return Prompt(prefix, suffix, spans)
 
 
-def _grow(doc: "Document", window: _Window, line: int, budget: int, count: TokenCounter) -> None:
+def _grow(doc: Document, window: _Window, line: int, budget: int, count: TokenCounter) -> None:
     """Widen the window line by line (before the cursor first, by ``BEFORE_SHARE``) within ``budget``."""
     if budget <= 0:
         return
@@ -169,7 +170,7 @@ def _grow(doc: "Document", window: _Window, line: int, budget: int, count: Token
     window.cost += spent_before + spent_after
 
 
-def _code_spans(doc: "Document", offset: int, line: int, window: _Window, errors: list[int], shift: int) -> list[Span]:
+def _code_spans(doc: Document, offset: int, line: int, window: _Window, errors: list[int], shift: int) -> list[Span]:
     spans: list[Span] = []
     lo_line, hi_line = _current_block(doc, offset, line)
     lo_line, hi_line = max(lo_line, window.first), min(hi_line, window.last)
@@ -187,12 +188,12 @@ def _code_spans(doc: "Document", offset: int, line: int, window: _Window, errors
     return spans
 
 
-def _line_end(doc: "Document", line: int) -> int:
+def _line_end(doc: Document, line: int) -> int:
     """Offset just past ``line``'s newline (or the end of the text)."""
     return doc.line_starts[line + 1] if line + 1 < doc.line_count else len(doc.text)
 
 
-def _current_block(doc: "Document", offset: int, line: int) -> tuple[int, int]:
+def _current_block(doc: Document, offset: int, line: int) -> tuple[int, int]:
     """First and last line of the innermost block around the cursor."""
     grammar = doc.grammar
     if grammar is not None and grammar.blocks is not None and doc.tree is not None:
@@ -274,7 +275,7 @@ def _snippets(doc, line, other_docs, budget, count, marker) -> list[str]:
 _WINDOWS: dict[str, tuple[str, list[tuple[int, list[str], frozenset[str]]]]] = {}
 
 
-def _windows(doc: "Document") -> list[tuple[int, list[str], frozenset[str]]]:
+def _windows(doc: Document) -> list[tuple[int, list[str], frozenset[str]]]:
     """A document's ``SNIPPET_LINES``-line windows with their identifiers (cached per text)."""
     cached = _WINDOWS.get(doc.path)
     if cached is not None and cached[0] is doc.text:

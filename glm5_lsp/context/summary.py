@@ -27,7 +27,7 @@ _MAX_SIGNATURE = 160
 _SPACES = re.compile(r"\s+")
 # Comments inside a signature (a '#' or '//' comment to the end of the line, a /* block */).
 _LINE_COMMENT = {"python": re.compile(r"(?m)\s#[^\n'\"]*$")}
-_C_COMMENT = re.compile(r"(?m)//[^\n]*$|/\*.*?\*/", re.S)
+_C_COMMENT = re.compile(r"(?m)//[^\n]*$|/\*.*?\*/", re.DOTALL)
 
 
 @dataclass(slots=True)
@@ -103,7 +103,7 @@ class FileSummary:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], path: str | None = None) -> "FileSummary":
+    def from_json(cls, data: dict[str, Any], path: str | None = None) -> FileSummary:
         where = path or data["path"]
         symbols = [SymbolInfo(**dict(zip(_SYMBOL_FIELDS, row), path=where)) for row in data["symbols"]]
         imports = [ImportInfo(*row) for row in data["imports"]]
@@ -136,7 +136,7 @@ class _Raw:
     receiver: str | None
 
 
-def _cursor(query: "tree_sitter.Query", start: int | None, end: int | None) -> "tree_sitter.QueryCursor":
+def _cursor(query: tree_sitter.Query, start: int | None, end: int | None) -> tree_sitter.QueryCursor:
     import tree_sitter
 
     cursor = tree_sitter.QueryCursor(query)
@@ -145,7 +145,7 @@ def _cursor(query: "tree_sitter.Query", start: int | None, end: int | None) -> "
     return cursor
 
 
-def _signature(doc: "Document", node: "tree_sitter.Node", body: "tree_sitter.Node | None", kind: str) -> str:
+def _signature(doc: Document, node: tree_sitter.Node, body: tree_sitter.Node | None, kind: str) -> str:
     end = body.start_byte if body is not None else node.end_byte
     if body is None and kind in ("variable", "field", "type"):
         end = min(end, node.start_byte + _MAX_SIGNATURE)
@@ -160,7 +160,7 @@ def _signature(doc: "Document", node: "tree_sitter.Node", body: "tree_sitter.Nod
     return text
 
 
-def _docstring(doc: "Document", node: "tree_sitter.Node", body: "tree_sitter.Node | None") -> str:
+def _docstring(doc: Document, node: tree_sitter.Node, body: tree_sitter.Node | None) -> str:
     """First line of a Python docstring, else of the comment right above the definition."""
     if body is not None and doc.language == "python" and body.named_child_count:
         first = body.named_children[0]
@@ -172,7 +172,7 @@ def _docstring(doc: "Document", node: "tree_sitter.Node", body: "tree_sitter.Nod
     return ""
 
 
-_QUOTED = re.compile(r"""^[rRbBuUfF]*("{3}|'{3}|"|')(.*)\1$""", re.S)
+_QUOTED = re.compile(r"""^[rRbBuUfF]*("{3}|'{3}|"|')(.*)\1$""", re.DOTALL)
 
 
 def _unquote(literal: str) -> str:
@@ -189,7 +189,7 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def _extract_defs(doc: "Document", grammar: Grammar, start: int | None = None, end: int | None = None) -> list[_Raw]:
+def _extract_defs(doc: Document, grammar: Grammar, start: int | None = None, end: int | None = None) -> list[_Raw]:
     out: list[_Raw] = []
     if grammar.definitions is None or doc.tree is None:
         return out
@@ -231,7 +231,7 @@ def _extract_defs(doc: "Document", grammar: Grammar, start: int | None = None, e
     return out
 
 
-def _extract_imports(doc: "Document", grammar: Grammar, start: int | None = None, end: int | None = None) -> list[ImportInfo]:
+def _extract_imports(doc: Document, grammar: Grammar, start: int | None = None, end: int | None = None) -> list[ImportInfo]:
     out: list[ImportInfo] = []
     if grammar.imports is None or doc.tree is None:
         return out
@@ -258,7 +258,7 @@ def _extract_imports(doc: "Document", grammar: Grammar, start: int | None = None
     return out
 
 
-def _count_references(doc: "Document", grammar: Grammar) -> dict[str, int]:
+def _count_references(doc: Document, grammar: Grammar) -> dict[str, int]:
     if grammar.references is None or doc.tree is None:
         return {}
     counts: Counter[str] = Counter()
@@ -307,7 +307,7 @@ def _link(
     return out
 
 
-def _module_doc(doc: "Document") -> str:
+def _module_doc(doc: Document) -> str:
     if doc.tree is None:
         return ""
     root = doc.tree.root_node
@@ -323,7 +323,7 @@ def _module_doc(doc: "Document") -> str:
     return ""
 
 
-def summarize(doc: "Document", digest: str = "", usage: dict[str, int] | None = None) -> FileSummary:
+def summarize(doc: Document, digest: str = "", usage: dict[str, int] | None = None) -> FileSummary:
     """A full summary of one document (plain text yields an empty one).
 
     ``usage`` (reference counts from a previous summary) skips recounting references.
@@ -341,7 +341,7 @@ def summarize(doc: "Document", digest: str = "", usage: dict[str, int] | None = 
     return summary
 
 
-def resummarize(doc: "Document", old: FileSummary, change: "Change", digest: str = "") -> FileSummary:
+def resummarize(doc: Document, old: FileSummary, change: Change, digest: str = "") -> FileSummary:
     """Update ``old`` after one edit (``change``: its byte range before and after, and its line delta).
 
     The region re-read is the innermost definition strictly around the edit, else the top-level
@@ -357,10 +357,10 @@ def resummarize(doc: "Document", old: FileSummary, change: "Change", digest: str
     span_lo, span_hi = change.changed  # new-text bytes whose syntax changed
     region: SymbolInfo | None = None
     for sym in old.symbols:
-        if sym.kind in CONTAINER_KINDS and sym.start_byte < start and old_end < sym.end_byte:
-            if sym.start_byte < span_lo and span_hi < sym.end_byte + delta:
-                if region is None or sym.start_byte >= region.start_byte:
-                    region = sym
+        if (sym.kind in CONTAINER_KINDS and sym.start_byte < start and old_end < sym.end_byte
+                and sym.start_byte < span_lo and span_hi < sym.end_byte + delta
+                and (region is None or sym.start_byte >= region.start_byte)):
+            region = sym
     if region is not None:
         lo, old_hi = region.start_byte, region.end_byte
         fresh = _extract_defs(doc, grammar, lo, old_hi + delta)

@@ -19,9 +19,10 @@ import builtins
 import logging
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from glm5_lsp.context.cache import JsonCache, content_hash
 from glm5_lsp.context.documents import Document
@@ -117,7 +118,7 @@ class SymbolTable:
         self._store(summary)
         return summary, True
 
-    def update_document(self, doc: Document, change: "Change | None" = None) -> FileSummary:
+    def update_document(self, doc: Document, change: Change | None = None) -> FileSummary:
         """Re-summarise an open document; ``change`` (from ``Document.apply``) makes it incremental."""
         self._open[doc.path] = doc
         old = self.files.get(doc.path)
@@ -340,7 +341,7 @@ class SymbolTable:
                 break
         return out
 
-    def _file_entries(self, summary: FileSummary) -> list["_Entry"]:
+    def _file_entries(self, summary: FileSummary) -> list[_Entry]:
         cached = self._entries.get(summary.path)
         if cached is not None and cached[0] is summary:
             return cached[1]
@@ -378,7 +379,7 @@ class SymbolTable:
             by_path = self._top.get(name)
             if not by_path or summary.path in by_path:
                 continue
-            other, sym = next(iter(by_path.items()))
+            sym = next(iter(by_path.values()))
             found.append((-uses, name, [sym.signature]))
         found.sort()
         return [lines for _, _, lines in found[:limit]]

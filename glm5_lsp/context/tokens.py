@@ -9,7 +9,7 @@ the same from one keystroke to the next.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 CountTokens = Callable[[str], int]
 
