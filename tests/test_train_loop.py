@@ -25,7 +25,7 @@ from glm5_lsp.train.pipeline import model_config
 from glm5_lsp.train.presets import PRESETS, get_preset
 from glm5_lsp.train.runlog import RunLog, read_log
 from glm5_lsp.train.schedule import StageShares, lr_at, plan_stages
-from glm5_lsp.train.trainer import ExpertBalancer, OptimConfig, Trainer
+from glm5_lsp.train.trainer import ExpertBalancer, OptimConfig, Trainer, next_token_loss, train_forward
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "train"
@@ -100,6 +100,27 @@ def test_recall_is_one_when_topk_covers_the_sequence() -> None:
     assert indexer_recall(model, _rows(1, 40), topk=8)["mean"] < 1.0
     with pytest.raises(ValueError, match="never exceed"):
         indexer_recall(model, _rows(1, 12), topk=16)
+
+
+@pytest.mark.parametrize("length", [40, 160])  # the latent path, and the expanded SDPA path (>= 128 queries)
+def test_fast_dense_stage_matches_forward_train(length: int) -> None:
+    """``train_forward(.., "dense")`` is the same function as ``forward_train(.., "dense")``: logits and gradients."""
+    model = _tiny_model(init=0.1)
+    ids = torch.from_numpy(_rows(2, length)).long()
+    grads = []
+    for fast in (True, False):
+        if fast:
+            logits, kl = train_forward(model, ids[:, :-1], "dense")
+        else:
+            out = model.forward_train(ids[:, :-1], "dense")
+            logits, kl = out.logits, out.indexer_kl
+        next_token_loss(logits, ids).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        model.zero_grad(set_to_none=True)
+        assert float(kl) == 0.0
+    fast, ref = grads
+    assert fast.keys() == ref.keys() and fast
+    assert all(torch.allclose(fast[n], ref[n], atol=1e-5, rtol=1e-4) for n in ref)
 
 
 def test_kl_warmup_raises_indexer_agreement_and_freezes_the_rest(tmp_path: Path) -> None:

@@ -311,7 +311,9 @@ def _run_checks(jobs: list[tuple], workers: int) -> list[FileCheck]:
     if workers <= 1 or len(jobs) < 64:
         return [_check_star(job) for job in jobs]
     # forkserver: workers never inherit a parent that may have initialised CUDA already.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver")) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("forkserver")
+    ) as pool:
         return list(pool.map(_check_star, jobs, chunksize=32))
 
 

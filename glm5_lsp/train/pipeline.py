@@ -208,6 +208,7 @@ def run(options: RunOptions) -> dict[str, Any]:
         warmup_steps=preset.warmup_steps,
         weight_decay=preset.weight_decay,
         grad_clip=preset.grad_clip,
+        balance_rate=preset.balance_rate,
     )
     use_compile = options.compile if options.compile is not None else device.type == "cuda"
     trainer = Trainer(model, batches, optim, device, runlog, compile_model=use_compile)

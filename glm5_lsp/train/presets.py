@@ -32,6 +32,7 @@ class Preset:
     warmup_steps: int
     weight_decay: float = 0.1
     grad_clip: float = 1.0
+    balance_rate: float = 1e-3  # expert-bias step per update; short runs need a bigger one to balance in time
     # output
     save_dtype: str = "float32"  # "bfloat16" halves the shipped size
     eval_sequences: int = 8
@@ -122,6 +123,7 @@ PRESETS: dict[str, Preset] = {
         lr=3e-3,
         indexer_lr=3e-3,
         warmup_steps=2,
+        balance_rate=1e-2,
         eval_sequences=2,
     ),
     "cpu": Preset(
@@ -156,6 +158,7 @@ PRESETS: dict[str, Preset] = {
         lr=2e-3,
         indexer_lr=1e-3,
         warmup_steps=30,
+        balance_rate=1e-2,
         eval_sequences=8,
     ),
     "gpu": Preset(

@@ -1,6 +1,6 @@
 """The training loop: next-token loss, DSA's three stages, AdamW with warm-up + cosine, clipping.
 
-Stages (``model.forward_train(input_ids, stage)``, see ``schedule.py``):
+Stages (``train_forward``, see ``schedule.py``):
 
 - ``dense``: every parameter but the indexers, loss = next-token cross-entropy.
 - ``indexer_warmup``: only the indexers, loss = ``indexer_kl`` (KL from the head-summed, normalised
@@ -56,6 +56,23 @@ class StageResult:
     last_loss: float
     last_indexer_kl: float
     stopped_early: bool
+
+
+def train_forward(
+    model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, stage: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits ``[B, T, V]`` and the indexer's KL for one training stage.
+
+    The dense stage runs the runtime's fused dense path, ``model(ids, dense=True)`` (SDPA over expanded
+    keys, no ``[B, H, T, T]`` scores kept for backward): the same function as
+    ``forward_train(ids, "dense")`` (``test_train_loop`` checks logits and gradients agree), faster and
+    leaner. The other stages need the dense attention probabilities or the indexer's selection, so
+    they run ``forward_train``.
+    """
+    if stage == "dense":
+        return model(input_ids, dense=True), torch.zeros((), device=input_ids.device)
+    out = model.forward_train(input_ids, stage)
+    return out.logits, out.indexer_kl
 
 
 def next_token_loss(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -153,10 +170,10 @@ class Trainer:
         self.tokens_seen = 0
         self.balancer = ExpertBalancer(model, optim.balance_rate)
         self.max_compile_seconds = max_compile_seconds
-        self._forward: Callable = model.forward_train
+        self._forward: Callable = train_forward
         self._compiled = False
         if compile_model:
-            self._forward = torch.compile(model.forward_train)
+            self._forward = torch.compile(train_forward)
             self._compiled = True
 
     def _autocast(self):
@@ -171,16 +188,16 @@ class Trainer:
     def _loss(self, rows: torch.Tensor, stage: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with self._autocast():
             try:
-                out = self._forward(rows[:, :-1], stage)
+                logits, kl = self._forward(self.model, rows[:, :-1], stage)
             except Exception as exc:
                 if not self._compiled:
                     raise
                 log.warning("torch.compile failed (%s); continuing without it", exc)
                 self.runlog.write("note", message=f"torch.compile failed, eager fallback: {exc}"[:500])
-                self._forward, self._compiled = self.model.forward_train, False
-                out = self._forward(rows[:, :-1], stage)
-            lm = next_token_loss(out.logits, rows)
-            kl = out.indexer_kl.float()
+                self._forward, self._compiled = train_forward, False
+                logits, kl = self._forward(self.model, rows[:, :-1], stage)
+            lm = next_token_loss(logits, rows)
+            kl = kl.float()
         total = kl if stage == "indexer_warmup" else lm + kl if stage == "sparse" else lm
         return total, lm.detach(), kl.detach()
 
@@ -204,7 +221,7 @@ class Trainer:
                 self.runlog.write(
                     "note", message=f"compiling {stage} took {elapsed:.0f} s; later stages run eager"
                 )
-                self._forward, self._compiled = self.model.forward_train, False
+                self._forward, self._compiled = train_forward, False
             self.model.zero_grad(set_to_none=True)
         for p in self.model.parameters():
             p.requires_grad_(True)
