@@ -166,7 +166,7 @@ def main() -> int:
     engine.apidocs = index
     for path in files:
         if path.parent == STDLIB:
-            engine.symbols._index_file(path)
+            engine.symbols.index_file(path)
     engine.open_document(target, text)
     engine.warm(target)
     rng = random.Random(args.seed)

@@ -123,3 +123,13 @@ def test_index_is_persisted_and_updated_incrementally(index, tmp_path):
     again.add_doc_file(readme)
     assert again.ensure_index()  # one source changed: rebuilt from cached chunks
     assert again.search(tokenize("frobnicator"), 1)[0][0].name == "Troubleshooting"
+
+
+def test_best_chunk_is_cut_to_fit_rather_than_dropped(index):
+    count = TokenCounter()
+    query = build_query("import json\njson.loa", 20, {"json": "json"})
+    best = index.search(query, 1)[0][0]
+    assert best.name == "loads" and count(best.render()) > 110
+    chunks = index.top(query, 110, count)
+    assert chunks[0].title == best.title and chunks[0].text.endswith(" ...")
+    assert sum(count(c.render()) + 1 for c in chunks) <= 110

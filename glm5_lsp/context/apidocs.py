@@ -16,7 +16,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -248,13 +248,20 @@ class ApiDocIndex:
 
     def top(self, query: CursorQuery | list[str], budget_tokens: int, count: TokenCounter | None = None,
             candidates: int = 24, packages: bool = True) -> list[Chunk]:
-        """The best chunks that fit ``budget_tokens`` together, best first (see :meth:`search`)."""
+        """The best chunks that fit ``budget_tokens`` together, best first (see :meth:`search`).
+
+        The best chunk is never dropped for being long: its documentation is cut to what fits
+        (the signature line alone, at worst). Later chunks are taken whole or not at all.
+        """
         count = count or TokenCounter()
         chosen: list[Chunk] = []
         left = budget_tokens
-        for chunk, _ in self.search(query, candidates, packages):
+        for rank, (chunk, _) in enumerate(self.search(query, candidates, packages)):
             cost = count.cached(chunk.render()) + 1
-            if cost <= left:
+            if cost > left and rank == 0:
+                chunk = _cut(chunk, left, count)
+                cost = count(chunk.render()) + 1 if chunk is not None else left + 1
+            if chunk is not None and cost <= left:
                 chosen.append(chunk)
                 left -= cost
         return chosen
@@ -262,6 +269,25 @@ class ApiDocIndex:
     def __len__(self) -> int:
         self.ensure_index()
         return len(self._chunks)
+
+
+def _cut(chunk: Chunk, budget: int, count: TokenCounter) -> Chunk | None:
+    """``chunk`` with its text cut at a line boundary to fit ``budget`` tokens (None if even the title cannot)."""
+    if count(chunk.title) + 1 > budget:
+        return None
+    lines = chunk.text.splitlines()
+
+    def cut(n: int) -> Chunk:
+        return replace(chunk, text="\n".join(lines[:n]).rstrip() + (" ..." if 0 < n < len(lines) else ""))
+
+    lo, hi = 0, len(lines)
+    while lo < hi:  # the most lines that fit
+        mid = (lo + hi + 1) // 2
+        if count(cut(mid).render()) + 1 <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return cut(lo)
 
 
 def _file_key(name: str, path: Path | None) -> str:

@@ -50,6 +50,6 @@ def run(args: argparse.Namespace) -> int:
         print("  packages: " + ", ".join(api.packages))
     if api.skipped:
         print("  skipped (not found or no public API): " + ", ".join(api.skipped))
-    print(f"cache: {engine.symbols._disk.dir.parent}")
+    print(f"cache: {engine.symbols.cache_dir}")
     print(f"done in {seconds:.1f} s")
     return 0

@@ -19,7 +19,7 @@ from pathlib import Path
 from glm5_lsp.context.apidocs import ApiDocIndex, ApiDocStats, installed_imports
 from glm5_lsp.context.documents import Document, DocumentStore, Edit
 from glm5_lsp.context.prompt import build_prompt
-from glm5_lsp.context.sources import DEFAULT_MAX_BYTES
+from glm5_lsp.context.sources import DEFAULT_MAX_BYTES, read_source
 from glm5_lsp.context.summary import SymbolInfo
 from glm5_lsp.context.symbols import IndexStats, SymbolTable
 from glm5_lsp.context.tokens import TokenCounter
@@ -93,7 +93,7 @@ class ContextEngine:
         self.documents.close(key)
         self.symbols.remove(key)
         if os.path.isfile(key) and self.root is not None and key.startswith(str(self.root)):
-            self.symbols._index_file(Path(key))
+            self.symbols.index_file(Path(key))
 
     # -- slow work, off the keystroke path --------------------------------------------------
     def index_workspace(self, progress: Callable[[str], None] | None = None,
@@ -186,7 +186,10 @@ class ContextEngine:
         key = self._key(path) if not os.fspath(path).startswith("<") else os.fspath(path)
         doc = self.documents.get(key)
         if doc is None:
-            return self.open_document(key, text or "", language)
+            if text is None:  # not open and no text given: read the file (empty if unreadable)
+                source = read_source(key) if os.path.isfile(key) else None
+                text = source.text if source is not None else ""
+            return self.open_document(key, text, language)
         if text is not None and text != doc.text:
             self.update_document(key, [text])
         return doc

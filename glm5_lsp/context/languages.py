@@ -111,6 +111,10 @@ def load_grammar(language: str) -> Grammar | None:
         logging.getLogger(__name__).warning("no tree-sitter grammar for %s (%s); using plain text", language, err)
         return None
     folder = grammars_dir() / _QUERY_FOLDER.get(language, language)
+    if not folder.is_dir():
+        logging.getLogger(__name__).warning(
+            "no tree-sitter queries for %s in %s (set $%s); summaries will be empty", language, folder, GRAMMARS_ENV
+        )
     queries: dict[str, tree_sitter.Query | None] = {}
     for kind in QUERY_KINDS:
         path = folder / f"{kind}.scm"

@@ -69,6 +69,7 @@ class SymbolTable:
         self.files: dict[str, FileSummary] = {}
         self.resolver = resolver or JediResolver(self.root, cache_dir)
         self._disk = JsonCache(cache_dir, "summaries")
+        self.cache_dir = self._disk.dir.parent
         self._top: dict[str, dict[str, SymbolInfo]] = {}  # name -> path -> top-level symbol
         self._modules: dict[str, str] = {}  # dotted Python module name -> path
         self._entries: dict[str, tuple[FileSummary, list[_Entry]]] = {}
@@ -84,7 +85,7 @@ class SymbolTable:
             if progress is not None:
                 progress(path)
             stats.files += 1
-            summary, parsed = self._index_file(path)
+            summary, parsed = self.index_file(path)
             if summary is None:
                 stats.skipped += 1
                 continue
@@ -94,7 +95,8 @@ class SymbolTable:
             stats.languages[summary.language] = stats.languages.get(summary.language, 0) + 1
         return stats
 
-    def _index_file(self, path: Path) -> tuple[FileSummary | None, bool]:
+    def index_file(self, path: Path) -> tuple[FileSummary | None, bool]:
+        """Summarise one file from disk (cached by content hash); returns (summary or None, parsed)."""
         source = read_source(path, self.max_bytes)
         if source is None:
             return None, False
