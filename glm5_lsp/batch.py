@@ -19,19 +19,28 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings, SerializedContext
+from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings
 
 log = logging.getLogger(__name__)
 
@@ -163,14 +172,72 @@ def _record(task: dict[str, Any], result: PipelineResult | None, error: str | No
     return record
 
 
+def execute(pipeline_factory: Callable[[], Pipeline], holder: dict[str, Pipeline], task: dict[str, Any]) -> dict[str, Any]:
+    """One task's output record; the worker's pipeline is made on first use and kept in ``holder``."""
+    begun = time.perf_counter()
+    try:
+        if "pipeline" not in holder:
+            holder["pipeline"] = pipeline_factory()
+        result = run_task(holder["pipeline"], task)
+        return _record(task, result, None, time.perf_counter() - begun)
+    except Exception as error:
+        log.debug("task %r failed", task["id"], exc_info=True)
+        return _record(task, None, f"{type(error).__name__}: {error}", time.perf_counter() - begun)
+
+
+# Worker processes: each builds its own pipeline (and model) once, from a picklable factory.
+_process_state: dict[str, Any] = {}
+
+
+def _init_process(pipeline_factory: Callable[[], Pipeline], torch_threads: int | None, parent: int) -> None:
+    _exit_with_parent(parent)
+    _process_state["factory"] = pipeline_factory
+    _process_state["holder"] = {}
+    if torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(torch_threads)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when the batch process dies, even by ``kill -9`` (no orphans keep running)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:  # elsewhere (and for a parent gone before prctl): poll for re-parenting
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _process_task(task: dict[str, Any]) -> dict[str, Any]:
+    return execute(_process_state["factory"], _process_state["holder"], task)
+
+
 def run_batch(
     input_path: Path,
     output_path: Path,
     pipeline_factory: Callable[[], Pipeline],
     workers: int = 1,
     progress: bool = True,
+    processes: bool = False,
+    torch_threads: int | None = None,
 ) -> BatchSummary:
-    """Run every task of ``input_path`` not yet in ``output_path``; each worker thread gets its own pipeline."""
+    """Run every task of ``input_path`` not yet in ``output_path``.
+
+    Each worker has its own pipeline from ``pipeline_factory``. Workers are threads by default; with
+    ``processes`` they are spawned processes (true parallelism, and nothing shared that is not
+    thread-safe, such as jedi), which needs a picklable factory; ``torch_threads`` is set in each.
+    Only this process writes the output.
+    """
     if workers < 1:
         raise ValueError("--workers must be at least 1")
     started = time.perf_counter()
@@ -180,24 +247,25 @@ def run_batch(
     done_ids = finished_ids(output_path)
     pending = [task for task in tasks if str(task["id"]) not in done_ids]
     summary = BatchSummary(total=len(tasks), skipped=len(tasks) - len(pending), problems=problems)
-    local = threading.local()
+    pool: Executor
+    if processes:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_process, initargs=(pipeline_factory, torch_threads, os.getpid()))
+        work: Callable[[dict[str, Any]], dict[str, Any]] = _process_task
+    else:
+        local = threading.local()
 
-    def work(task: dict[str, Any]) -> dict[str, Any]:
-        begun = time.perf_counter()
-        try:
-            if getattr(local, "pipeline", None) is None:
-                local.pipeline = pipeline_factory()
-            result = run_task(local.pipeline, task)
-            return _record(task, result, None, time.perf_counter() - begun)
-        except Exception as error:  # recorded in the output line, never fatal to the run
-            log.debug("task %r failed", task["id"], exc_info=True)
-            return _record(task, None, f"{type(error).__name__}: {error}", time.perf_counter() - begun)
+        def work(task: dict[str, Any]) -> dict[str, Any]:
+            if not hasattr(local, "holder"):
+                local.holder = {}
+            return execute(pipeline_factory, local.holder, task)
 
+        pool = ThreadPoolExecutor(max_workers=workers)
     bar = tqdm(total=len(pending), unit="task", disable=not progress, dynamic_ncols=True,
                desc=f"batch ({summary.skipped} done before)" if summary.skipped else "batch")
     out = AppendLog(output_path)
     try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        with pool:
             for record in _completed(pool, work, pending, workers):
                 out.append(record)
                 summary.done += 1
@@ -210,7 +278,7 @@ def run_batch(
     return summary
 
 
-def _completed(pool: ThreadPoolExecutor, work: Callable[[dict[str, Any]], dict[str, Any]],
+def _completed(pool: Executor, work: Callable[[dict[str, Any]], dict[str, Any]],
                tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
     """Results as they finish, keeping at most ``2 * workers`` tasks submitted at a time."""
     queue = iter(tasks)
@@ -236,7 +304,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("input", type=Path, help="tasks, one JSON object a line")
     parser.add_argument("-o", "--output", type=Path, required=True, help="results (appended; rerun to resume)")
-    parser.add_argument("--workers", type=int, default=1, help="tasks run at once (local: one model copy each)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="tasks run at once, each in its own process with its own model copy")
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per multi-line/generate/fix answer")
     parser.add_argument("--no-repair", action="store_true", help="check candidates but do not regenerate them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -246,39 +315,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_backend_arguments(parser)
 
 
-def make_pipeline_factory(args: argparse.Namespace) -> Callable[[], Pipeline]:
-    """A factory giving each worker its own pipeline (and, for the local runtime, its own model)."""
-    from glm5_lsp.backends.factory import backend_from_args
+@dataclass
+class PipelineFactory:
+    """A picklable recipe for one worker's pipeline (its own backend, context engine, repair loop)."""
 
+    backend: str = "local"
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    settings: PipelineSettings = field(default_factory=PipelineSettings)
+    context: bool = True
+    workspace: Path | None = None
+
+    def __call__(self) -> Pipeline:
+        from glm5_lsp.backends.factory import create_backend
+
+        context = None
+        if self.context:
+            from glm5_lsp.context.engine import ContextEngine
+
+            context = ContextEngine(workspace_root=self.workspace)
+        return Pipeline(create_backend(self.backend, **self.backend_options), settings=self.settings, context=context)
+
+
+def make_pipeline_factory(args: argparse.Namespace) -> PipelineFactory:
+    """The factory for ``glm5-lsp batch``'s options."""
     settings = PipelineSettings()
     settings.repair.return_unclean = True  # record the best candidate with its diagnostics
     if getattr(args, "no_repair", False):
         settings.repair.max_rounds = 1
     if getattr(args, "max_tokens", None):
         settings.multiline_max_tokens = args.max_tokens
-    shared = None if args.backend == "local" else backend_from_args(args)
-    context = None
-    if not getattr(args, "no_context", False):
-        from glm5_lsp.context.engine import ContextEngine
-
-        context = SerializedContext(ContextEngine(workspace_root=getattr(args, "workspace", None)))
-
-    def factory() -> Pipeline:
-        return Pipeline(shared or backend_from_args(args), settings=settings, context=context)
-
-    return factory
+    if args.backend == "local":
+        options: dict[str, Any] = {"model_path": args.model, "device": args.device}
+    else:
+        options = {"base_url": args.base_url, "model": args.model or "glm-5", "api_key_env": args.api_key_env,
+                   "chat": args.chat}
+    return PipelineFactory(args.backend, options, settings, not getattr(args, "no_context", False),
+                           getattr(args, "workspace", None))
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
         print(f"glm5-lsp batch: no such file: {args.input}", file=sys.stderr)
         return 2
-    if args.backend == "local":
-        import torch
-
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, args.workers)))
+    threads = max(1, (os.cpu_count() or 1) // max(1, args.workers))
     summary = run_batch(args.input, args.output, make_pipeline_factory(args), workers=args.workers,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, processes=args.workers > 1,
+                        torch_threads=threads if args.backend == "local" else None)
     for problem in summary.problems:
         print(f"{args.input}: {problem}", file=sys.stderr)
     print(f"{summary.done} done ({summary.errors} with errors), {summary.skipped} already in {args.output}, "

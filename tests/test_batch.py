@@ -95,30 +95,59 @@ def _write_tasks(path: Path, count: int) -> list[str]:
     return ids
 
 
-def test_kill_9_mid_run_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+def _children(pid: int) -> list[int]:
+    """Ids of the processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_kill_9_mid_run_then_resume_loses_and_duplicates_nothing(tmp_path: Path, processes: bool) -> None:
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
     ids = _write_tasks(tasks, 60)
     command = [sys.executable, str(DATA / "scripted_backend.py"), str(tasks), str(out), "--workers", "2",
-               "--delay", "0.05"]
+               "--delay", "0.05"] + (["--processes"] if processes else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if out.exists() and out.read_bytes().count(b"\n") >= 10:
             break
         time.sleep(0.02)
+    workers = _children(child.pid)
     os.kill(child.pid, signal.SIGKILL)
     child.wait(timeout=10)
     assert child.returncode == -signal.SIGKILL
     before = read_output(out)
     assert 10 <= len(before) < 60, "the run must be killed mid-way for this test to mean anything"
-    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert resumed.returncode == 0, resumed.stderr
     assert f"skipped={len(before)}" in resumed.stdout
     records = read_output(out)
     assert sorted(record["id"] for record in records) == ids  # none lost, none duplicated
     assert records[: len(before)] == before  # lines written before the kill are untouched
     assert all(record["error"] is None and record["text"] for record in records)
+    if processes:  # orphaned worker processes notice their parent is gone and exit
+        assert workers
+        deadline = time.monotonic() + 20
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in workers)
 
 
 def test_cli_reports_a_missing_input_and_records_a_model_that_cannot_load(tmp_path: Path,
@@ -136,6 +165,7 @@ def test_cli_reports_a_missing_input_and_records_a_model_that_cannot_load(tmp_pa
     assert all("no checkpoint at" in record["error"] for record in records)
 
 
+@pytest.mark.slow
 def test_cli_runs_every_kind_on_a_real_checkpoint(tiny_checkpoint: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from glm5_lsp.cli import main

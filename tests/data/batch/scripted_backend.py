@@ -1,7 +1,7 @@
 """A scripted test double for ``glm5_lsp.backends.base.Backend``: canned answers, streamed piece by piece.
 
 Used where the behaviour under test is not the model (pipeline post-processing, batch resume). Also a
-script: ``python scripted_backend.py IN OUT [--workers N] [--delay S]`` runs ``glm5_lsp.batch`` over it.
+script: ``python scripted_backend.py IN OUT [--workers N] [--delay S] [--processes]`` runs ``glm5_lsp.batch`` over it.
 """
 
 from __future__ import annotations
@@ -11,8 +11,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from glm5_lsp.backends.base import Completion, CompletionRequest
+
+if TYPE_CHECKING:
+    from glm5_lsp.pipeline import Pipeline
 
 
 class ScriptedBackend:
@@ -55,21 +59,34 @@ def echo_answer(request: CompletionRequest) -> str:
     return f"    return {len(last)}  # {last[:20]}\n"
 
 
+class ScriptedPipelineFactory:
+    """A picklable pipeline factory (worker processes need one) over :func:`echo_answer`."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def __call__(self) -> "Pipeline":
+        from glm5_lsp.pipeline import Pipeline
+
+        return Pipeline(ScriptedBackend(echo_answer, delay=self.delay))
+
+
 def main(argv: list[str]) -> int:
     from glm5_lsp.batch import run_batch
-    from glm5_lsp.pipeline import Pipeline
 
     parser = argparse.ArgumentParser()
     parser.add_argument("input", type=Path)
     parser.add_argument("output", type=Path)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--processes", action="store_true")
     args = parser.parse_args(argv)
-    summary = run_batch(args.input, args.output, lambda: Pipeline(ScriptedBackend(echo_answer, delay=args.delay)),
-                        workers=args.workers, progress=False)
+    summary = run_batch(args.input, args.output, ScriptedPipelineFactory(args.delay), workers=args.workers,
+                        progress=False, processes=args.processes)
     print(f"done={summary.done} skipped={summary.skipped} errors={summary.errors}")
     return 0
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))  # worker processes import this module by name
     sys.exit(main(sys.argv[1:]))
