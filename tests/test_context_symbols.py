@@ -141,3 +141,10 @@ def test_jedi_resolves_imported_python_names(table, workspace):
     assert "Serialize" in dumps.doc
     assert "dumps" in table.members("json", shapes)
     assert table.resolver.resolve("no_such_module_xyz").found is False
+
+
+@pytest.mark.slow
+def test_jedi_reports_where_an_import_is_defined(table):
+    resolved = table.resolver.resolve("json.dumps")
+    assert resolved.module_path.endswith("json/__init__.py") and resolved.line > 0
+    assert resolved.render().startswith("def json.dumps(obj")

@@ -32,6 +32,8 @@ class ResolvedName:
     signatures: tuple[str, ...]
     doc: str  # first paragraph of the docstring
     found: bool = True
+    module_path: str = ""  # where the definition lives ('' for compiled code)
+    line: int = 0  # its 1-based line there (0: unknown)
 
     def render(self) -> str:
         """One source-like line: ``def json.dumps(obj, *, skipkeys=False, ...) -> str``."""
@@ -67,7 +69,8 @@ class JediResolver:
             if data is None:
                 self._unknown.add(target)
             if data is not None:
-                hit = ResolvedName(data["target"], data["kind"], tuple(data["signatures"]), data["doc"], data["found"])
+                hit = ResolvedName(data["target"], data["kind"], tuple(data["signatures"]), data["doc"], data["found"],
+                                   data.get("module_path", ""), data.get("line", 0))
                 self._memory[target] = hit
         return hit
 
@@ -120,7 +123,12 @@ class JediResolver:
         except Exception as err:  # noqa: BLE001 - never fatal
             log.info("jedi failed on the signature of %s (%s)", target, err)
             signatures, doc = (), ""
-        return ResolvedName(target, name.type, signatures, doc)
+        try:  # follow the import to the definition itself
+            definition = (name.goto(follow_imports=True) or [name])[0]
+        except Exception:  # noqa: BLE001 - never fatal
+            definition = name
+        path = definition.module_path
+        return ResolvedName(target, name.type, signatures, doc, True, str(path) if path else "", definition.line or 0)
 
     def _complete(self, target: str) -> list[str]:
         module = target.split(".")[0]

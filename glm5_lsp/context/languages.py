@@ -122,6 +122,21 @@ def load_grammar(language: str) -> Grammar | None:
     return Grammar(language, ts_language, **queries)
 
 
+@functools.lru_cache(maxsize=None)
+def queries_fingerprint(language: str) -> str:
+    """A digest of a language's query files: cached summaries are keyed by it, so editing a query
+    invalidates what was extracted with the old one."""
+    import hashlib
+
+    digest = hashlib.blake2b(language.encode(), digest_size=8)
+    folder = grammars_dir() / _QUERY_FOLDER.get(language, language)
+    for kind in QUERY_KINDS:
+        path = folder / f"{kind}.scm"
+        if path.exists():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def supported_languages() -> tuple[str, ...]:
     """Languages with a tree-sitter grammar (everything else is plain text)."""
     return tuple(_GRAMMAR_MODULES)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from glm5_lsp.context.cache import JsonCache, content_hash
 from glm5_lsp.context.documents import Document
 from glm5_lsp.context.jedi_names import JediResolver
-from glm5_lsp.context.languages import SOURCE_SUFFIXES, detect_language
+from glm5_lsp.context.languages import SOURCE_SUFFIXES, detect_language, queries_fingerprint
 from glm5_lsp.context.sources import DEFAULT_MAX_BYTES, read_source, walk_files
 from glm5_lsp.context.summary import CONTAINER_KINDS, FileSummary, SymbolInfo, resummarize, summarize
 from glm5_lsp.context.tokens import TokenCounter
@@ -101,11 +101,13 @@ class SymbolTable:
         if source is None:
             return None, False
         key = os.fspath(path)
+        language = detect_language(path)
         digest = content_hash(source.data)
         old = self.files.get(key)
-        if old is not None and old.digest == digest:
+        if old is not None and old.digest == digest and old.language == language:
             return old, False
-        data = self._disk.get(digest)
+        record = f"{language}-{queries_fingerprint(language)}-{digest}"
+        data = self._disk.get(record)
         if data is not None:
             try:
                 summary = FileSummary.from_json(data, key)
@@ -114,9 +116,9 @@ class SymbolTable:
             else:
                 self._store(summary)
                 return summary, False
-        doc = Document(key, source.text, detect_language(path))
+        doc = Document(key, source.text, language)
         summary = summarize(doc, digest)
-        self._disk.put(digest, summary.to_json())
+        self._disk.put(record, summary.to_json())
         self._store(summary)
         return summary, True
 
