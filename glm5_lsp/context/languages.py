@@ -122,7 +122,7 @@ def load_grammar(language: str) -> Grammar | None:
     return Grammar(language, ts_language, **queries)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def queries_fingerprint(language: str) -> str:
     """A digest of a language's query files: cached summaries are keyed by it, so editing a query
     invalidates what was extracted with the old one."""
