@@ -149,8 +149,11 @@ class ContextEngine:
         ``count_tokens`` is the model tokenizer's ``len(encode(s))`` (default: 3 characters a token).
         """
         doc = self._document(text, path, language)
+        # One memoising counter per counting function (the same tokenizer from call to call).
         counter = self._counters.get(id(count_tokens))
-        if counter is None:
+        if counter is None or (count_tokens is not None and counter.count_fn is not count_tokens):
+            if len(self._counters) > 8:
+                self._counters.clear()
             counter = self._counters[id(count_tokens)] = TokenCounter(count_tokens)
         others = [d for d in self.documents if d.path != doc.path]
         return build_prompt(doc, offset, budget_tokens or self.token_budget, symbols=self.symbols,
