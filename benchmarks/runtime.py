@@ -6,7 +6,8 @@ top-2 + 1 shared, moe_intermediate 256, first layer dense (intermediate 1024), i
 
 Part 1, same weights, 4,096-token context: prefill tokens/s and greedy decode tokens/s (32 new
 tokens), ours vs ``transformers.GlmMoeDsaForCausalLM``; both compute only the last position's logits
-in prefill. Part 2, our runtime only, 16,384-token context: DSA (top-k 512) against dense attention
+in prefill, and decode is each library's own generation API (our ``Generator.generate``,
+transformers' ``generate``) minus its prefill. Part 2, our runtime only, 16,384-token context: DSA (top-k 512) against dense attention
 (top-k covering the sequence): decode-step time and prefill peak memory (each prefill in a fresh
 subprocess, peak RSS above the loaded model).
 
@@ -88,28 +89,25 @@ def ours_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int) -> t
         prefill = time.perf_counter() - t0
         gen.reset()
         out = gen.generate(ids[0].tolist(), GenerationConfig(max_new_tokens=new_tokens, stop_at_eos=False))
-    decode = out.seconds - out.prefill_seconds
-    return ids.shape[1] / prefill, len(out.token_ids) / decode
+    decode = out.seconds - out.prefill_seconds  # the first new token comes from the prefill's logits
+    return ids.shape[1] / prefill, (len(out.token_ids) - 1) / decode
 
 
 def reference_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
+    """transformers' own API: a prefill forward, then ``generate`` (greedy); decode = generate minus its prefill."""
     import transformers
 
     model = transformers.GlmMoeDsaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     with torch.inference_mode():
         model(ids[:, :64], logits_to_keep=1)  # warm-up
         t0 = time.perf_counter()
-        out = model(ids, use_cache=True, logits_to_keep=1)
+        model(ids, use_cache=True, logits_to_keep=1)
         prefill = time.perf_counter() - t0
-        cache = out.past_key_values
-        token = out.logits[:, -1:].argmax(-1)
         t0 = time.perf_counter()
-        for _ in range(new_tokens):
-            out = model(token, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache = out.past_key_values
-            token = out.logits[:, -1:].argmax(-1)
-        decode = time.perf_counter() - t0
-    return ids.shape[1] / prefill, new_tokens / decode
+        out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+        total = time.perf_counter() - t0
+    generated = out.shape[1] - ids.shape[1]
+    return ids.shape[1] / prefill, (generated - 1) / max(total - prefill, 1e-9)
 
 
 def decode_step_ms(path: Path, context: int, steps: int = 8) -> float:

@@ -68,8 +68,7 @@ def latent_attention_gathered(
     q = q_cat.reshape(bsz * tq, q_cat.shape[2], width)  # [B*Tq, H, L+R]
     scores = torch.bmm(q, picked.transpose(1, 2)) * scale  # [B*Tq, H, K]
     scores = scores.masked_fill(~valid.reshape(bsz * tq, 1, kk), float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    probs = torch.nan_to_num(probs, nan=0.0)
+    probs = torch.softmax(scores, dim=-1)  # every row has a valid key: a query always keeps >= 1 causal key
     out = torch.bmm(probs, picked[:, :, :value_dim])  # [B*Tq, H, L]
     return out.view(bsz, tq, q_cat.shape[2], value_dim)
 
@@ -82,7 +81,7 @@ def latent_attention_dense(
     q = q_cat.reshape(bsz, tq * heads, width)
     scores = torch.bmm(q, latents.transpose(1, 2)).view(bsz, tq, heads, -1) * scale  # [B, Tq, H, Tk]
     scores = scores.masked_fill(~allowed.unsqueeze(2), float("-inf"))
-    probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    probs = torch.softmax(scores, dim=-1)  # causal rows always allow the query's own key
     out = torch.bmm(probs.view(bsz, tq * heads, -1), latents[:, :, :value_dim])
     return out.view(bsz, tq, heads, value_dim)
 

@@ -505,7 +505,7 @@ class Experts(nn.Module):
         n, k = idx.shape
         if n == 1:  # decoding: just the chosen experts
             out = torch.zeros_like(x)
-            for expert, w in zip(idx[0].tolist(), weights[0].to(x.dtype)):
+            for expert, w in zip(idx[0].tolist(), weights[0].tolist()):
                 gate, up = F.linear(x, self.gate_up_proj[expert]).chunk(2, dim=-1)
                 out = out + F.linear(F.silu(gate) * up, self.down_proj[expert]) * w
             return out
