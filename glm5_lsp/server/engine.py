@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
 from glm5_lsp.repair.loop import RepairSettings
@@ -102,10 +103,12 @@ class Engine:
 
 class SharedContext:
     """The context engine behind one lock: the model worker builds prompts while list completions
-    ask for names and ``glm5.reindex`` rebuilds the index from other threads."""
+    ask for names from other threads. Re-indexing builds a fresh engine without the lock and swaps
+    it in, so a large workspace never holds up a completion."""
 
-    def __init__(self, engine: "ContextEngine") -> None:
+    def __init__(self, engine: ContextEngine, make: Callable[[str | None], ContextEngine]) -> None:
         self.engine = engine
+        self._make = make
         self._lock = threading.Lock()
 
     def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> Prompt:
@@ -117,8 +120,12 @@ class SharedContext:
             return list(self.engine.names_at(text, offset, path=path, language=language))
 
     def reindex(self, root: str) -> int:
+        """Index ``root`` in a new engine (slow, unlocked), then make it the current one."""
+        fresh = self._make(root)
+        count = fresh.reindex(root)
         with self._lock:
-            return self.engine.reindex(root)
+            self.engine = fresh  # open documents are re-opened from the next request's text
+        return count
 
     def close_document(self, path: str) -> None:
         with self._lock:
@@ -130,9 +137,12 @@ def _make_context(settings: Settings, root: str | None) -> SharedContext:
     """The context engine (API docs + symbol summaries) for the workspace."""
     from glm5_lsp.context import ContextEngine
 
-    return SharedContext(ContextEngine(
-        workspace_root=root,
-        token_budget=settings.budgets.context_tokens,
-        api_doc_tokens=settings.budgets.api_doc_tokens,
-        symbol_tokens=settings.budgets.symbol_tokens,
-    ))
+    def make(workspace: str | None) -> ContextEngine:
+        return ContextEngine(
+            workspace_root=workspace,
+            token_budget=settings.budgets.context_tokens,
+            api_doc_tokens=settings.budgets.api_doc_tokens,
+            symbol_tokens=settings.budgets.symbol_tokens,
+        )
+
+    return SharedContext(make(root), make)

@@ -8,7 +8,7 @@ cancels the older one's token (:class:`Supersession`), and ``$/cancelRequest`` c
 from __future__ import annotations
 
 import threading
-from typing import Hashable
+from collections.abc import Hashable
 
 
 class CancelToken:

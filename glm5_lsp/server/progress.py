@@ -28,7 +28,7 @@ class WorkProgress:
     Silently does nothing when the client does not support ``window/workDoneProgress``.
     """
 
-    def __init__(self, server: "LanguageServer", loop: asyncio.AbstractEventLoop, title: str) -> None:
+    def __init__(self, server: LanguageServer, loop: asyncio.AbstractEventLoop, title: str) -> None:
         self.server = server
         self.loop = loop
         self.title = title
@@ -70,7 +70,7 @@ class WorkProgress:
 class ClientLogHandler(logging.Handler):
     """Forwards log records to the client as ``window/logMessage`` (from any thread)."""
 
-    def __init__(self, server: "LanguageServer", loop: asyncio.AbstractEventLoop, level: int) -> None:
+    def __init__(self, server: LanguageServer, loop: asyncio.AbstractEventLoop, level: int) -> None:
         super().__init__(level)
         self.server = server
         self.loop = loop
@@ -84,5 +84,5 @@ class ClientLogHandler(logging.Handler):
             if self.loop.is_closed():
                 return
             self.loop.call_soon_threadsafe(self.server.window_log_message, params)
-        except Exception:  # logging must never raise into the caller
+        except Exception:  # noqa: BLE001 - logging must never raise into the caller
             self.handleError(record)

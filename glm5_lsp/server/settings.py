@@ -9,9 +9,11 @@ server can show them to the user; it never raises on bad input.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, get_type_hints
+from typing import Any, get_type_hints
 
 
 def _range(low: float, high: float) -> dict[str, Any]:
@@ -183,15 +185,12 @@ def _check(value: Any, kind: Any, meta: Mapping[str, Any]) -> str | None:
         if not isinstance(value, bool):
             return f"expected true or false, got {_show(value)}"
         return None
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            return f"expected an integer, got {_show(value)}"
-    elif kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            return f"expected a number, got {_show(value)}"
-    elif kind is str:
-        if not isinstance(value, str):
-            return f"expected a string, got {_show(value)}"
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"expected an integer, got {_show(value)}"
+    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)):
+        return f"expected a number, got {_show(value)}"
+    if kind is str and not isinstance(value, str):
+        return f"expected a string, got {_show(value)}"
     if "range" in meta:
         low, high = meta["range"]
         if not low <= value <= high:

@@ -34,7 +34,7 @@ _FUNCTIONS = ("function_definition", "function_declaration", "method_definition"
 _BRACE_BODIES = ("statement_block", "compound_statement", "block")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parser_for(language: str) -> tree_sitter.Parser | None:
     """A parser for one of our languages, or None when its grammar package is missing."""
     if language not in _GRAMMARS:

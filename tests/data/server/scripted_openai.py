@@ -49,7 +49,7 @@ class ScriptedOpenAI:
     records: list[Record] = field(default_factory=list)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "ScriptedOpenAI":
+    def from_file(cls, path: str | Path) -> ScriptedOpenAI:
         return cls([Rule(**item) for item in json.loads(Path(path).read_text(encoding="utf-8"))])
 
     def start(self) -> str:
@@ -62,7 +62,7 @@ class ScriptedOpenAI:
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
                 if self.path != "/v1/completions":
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
@@ -100,7 +100,7 @@ class ScriptedOpenAI:
         prefix, suffix = prompt, ""
         if prompt.startswith(FIM_PREFIX) and FIM_SUFFIX in prompt:
             prefix, _, rest = prompt[len(FIM_PREFIX):].partition(FIM_SUFFIX)
-            suffix = rest[: -len(FIM_MIDDLE)] if rest.endswith(FIM_MIDDLE) else rest
+            suffix = rest.removesuffix(FIM_MIDDLE)
         rule = self.match(prefix, prompt)
         record = Record(prefix, suffix, bool(body.get("stream")), rule.before_cursor if rule else "")
         self.records.append(record)

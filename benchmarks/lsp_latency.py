@@ -1,0 +1,262 @@
+"""Completion latency, side by side: glm5-lsp's inline completion vs jedi-language-server's completion.
+
+Both servers run as subprocesses over stdio, driven by the same client, on the same documents and
+the same cursor positions: real standard-library modules (``argparse.py``, about 2,600 lines, among
+them). At each position the line is cut at the cursor, 2 characters into an identifier, as if the user
+were typing it; both servers get the same ``didChange`` and then one request each, one after the
+other (never concurrently, so they do not compete for the CPU). A few warm-up requests per server are
+not measured. glm5-lsp runs with its default settings and the default model unless ``--model``.
+
+    python benchmarks/lsp_latency.py                      # default model, 3 files x 20 positions
+    python benchmarks/lsp_latency.py --model PATH --positions 40 --timeout 5
+    python benchmarks/lsp_latency.py --settings '{"repair": {"monitor": false, "maxRounds": 1}}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import statistics
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+REPO = Path(__file__).resolve().parents[1]
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+FILES = ("argparse.py", "json/decoder.py", "textwrap.py")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{3,}")
+
+
+@dataclass
+class Tally:
+    """Latencies and outcomes of one server's measured requests."""
+
+    seconds: list[float] = field(default_factory=list)
+    errors: int = 0
+    timeouts: int = 0
+    non_empty: int = 0
+    requests: int = 0
+
+    def row(self, name: str) -> str:
+        ms = sorted(s * 1000 for s in self.seconds) or [float("nan")]
+        p50 = statistics.median(ms)
+        p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
+        share = self.non_empty / max(self.requests, 1)
+        return (f"{name:<22} {p50:8.1f} {p95:8.1f} {statistics.fmean(ms):8.1f} {self.errors:7d} "
+                f"{self.timeouts:9d} {share:10.1%} {self.requests:9d}")
+
+    def p50(self) -> float:
+        return statistics.median(self.seconds) if self.seconds else float("nan")
+
+
+def cursor_cases(text: str, count: int, rng: random.Random) -> list[tuple[str, int, int]]:
+    """``count`` (document, line, column) cases: a line cut 2 characters into one of its identifiers."""
+    lines = text.split("\n")
+    candidates = []
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", '"', "'")):
+            continue
+        matches = [m for m in _IDENTIFIER.finditer(line) if m.start() >= len(line) - len(line.lstrip())]
+        if matches:
+            candidates.append((number, matches))
+    cases = []
+    for number, matches in rng.sample(candidates, min(count, len(candidates))):
+        match = rng.choice(matches)
+        column = match.start() + 2
+        edited = lines[:number] + [lines[number][:column]] + lines[number + 1:]
+        cases.append(("\n".join(edited), number, column))
+    return cases
+
+
+class Server:
+    """One language server under test, with a client that drains its stderr."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], init_options: Any | None) -> None:
+        self.name = name
+        self.command = command
+        self.env = env
+        self.init_options = init_options
+        self.client = LanguageClient("lsp-latency", "1")
+        self.versions: dict[str, int] = {}
+        self.logs: list[str] = []
+        self.errors: list[str] = []
+        self._drain: asyncio.Task[None] | None = None
+
+        @self.client.feature(types.WINDOW_LOG_MESSAGE)
+        def log_message(params: types.LogMessageParams) -> None:
+            self.logs.append(params.message)
+
+        @self.client.feature(types.WINDOW_SHOW_MESSAGE)
+        def show_message(params: types.ShowMessageParams) -> None:
+            if params.type == types.MessageType.Error:
+                self.errors.append(params.message)
+
+    async def start(self, root: Path) -> None:
+        await self.client.start_io(*self.command, env=self.env)
+        stderr = self.client._server.stderr if self.client._server else None
+        if stderr is not None:
+            self._drain = asyncio.create_task(_drain(stderr))
+        caps = types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(
+            completion=types.CompletionClientCapabilities(),
+            inline_completion=types.InlineCompletionClientCapabilities(),
+        ))
+        await self.client.initialize_async(types.InitializeParams(
+            capabilities=caps, root_uri=root.as_uri(), initialization_options=self.init_options))
+        self.client.initialized(types.InitializedParams())
+
+    def open(self, uri: str, text: str) -> None:
+        self.versions[uri] = 1
+        self.client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+
+    def replace(self, uri: str, text: str) -> None:
+        self.versions[uri] += 1
+        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+
+    async def request(self, uri: str, line: int, column: int) -> bool:
+        """One completion request; True when the answer is non-empty."""
+        position = types.Position(line=line, character=column)
+        document = types.TextDocumentIdentifier(uri=uri)
+        if self.name == "glm5-lsp":
+            result = await self.client.text_document_inline_completion_async(types.InlineCompletionParams(
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+                text_document=document, position=position))
+            items = result.items if isinstance(result, types.InlineCompletionList) else (result or [])
+            return any(str(getattr(item, "insert_text", "")).strip() for item in items)
+        result = await self.client.text_document_completion_async(
+            types.CompletionParams(text_document=document, position=position))
+        items = result.items if isinstance(result, types.CompletionList) else (result or [])
+        return bool(items)
+
+    async def stop(self) -> None:
+        try:
+            await asyncio.wait_for(self.client.shutdown_async(None), 10)
+            self.client.exit(None)
+            await asyncio.wait_for(self.client.stop(), 10)
+        except Exception:  # noqa: BLE001 - a wedged server is killed; the figures are printed anyway
+            if self.client._server is not None and self.client._server.returncode is None:
+                self.client._server.kill()
+        if self._drain is not None:
+            self._drain.cancel()
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.readline():
+        pass
+
+
+async def measure(server: Server, uri: str, line: int, column: int, tally: Tally | None, timeout: float) -> None:
+    started = time.perf_counter()
+    try:
+        non_empty = await asyncio.wait_for(server.request(uri, line, column), timeout)
+    except asyncio.TimeoutError:
+        if tally is not None:
+            tally.requests += 1
+            tally.timeouts += 1
+        return
+    except Exception as error:  # noqa: BLE001 - an error answer counts; the run goes on
+        if tally is not None:
+            tally.requests += 1
+            tally.errors += 1
+            print(f"  {server.name} error: {error}", file=sys.stderr)
+        return
+    if tally is not None:
+        tally.requests += 1
+        tally.seconds.append(time.perf_counter() - started)
+        tally.non_empty += int(non_empty)
+
+
+async def main(args: argparse.Namespace) -> int:
+    logging.getLogger("pygls").setLevel(logging.CRITICAL)  # late answers to timed-out requests are expected
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
+    options: dict[str, Any] = json.loads(args.settings) if args.settings else {}
+    if args.model:
+        options.setdefault("model", {})["path"] = args.model
+    root = Path(tempfile.mkdtemp(prefix="lsp-latency-"))  # a workspace holding copies of the files
+    ours = Server("glm5-lsp", [sys.executable, "-m", "glm5_lsp.cli", "serve"], env, options)
+    jedi_command = [sys.executable, "-c", "from jedi_language_server.cli import cli; cli()"]
+    jedi = Server("jedi-language-server", jedi_command, env, None)
+    tallies = {ours.name: Tally(), jedi.name: Tally()}
+    rng = random.Random(args.seed)
+    print(f"files: {', '.join(args.files)} (stdlib {STDLIB}); {args.positions} positions each; "
+          f"timeout {args.timeout}s; model: {args.model or 'default'}; settings: {args.settings or 'defaults'}; "
+          f"OMP threads for glm5-lsp: {args.threads}")
+    await ours.start(root)
+    await jedi.start(root)
+    try:
+        if not await _model_ready(ours, args.load_timeout):
+            print("glm5-lsp did not load its model (is there a default model? pass --model PATH)")
+            return 2
+        for name in args.files:
+            text = (STDLIB / name).read_text(encoding="utf-8")
+            path = root / name.replace("/", "_")
+            path.write_text(text, encoding="utf-8")
+            uri = path.as_uri()
+            cases = cursor_cases(text, args.positions + args.warmup, rng)
+            print(f"  {name}: {text.count(chr(10)) + 1} lines")
+            for server in (ours, jedi):
+                server.open(uri, text)
+            for index, (document, line, column) in enumerate(cases):
+                for server in (ours, jedi):
+                    server.replace(uri, document)
+                    tally = tallies[server.name] if index >= args.warmup else None
+                    await measure(server, uri, line, column, tally, args.timeout)
+    finally:
+        await ours.stop()
+        await jedi.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print()
+    print(f"{'server':<22} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'errors':>7} {'timeouts':>9} "
+          f"{'non-empty':>10} {'requests':>9}")
+    for name, tally in tallies.items():
+        print(tally.row(name))
+    ratio = tallies[ours.name].p50() / tallies[jedi.name].p50()
+    print(f"\nglm5-lsp p50 / jedi-language-server p50 = {ratio:.2f}")
+    return 0
+
+
+async def _model_ready(server: Server, seconds: float) -> bool:
+    """Wait for glm5-lsp's background model load (its "model ready" log line, or an error message)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if any("model ready" in message for message in server.logs):
+            return True
+        if server.errors:
+            print(f"glm5-lsp: {server.errors[-1]}")
+            return False
+        await asyncio.sleep(0.2)
+    return False
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="checkpoint folder (default: the embedded default model)")
+    parser.add_argument("--files", nargs="+", default=list(FILES), help="standard-library files, relative to it")
+    parser.add_argument("--positions", type=int, default=20, help="measured positions per file")
+    parser.add_argument("--warmup", type=int, default=3, help="unmeasured requests per file and server")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds before a request counts as timed out")
+    parser.add_argument("--load-timeout", type=float, default=300.0, help="seconds to wait for the model to load")
+    parser.add_argument("--threads", type=int, default=2, help="OMP threads for glm5-lsp's torch")
+    parser.add_argument("--settings", default="", help='glm5-lsp initializationOptions as JSON, e.g. \'{"repair": {"monitor": false}}\'')
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))

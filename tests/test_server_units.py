@@ -1,0 +1,144 @@
+"""The server's pure parts: post-processing, the single/multi-line policy, empty bodies, LSP
+conversions, the cache and supersession. Cases live in ``tests/data/server/*_cases.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lsprotocol import types
+
+from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.server import convert
+from glm5_lsp.server.cache import LRUCache
+from glm5_lsp.server.checks import check_edit, diff_region
+from glm5_lsp.server.jobs import Supersession
+from glm5_lsp.server.postprocess import clean_completion, indent_unit
+from glm5_lsp.server.syntax import empty_bodies, wants_multiline
+
+DATA = Path(__file__).resolve().parent / "data" / "server"
+CURSOR = "‸"
+
+
+def _cases(name: str) -> list[dict[str, Any]]:
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("case", _cases("postprocess_cases.json"), ids=lambda c: c["why"])
+def test_clean_completion(case: dict[str, Any]) -> None:
+    got = clean_completion(case["completion"], case["prefix"], case["suffix"], multiline=case["multiline"],
+                           unit=case.get("unit", "    "))
+    assert got == case["expected"]
+
+
+@pytest.mark.parametrize("case", _cases("multiline_cases.json"), ids=lambda c: c["why"])
+def test_wants_multiline(case: dict[str, Any]) -> None:
+    marked = case["text"]
+    offset = marked.index(CURSOR)
+    assert wants_multiline(marked.replace(CURSOR, ""), offset, case["language"]) is case["multiline"]
+
+
+@pytest.mark.parametrize(
+    "text, unit",
+    [("def f():\n    return 1\n", "    "), ("def f():\n  if x:\n    y\n", "  "), ("def f():\n\treturn 1\n", "\t"),
+     ("x = 1\n", "    ")],
+)
+def test_indent_unit(text: str, unit: str) -> None:
+    assert indent_unit(text) == unit
+
+
+def test_empty_bodies_python() -> None:
+    text = (
+        'def documented(x):\n    """Docs."""\n    ...\n\n'
+        "def placeholder():\n    pass\n\n"
+        "def real():\n    return 1\n\n"
+        "class C:\n    def method(self):\n        pass  # todo\n"
+    )
+    found = {body.name: text[body.start:body.end] for body in empty_bodies(text, "python")}
+    assert found == {"documented": "...", "placeholder": "pass", "method": "pass"}
+
+
+@pytest.mark.parametrize(
+    "language, text, name",
+    [("javascript", "function f(a) {\n}\nfunction g() { return 1 }\n", "f"),
+     ("go", "package m\n\nfunc Add(a int) int {\n}\n", "Add"),
+     ("rust", "fn add(a: i32) -> i32 {}\nfn one() -> i32 { 1 }\n", "add"),
+     ("c", "int main(void) {}\n", "main")],
+)
+def test_empty_bodies_in_brace_languages(language: str, text: str, name: str) -> None:
+    [body] = empty_bodies(text, language)
+    assert body.name == name and text[body.start - 1] == "{" and text[body.end] == "}"
+
+
+def test_unknown_language_has_no_syntax() -> None:
+    assert empty_bodies("def f():\n    pass\n", "plaintext") == []
+    assert wants_multiline("x = 1\n", 4, "plaintext") is False
+
+
+@pytest.mark.parametrize("encoding, units", [("utf-16", 6), ("utf-8", 9), ("utf-32", 5)])
+def test_positions_count_the_negotiated_units(encoding: str, units: int) -> None:
+    text = "a😀b é\nnext"  # 😀 is 2 UTF-16 units and 4 UTF-8 bytes; é is 2 UTF-8 bytes
+    end_of_line = 5  # characters: a, 😀, b, space, é
+    assert convert.lsp_position(text, end_of_line, encoding) == types.Position(line=0, character=units)
+    assert convert.lsp_offset(text, types.Position(line=0, character=units), encoding) == end_of_line
+    assert convert.lsp_offset(text, types.Position(line=1, character=4), encoding) == len(text)
+
+
+def test_positions_past_the_end_are_none() -> None:
+    text = "ab\ncd"
+    assert convert.lsp_offset(text, types.Position(line=2, character=0)) is None
+    assert convert.lsp_offset(text, types.Position(line=0, character=3)) is None
+    assert convert.lsp_offset(text, types.Position(line=1, character=2)) == 5
+
+
+def test_diagnostics_round_trip_through_lsp() -> None:
+    text = "x = 'é'\nprint(y)\n"
+    ours = Diagnostic(line=1, col=6, end_line=1, end_col=7, message="undefined name 'y'", severity="warning",
+                      source="pyflakes", code="F821")
+    lsp = convert.lsp_diagnostic(text, ours)
+    assert lsp.range == types.Range(start=types.Position(1, 6), end=types.Position(1, 7))
+    assert lsp.severity == types.DiagnosticSeverity.Warning and lsp.source == "glm5-lsp (pyflakes)"
+    back = convert.diagnostic_from_lsp(text, lsp)
+    assert (back.line, back.col, back.end_line, back.end_col, back.message) == (1, 6, 1, 7, ours.message)
+
+
+def test_diff_region_and_edit() -> None:
+    old, new = "def f(:\n    pass\n", "def f():\n    pass\n"
+    start, end, inserted = diff_region(old, new)
+    assert (start, end, inserted) == (6, 6, ")")
+    edit = convert.lsp_text_edit(old, start, end, inserted)
+    assert edit.range.start == types.Position(0, 6) and edit.new_text == ")"
+
+
+def test_check_edit_rejects_a_fix_that_breaks_more() -> None:
+    broken = "def f(:\n    return 1\n"
+    good = check_edit(broken, 6, 6, ")", path="f.py", language="python", must_reduce_errors=True)
+    assert good.ok and good.errors_after == 0
+    worse = check_edit(broken, 0, 3, "del", path="f.py", language="python", must_reduce_errors=True)
+    assert not worse.ok and worse.reason()
+
+
+def test_lru_cache() -> None:
+    cache: LRUCache[str] = LRUCache(2)
+    cache.put("a", "1")
+    cache.put("b", "2")
+    assert cache.get("a") == "1"
+    cache.put("c", "3")  # evicts b, the least recently used
+    assert cache.get("b") is None and cache.get("a") == "1" and cache.get("c") == "3"
+    cache.resize(0)
+    cache.put("d", "4")
+    assert len(cache) == 0
+
+
+def test_supersession_cancels_only_the_same_key() -> None:
+    jobs = Supersession()
+    first = jobs.begin(("doc", "inline"))
+    other = jobs.begin(("other", "inline"))
+    second = jobs.begin(("doc", "inline"))
+    assert first.cancelled and first.reason == "superseded"
+    assert not other.cancelled and not second.cancelled
+    jobs.finish(("doc", "inline"), second)
+    jobs.cancel_all("shutdown")
+    assert other.cancelled and other.reason == "shutdown" and not second.cancelled
