@@ -133,3 +133,12 @@ def test_best_chunk_is_cut_to_fit_rather_than_dropped(index):
     chunks = index.top(query, 110, count)
     assert chunks[0].title == best.title and chunks[0].text.endswith(" ...")
     assert sum(count(c.render()) + 1 for c in chunks) <= 110
+
+
+def test_usage_prior_breaks_ties_toward_the_api_the_workspace_calls(index):
+    query = build_query("import os\np = os.path.", 22, {"os": "os"})
+    index.set_usage({"os.path.realpath": 50})
+    try:
+        assert index.search(query, 1)[0][0].name == "realpath"
+    finally:
+        index.set_usage({})

@@ -148,3 +148,9 @@ def test_jedi_reports_where_an_import_is_defined(table):
     resolved = table.resolver.resolve("json.dumps")
     assert resolved.module_path.endswith("json/__init__.py") and resolved.line > 0
     assert resolved.render().startswith("def json.dumps(obj")
+
+
+def test_api_usage_resolves_dotted_calls_through_imports(table, workspace):
+    usage = table.api_usage()
+    assert usage["re.match"] == 1 and usage["json.dumps"] == 1 and usage["os.path.basename"] == 1
+    assert "re.match" not in table.api_usage(exclude=str(workspace / "pkg" / "shapes.py"))

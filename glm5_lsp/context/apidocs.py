@@ -4,6 +4,8 @@ Sources are kept separately (``package:<module>``, ``doc:<relative path>``), eac
 under a key that changes when its files change, so updating one source re-reads only that source.
 The BM25 matrix over all chunks is rebuilt lazily on the next query after a change and saved with a
 fingerprint of the source set, so a restart on an unchanged workspace loads it instead of rebuilding.
+Scores are multiplied by a usage prior, ``1 + USAGE_PRIOR * log1p(calls)``, where ``calls`` counts
+how often the workspace calls that API (what the workspace uses most is most likely wanted again).
 :meth:`ApiDocIndex.top` returns only the best chunks that fit a token budget.
 """
 
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 SOURCES_VERSION = 3  # bump when chunk extraction or chunk tokens change (invalidates caches)
 W_TITLE = 3  # title tokens are repeated so a symbol's own name outranks a mention in prose
+USAGE_PRIOR = 0.5  # score *= 1 + USAGE_PRIOR * log1p(calls of the API in the workspace)
 
 
 @dataclass
@@ -83,6 +86,9 @@ class ApiDocIndex:
         self._retriever: bm25s.BM25 | None = None
         self._dirty = True
         self._lock = threading.RLock()
+        self._usage: dict[str, int] = {}
+        self._weights = None  # per-chunk usage prior, aligned with self._chunks
+        self._weights_for: list[Chunk] | None = None
 
     # -- sources ----------------------------------------------------------------------------
     def add_package(self, module: str) -> int:
@@ -231,12 +237,30 @@ class ApiDocIndex:
         import numpy as np
 
         scores = retriever.get_scores(ids)
+        if self._usage:
+            scores = scores * self._usage_weights()
         if not packages:
             scores = scores * self._doc_mask()
         k = min(k, len(scores))
         best = np.argpartition(-scores, k - 1)[:k]
         best = best[np.argsort(-scores[best], kind="stable")]
         return [(self._chunks[i], float(scores[i])) for i in best if scores[i] > 0]
+
+    def set_usage(self, calls: dict[str, int]) -> None:
+        """Workspace call counts of APIs (``SymbolTable.api_usage``): more-called APIs rank higher."""
+        self._usage = dict(calls)
+        self._weights_for = None
+
+    def _usage_weights(self):
+        import numpy as np
+
+        if self._weights_for is not self._chunks:
+            usage = self._usage
+            counts = np.array([usage.get(f"{c.module}.{c.owner}.{c.name}" if c.owner else f"{c.module}.{c.name}", 0)
+                               for c in self._chunks], dtype=np.float32)
+            self._weights = (1.0 + USAGE_PRIOR * np.log1p(counts)).astype(np.float32)
+            self._weights_for = self._chunks
+        return self._weights
 
     def _doc_mask(self):
         import numpy as np

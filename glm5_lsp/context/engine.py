@@ -102,6 +102,7 @@ class ContextEngine:
         stats = self.symbols.index_workspace((lambda p: progress(str(p))) if progress else None)
         modules = installed_imports(self._imported_modules()) if packages else []
         api = self.apidocs.index_workspace(modules, progress)
+        self.apidocs.set_usage(self.symbols.api_usage())
         return stats, api
 
     def reindex(self, root: str | os.PathLike[str] | None = None) -> int:

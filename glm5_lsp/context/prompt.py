@@ -232,7 +232,7 @@ def _api_lines(doc, offset, symbols, apidocs, budget, count, marker) -> list[str
     if summary is not None:
         for imp in summary.imports:
             if imp.bound:
-                aliases[imp.bound] = imp.target
+                aliases[imp.bound] = imp.binds_to
             modules.append(imp.module)
     query = build_query(doc.text, offset, aliases, modules)
     # Installed-package chunks are Python APIs: other languages get only the workspace's docs.

@@ -74,6 +74,14 @@ class ImportInfo:
         return module.split(".")[0] if "/" not in module else module.rsplit("/", 1)[-1]
 
     @property
+    def binds_to(self) -> str:
+        """The dotted name the bound name refers to: ``import os.path`` binds ``os`` to ``os``."""
+        target = self.target
+        if not self.alias and not self.name and "." in target and "/" not in self.module:
+            return target.split(".")[0]
+        return target
+
+    @property
     def target(self) -> str:
         """The dotted name the binding refers to (``os.path``, ``json.dumps``)."""
         module = self.module.strip("\"'<>").replace("::", ".")

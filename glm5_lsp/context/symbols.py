@@ -216,7 +216,7 @@ class SymbolTable:
                 return nested
             for imp in summary.imports:
                 if imp.bound == name:
-                    return self._import_symbol(imp.target, name, summary.path, imp.line)
+                    return self._import_symbol(imp.binds_to, name, summary.path, imp.line)
         by_path = self._top.get(name)
         if by_path:
             if path is not None:
@@ -388,6 +388,19 @@ class SymbolTable:
         found.sort()
         return [lines for _, _, lines in found[:limit]]
 
+    def api_usage(self, exclude: str | None = None) -> dict[str, int]:
+        """How often each imported API is called across the workspace (``{"os.path.join": 12}``).
+
+        Dotted callees counted by the references query are resolved through each file's imports;
+        ``exclude`` leaves one file out.
+        """
+        counts: dict[str, int] = {}
+        for summary in self.files.values():
+            if summary.path != exclude:
+                for target, n in file_api_usage(summary).items():
+                    counts[target] = counts.get(target, 0) + n
+        return counts
+
     def warm(self, path: str, limit: int = 64) -> int:
         """Resolve a Python file's imports with jedi (slow; call it off the keystroke path)."""
         summary = self.files.get(path)
@@ -402,6 +415,20 @@ class SymbolTable:
 
     def summaries(self) -> Iterable[FileSummary]:
         return self.files.values()
+
+
+def file_api_usage(summary: FileSummary) -> dict[str, int]:
+    """One Python file's calls of imported APIs, by resolved dotted name (``{"re.compile": 2}``)."""
+    if summary.language != "python":
+        return {}
+    aliases = {imp.bound: imp.binds_to for imp in summary.imports if imp.bound}
+    counts: dict[str, int] = {}
+    for key, n in summary.usage.items():
+        head, dot, rest = key.partition(".")
+        if dot and head in aliases:
+            target = f"{aliases[head]}.{rest}"
+            counts[target] = counts.get(target, 0) + n
+    return counts
 
 
 @dataclass

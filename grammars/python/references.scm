@@ -4,3 +4,4 @@
 (argument_list (identifier) @reference)
 (return_statement (identifier) @reference)
 (assignment right: (identifier) @reference)
+(call function: (attribute) @reference.call)
