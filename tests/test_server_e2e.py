@@ -310,6 +310,19 @@ async def test_the_clients_diagnostics_are_fixed_too(client: LanguageClient) -> 
     assert not [a for a in clean or [] if isinstance(a, types.CodeAction) and a.title == "Fix with GLM-5"]
 
 
+async def test_a_performance_hint_is_published_and_fixed(client: LanguageClient) -> None:
+    text, cursor = load_doc("concat.py")
+    uri = open_doc(client, "concat.py")
+    await wait_until(lambda: uri in client.diagnostics, 10)
+    [hint] = [d for d in client.diagnostics[uri] if d.source == "glm5-lsp (perf)"]
+    assert hint.severity == types.DiagnosticSeverity.Information and hint.code == "string-concat-in-loop"
+    actions = await client.text_document_code_action_async(action_params(uri, cursor, cursor, [hint]))
+    [fix] = [a for a in actions or [] if isinstance(a, types.CodeAction) and a.title == "Fix with GLM-5"]
+    resolved = await client.code_action_resolve_async(fix)
+    assert resolved.edit is not None and resolved.edit.changes is not None
+    assert apply(text, list(resolved.edit.changes[uri])) == "def concat(words):\n    return ''.join(words)\n"
+
+
 async def test_generate_body_replaces_pass(client: LanguageClient) -> None:
     text, _ = load_doc("double.py")
     uri = open_doc(client, "double.py")

@@ -13,7 +13,7 @@ from lsprotocol import types
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.server import convert
 from glm5_lsp.server.cache import LRUCache
-from glm5_lsp.server.checks import check_edit, diff_region
+from glm5_lsp.server.checks import check_edit, diagnose, diff_region
 from glm5_lsp.server.jobs import Supersession
 from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.syntax import empty_bodies, wants_multiline
@@ -112,12 +112,28 @@ def test_diff_region_and_edit() -> None:
     assert edit.range.start == types.Position(0, 6) and edit.new_text == ")"
 
 
-def test_check_edit_rejects_a_fix_that_breaks_more() -> None:
+def test_check_edit_wants_the_targets_gone_and_nothing_new() -> None:
     broken = "def f(:\n    return 1\n"
-    good = check_edit(broken, 6, 6, ")", path="f.py", language="python", must_reduce_errors=True)
-    assert good.ok and good.errors_after == 0
-    worse = check_edit(broken, 0, 3, "del", path="f.py", language="python", must_reduce_errors=True)
-    assert not worse.ok and worse.reason()
+    [target, *_] = [d for d in diagnose(broken, "f.py", "python") if d.source == "compile"]
+    assert check_edit(broken, 6, 6, ")", path="f.py", language="python", targets=[target]).ok
+    unchanged = check_edit(broken, 6, 6, "", path="f.py", language="python", targets=[target])
+    assert not unchanged.ok and "does not fix" in unchanged.reason()
+    worse = check_edit("x = 1\n", 0, 1, "print(y)\nx", path="f.py", language="python")
+    assert not worse.ok and "would add" in worse.reason()
+    foreign = Diagnostic(line=0, col=0, end_line=0, end_col=1, message="style", source="pylint")
+    assert check_edit("x = 1\n", 4, 5, "2", path="f.py", language="python", targets=[foreign]).ok
+
+
+def test_performance_hints_are_our_diagnostics_and_a_fix_must_remove_them() -> None:
+    code = "def f(words):\n    s = ''\n    for w in words:\n        s += w\n    return s\n"
+    [hint] = [d for d in diagnose(code, "f.py", "python") if d.source == "perf"]
+    assert hint.severity == "info" and hint.code == "string-concat-in-loop" and "join" in hint.message
+    joined = "def f(words):\n    return ''.join(words)\n"
+    start, end, text = diff_region(code, joined)
+    assert check_edit(code, start, end, text, path="f.py", language="python", targets=[hint]).ok
+    renamed = code.replace("w in words:\n        s += w", "word in words:\n        s += word")
+    start, end, text = diff_region(code, renamed)
+    assert check_edit(code, start, end, text, path="f.py", language="python", targets=[hint]).ok is False
 
 
 def test_lru_cache() -> None:

@@ -8,6 +8,8 @@ that touches a position takes that ``encoding``. Nothing outside ``glm5_lsp.serv
 
 from __future__ import annotations
 
+import re
+
 from lsprotocol import types
 
 from glm5_lsp.repair.diagnostics import Diagnostic
@@ -125,9 +127,18 @@ def diagnostic_from_lsp(text: str, diagnostic: types.Diagnostic, encoding: str =
         end_col=end_pos[1],
         message=diagnostic.message,
         severity=_SEVERITY_FROM_LSP.get(diagnostic.severity or types.DiagnosticSeverity.Error, "error"),
-        source=diagnostic.source or "client",
+        source=_provider_of(diagnostic.source),
         code=str(diagnostic.code) if diagnostic.code is not None else "",
     )
+
+
+def _provider_of(source: str | None) -> str:
+    """``"glm5-lsp (pyflakes)"`` -> ``"pyflakes"`` (our own, as :func:`lsp_diagnostic` named it); others kept."""
+    match = _OUR_SOURCE.fullmatch(source or "")
+    return match.group(1) if match else (source or "client")
+
+
+_OUR_SOURCE = re.compile(r"glm5-lsp \((.+)\)")
 
 
 def _line_col(text: str, offset: int) -> tuple[int, int]:

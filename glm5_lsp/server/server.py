@@ -298,7 +298,7 @@ class Glm5Server(LanguageServer):
             progress.report("checking the fix", 80)
             start, end, text = diff_region(target.text, result.text)
             verdict = await asyncio.to_thread(check_edit, target.text, start, end, text, path=target.path,
-                                              language=target.language, must_reduce_errors=True)
+                                              language=target.language, targets=diagnostics)
         finally:
             self.supersession.finish((target.uri, "fix"), token)
         if not verdict.ok:
@@ -333,7 +333,7 @@ class Glm5Server(LanguageServer):
         if not body.strip():
             return action
         verdict = await asyncio.to_thread(check_edit, target.text, start, end, body, path=target.path,
-                                          language=target.language, must_reduce_errors=False)
+                                          language=target.language)
         if not verdict.ok:
             self.window_show_message(types.ShowMessageParams(
                 type=types.MessageType.Info, message=f"GLM-5 found no body to offer: {verdict.reason()}"))
@@ -485,7 +485,7 @@ def build_server() -> Glm5Server:
         data = {"uri": target.uri, "version": target.version}
         if wanted is None or types.CodeActionKind.QuickFix in wanted:
             own = await asyncio.to_thread(diagnose, target.text, target.path, target.language)
-            ours = [convert.lsp_diagnostic(target.text, d, ls.encoding) for d in own if d.severity == "error"]
+            ours = [convert.lsp_diagnostic(target.text, d, ls.encoding) for d in own]
             relevant = [d for d in list(params.context.diagnostics) + ours
                         if convert.lsp_ranges_overlap(d.range, params.range)]
             if relevant:
@@ -568,7 +568,12 @@ def build_server() -> Glm5Server:
         target = ls.locate(str(options.get("uri", "")), None)
         if target is None:
             return {"applied": False, "reason": "unknown document"}
-        action = types.CodeAction(title=FIX_TITLE, diagnostics=[])
+        errors = [d for d in await asyncio.to_thread(diagnose, target.text, target.path, target.language)
+                  if d.severity == "error"]
+        if not errors:
+            return {"applied": False, "reason": "no errors to fix"}
+        action = types.CodeAction(title=FIX_TITLE, diagnostics=[
+            convert.lsp_diagnostic(target.text, d, ls.encoding) for d in errors])
         resolved = await ls.resolve_fix(action, target)
         if resolved.edit is None:
             return {"applied": False, "reason": "no fix that checks out"}

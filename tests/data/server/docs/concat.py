@@ -1,0 +1,5 @@
+def concat(words):
+    text = ''
+    for word in words:
+        ‸text += word
+    return text
