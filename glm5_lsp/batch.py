@@ -192,11 +192,19 @@ _process_state: dict[str, Any] = {}
 def _init_process(pipeline_factory: Callable[[], Pipeline], torch_threads: int | None, parent: int) -> None:
     _exit_with_parent(parent)
     _process_state["factory"] = pipeline_factory
-    _process_state["holder"] = {}
+    _process_state["holder"] = holder = {}
     if torch_threads is not None:
         import torch
 
         torch.set_num_threads(torch_threads)
+    try:  # load the model now, in every worker at once; a failure is reported by each task instead
+        holder["pipeline"] = pipeline = pipeline_factory()
+        load = getattr(pipeline.backend, "load", None)
+        if load is not None:
+            load()
+    except Exception:
+        log.warning("worker %d could not prepare its pipeline", os.getpid(), exc_info=True)
+        holder.clear()
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -356,6 +364,12 @@ def make_pipeline_factory(args: argparse.Namespace) -> PipelineFactory:
 def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
         print(f"glm5-lsp batch: no such file: {args.input}", file=sys.stderr)
+        return 2
+    if args.backend != "local" and not args.base_url:
+        print("glm5-lsp batch: --backend openai needs --base-url (e.g. http://127.0.0.1:8000)", file=sys.stderr)
+        return 2
+    if args.workers < 1:
+        print("glm5-lsp batch: --workers must be at least 1", file=sys.stderr)
         return 2
     threads = max(1, (os.cpu_count() or 1) // max(1, args.workers))
     summary = run_batch(args.input, args.output, make_pipeline_factory(args), workers=args.workers,

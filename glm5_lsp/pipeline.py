@@ -62,11 +62,17 @@ class PipelineSettings:
 
 @dataclass
 class PipelineResult:
-    """What a front end gets back: the text plus how it was checked and what it cost."""
+    """What a front end gets back: the text plus how it was checked and what it cost.
+
+    ``text`` is what to insert at the cursor (complete), the body after a code prompt or the whole
+    code for an instruction (generate), or the whole fixed code (fix); it is empty when no candidate
+    passed the checks and ``settings.repair.return_unclean`` is off.
+    """
 
     text: str
-    clean: bool  # True when the text adds no diagnostic to the document
-    diagnostics_before: list[dict[str, Any]] = field(default_factory=list)
+    clean: bool  # True when the text adds no blocking diagnostic to the document
+    diagnostics_before: list[dict[str, Any]] = field(default_factory=list)  # the document's own
+    # complete/generate: what the text introduces; fix: everything the returned code still has
     diagnostics_after: list[dict[str, Any]] = field(default_factory=list)
     rounds: int = 1
     prompt_tokens: int = 0

@@ -114,3 +114,53 @@ def test_serve_model_serves_the_runtime_to_both_clients(backend: LocalBackend) -
         fim = Prompt(CODE[:30], CODE[30:])
         over_http = http.complete(CompletionRequest(fim, max_tokens=6, on_text=pieces.append))
         assert over_http.text == backend.complete(CompletionRequest(fim, max_tokens=6)).text == "".join(pieces)
+
+
+@pytest.mark.slow
+def test_serve_model_command_starts_checks_the_key_and_stops(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """``glm5-lsp serve-model`` as a subprocess on a free loopback port, stopped by the test."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "SERVE_KEY": "k-123"}
+    command = [sys.executable, "-m", "glm5_lsp.cli", "serve-model", "--model", str(tiny_checkpoint),
+               "--port", str(port), "--api-key-env", "SERVE_KEY", "--model-name", "tiny"]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                answer = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer k-123"}, timeout=2)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+                assert time.monotonic() < deadline, "serve-model did not start"
+                time.sleep(0.2)
+        assert answer.json()["data"][0]["id"] == "tiny"
+        assert httpx.get(url + "/v1/models", timeout=5).status_code == 401
+        client = openai.OpenAI(base_url=url + "/v1", api_key="k-123", max_retries=0)
+        assert client.completions.create(model="tiny", prompt="def f():", max_tokens=3).usage.completion_tokens == 3
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def test_serve_model_refuses_to_start_without_its_key(tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from glm5_lsp.cli import main
+
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    assert main(["serve-model", "--model", str(tiny_checkpoint), "--api-key-env", "NO_SUCH_KEY_VAR"]) == 2

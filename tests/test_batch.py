@@ -182,3 +182,14 @@ def test_cli_runs_every_kind_on_a_real_checkpoint(tiny_checkpoint: Path, tmp_pat
         assert record["error"] is None and record["rounds"] == 1 and record["prompt_tokens"] > 0, record
         assert "<|" not in record["text"]
     assert records["f1"]["diagnostics_before"]  # the broken input's syntax error was found
+
+
+def test_cli_rejects_incomplete_options(tmp_path: Path) -> None:
+    from glm5_lsp.cli import main
+
+    tasks = tmp_path / "tasks.jsonl"
+    _write_tasks(tasks, 1)
+    out = tmp_path / "out.jsonl"
+    assert main(["batch", str(tasks), "-o", str(out), "--backend", "openai"]) == 2
+    assert main(["batch", str(tasks), "-o", str(out), "--workers", "0"]) == 2
+    assert not out.exists()

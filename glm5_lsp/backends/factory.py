@@ -43,9 +43,11 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def backend_from_args(args: argparse.Namespace) -> Backend:
-    """The backend described by :func:`add_backend_arguments`' options."""
+    """The backend described by :func:`add_backend_arguments`' options (``ValueError`` if incomplete)."""
     if args.backend == "local":
         return create_backend("local", model_path=args.model, device=args.device)
+    if not args.base_url:
+        raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000)")
     return create_backend(
         "openai", base_url=args.base_url, model=args.model or "glm-5", api_key_env=args.api_key_env, chat=args.chat,
     )

@@ -69,11 +69,11 @@ def run(args: argparse.Namespace) -> int:
     settings = PipelineSettings(multiline_max_tokens=args.max_tokens, temperature=temperature)
     settings.repair.max_rounds = max(1, args.repair_rounds)
     settings.repair.return_unclean = True  # an unclean candidate may still pass its tests
-    backend = backend_from_args(args)
     try:
+        backend = backend_from_args(args)
         if hasattr(backend, "load"):
             backend.load()
-    except BackendError as error:
+    except (BackendError, ValueError) as error:
         print(f"glm5-lsp eval: {error}", file=sys.stderr)
         return 2
     limits = SandboxLimits(timeout_s=args.timeout, memory_mb=args.memory_mb)

@@ -1,0 +1,114 @@
+"""Batch throughput: tasks per minute with 1 and 2 workers, side by side in one run.
+
+The tasks come from this project's own source (no benchmark data): for each of the first N
+functions in ``glm5_lsp/``, a ``complete`` task (cursor at the start of the body's second line),
+a ``generate`` task (the signature plus docstring, or the signature alone) and a ``fix`` task (the
+function with its first ``:`` removed, a syntax error), in that rotation. Both runs use the same
+tasks, a fresh output file, the full pipeline (context engine, repair loop) and ``glm5-lsp batch``'s
+worker processes (one model copy each); torch gets ``cores // workers`` threads per worker, so both
+runs use the whole machine. Times are wall-clock, worker start-up and model loading included,
+after an untimed warm-up batch (jedi's and the OS's caches would otherwise favour the second run).
+
+    python benchmarks/batch.py                       # the embedded default model
+    python benchmarks/batch.py --model PATH --tasks 12 --max-tokens 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from glm5_lsp.batch import PipelineFactory, run_batch
+from glm5_lsp.pipeline import PipelineSettings
+
+
+def project_tasks(count: int) -> list[dict[str, object]]:
+    """``count`` tasks cut from the project's own functions (complete, generate, fix in turn)."""
+    tasks: list[dict[str, object]] = []
+    for path in sorted((ROOT / "glm5_lsp").rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines(keepends=True)
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.FunctionDef) or len(node.body) < 2 or node.end_lineno is None:
+                continue
+            function = "".join(lines[node.lineno - 1:node.end_lineno])
+            if node.decorator_list or not function.startswith("def "):
+                continue  # top-level plain functions only, so the code stands alone
+            body_line = node.body[1].lineno - node.lineno
+            head = "".join(function.splitlines(keepends=True)[:body_line])
+            kind = ("complete", "generate", "fix")[len(tasks) % 3]
+            task_id = f"{path.relative_to(ROOT)}:{node.name}"
+            if kind == "complete":
+                tasks.append({"id": task_id, "kind": kind, "prefix": head, "suffix": function[len(head):],
+                              "path": str(path.relative_to(ROOT))})
+            elif kind == "generate":
+                docstring = ast.get_docstring(node)
+                signature = function.split(":\n", 1)[0] + ":\n"
+                prompt = signature + (f'    """{docstring.splitlines()[0]}"""\n' if docstring else "")
+                tasks.append({"id": task_id, "kind": kind, "prompt": prompt})
+            else:
+                tasks.append({"id": task_id, "kind": kind, "code": function.replace(":\n", "\n", 1)})
+            if len(tasks) == count:
+                return tasks
+    return tasks
+
+
+def run(tasks_file: Path, model: Path, workers: int, max_tokens: int) -> tuple[float, int, int]:
+    """Wall seconds for the whole batch (worker start-up and model loading included), tasks done, errors."""
+    settings = PipelineSettings(multiline_max_tokens=max_tokens, max_tokens=min(max_tokens, 64))
+    settings.repair.return_unclean = True
+    factory = PipelineFactory("local", {"model_path": model}, settings)
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        summary = run_batch(tasks_file, Path(folder) / "out.jsonl", factory, workers=workers, progress=False,
+                            processes=True, torch_threads=threads)
+        seconds = time.perf_counter() - started
+    return seconds, summary.done, summary.errors
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="checkpoint folder (default: the embedded model)")
+    parser.add_argument("--tasks", type=int, default=12)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    args = parser.parse_args()
+    if args.model is None:
+        from glm5_lsp.model import default_model_path
+
+        try:
+            args.model = default_model_path()
+        except FileNotFoundError as error:
+            print(f"benchmarks/batch.py: {error}; pass --model PATH", file=sys.stderr)
+            return 2
+    os.environ.setdefault("GLM5_LSP_CACHE_DIR", tempfile.mkdtemp(prefix="glm5-bench-cache-"))
+    tasks = project_tasks(args.tasks)
+    with tempfile.TemporaryDirectory() as folder:
+        tasks_file = Path(folder) / "tasks.jsonl"
+        tasks_file.write_text("".join(json.dumps(task) + "\n" for task in tasks), encoding="utf-8")
+        warm = Path(folder) / "warm.jsonl"  # untimed: fills jedi's and the OS's caches for both runs alike
+        warm.write_text("".join(json.dumps(task) + "\n" for task in tasks[:3]), encoding="utf-8")
+        run(warm, args.model, 1, args.max_tokens)
+        results = {workers: run(tasks_file, args.model, workers, args.max_tokens) for workers in (1, 2)}
+    print(f"model: {args.model}; {len(tasks)} tasks (complete/generate/fix from glm5_lsp's own functions); "
+          f"max_tokens {args.max_tokens}; {os.cpu_count()} cores")
+    print("| workers | seconds | tasks/minute | errors |")
+    print("| --- | --- | --- | --- |")
+    for workers, (seconds, done, errors) in results.items():
+        print(f"| {workers} | {seconds:.1f} | {60 * done / seconds:.1f} | {errors} |")
+    (one, done_one, _), (two, done_two, _) = results[1], results[2]
+    print(f"2 workers / 1 worker throughput: {(done_two / two) / (done_one / one):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
