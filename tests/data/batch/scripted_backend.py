@@ -65,7 +65,7 @@ class ScriptedPipelineFactory:
     def __init__(self, delay: float) -> None:
         self.delay = delay
 
-    def __call__(self) -> "Pipeline":
+    def __call__(self) -> Pipeline:
         from glm5_lsp.pipeline import Pipeline
 
         return Pipeline(ScriptedBackend(echo_answer, delay=self.delay))
