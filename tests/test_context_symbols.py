@@ -154,3 +154,21 @@ def test_api_usage_resolves_dotted_calls_through_imports(table, workspace):
     usage = table.api_usage()
     assert usage["re.match"] == 1 and usage["json.dumps"] == 1 and usage["os.path.basename"] == 1
     assert "re.match" not in table.api_usage(exclude=str(workspace / "pkg" / "shapes.py"))
+
+
+def test_queries_refresh_a_stale_summary(workspace, tmp_path, monkeypatch):
+    from glm5_lsp.context import summary as summary_module
+
+    monkeypatch.setattr(summary_module, "MAX_REGION_BYTES", 16)  # every restructuring edit goes stale
+    engine = ContextEngine(workspace, cache_dir=tmp_path / "cache")
+    path = str(workspace / "pkg" / "shapes.py")
+    text = Path(path).read_text()
+    engine.open_document(path, text)
+    # Half-typed code at column 0 inside a class body restructures what follows it.
+    engine.update_document(path, [Edit(16, 0, 16, 0, "x = (\n")])
+    stale = engine.symbols.files[path]
+    assert stale.stale and {"Square", "Square.to_json"} <= {s.qualname for s in stale.symbols}
+    engine.update_document(path, [Edit(16, 0, 17, 0, "")])
+    found = engine.symbols.lookup("Square.to_json", path)  # a query re-reads the stale summary in full
+    assert found is not None and found.line == text.splitlines().index("    def to_json(self) -> str:")
+    assert not engine.symbols.files[path].stale

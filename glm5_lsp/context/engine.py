@@ -110,6 +110,8 @@ class ContextEngine:
         if root is not None and (self.root is None or Path(root).resolve() != self.root):
             self._set_root(root)
         stats, _ = self.index_workspace()
+        for doc in self.documents:  # this is already off the keystroke path: resolve open files' imports too
+            self.symbols.warm(doc.path)
         return stats.files
 
     def _imported_modules(self) -> set[str]:
