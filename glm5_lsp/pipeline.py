@@ -36,6 +36,8 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|code_prefix|>", "<|code_s
 _SPECIAL_RE = re.compile(r"<\|[A-Za-z0-9_]+\|>")
 # Top-level starts that end a generated Python function body (the usual HumanEval stops).
 PYTHON_BODY_STOPS: tuple[str, ...] = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
+# After a whole program written for an instruction: the model starting to test or run it.
+PYTHON_SCRIPT_STOPS: tuple[str, ...] = ("\nif __name__", "\nprint(", "\nassert ")
 _EXTENSIONS = {
     ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
     ".tsx": "typescript", ".go": "go", ".rs": "rust", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp",
@@ -386,7 +388,7 @@ class Pipeline:
         header = instruction_header(prompt, language)
         task = _Task(
             prompt=Prompt(prefix=header), target=RepairTarget(header, len(header), len(header), path, language),
-            multiline=True, stop=[], max_tokens=self.settings.multiline_max_tokens, block_prefix="",
+            multiline=True, stop=list(PYTHON_SCRIPT_STOPS) if language == "python" else [], max_tokens=self.settings.multiline_max_tokens, block_prefix="",
             wrap=lambda text: text.strip("\n") + "\n" if text.strip() else "",
         )
         return self._run(task, on_text=on_text, should_cancel=should_cancel)
