@@ -59,7 +59,17 @@ def backend_options(settings: Settings) -> tuple[str, dict[str, Any]]:
             "chat": model.chat,
             "timeout": model.timeout_seconds,
         }
-    return "local", {"model_path": model.path or None, "device": model.device}
+    from glm5_lsp.model import AttentionConfig  # torch: only when a local model is really loaded
+
+    attention = settings.attention
+    return "local", {
+        "model_path": model.path or None,
+        "device": model.device,
+        "attention": AttentionConfig(
+            global_sparsity=attention.global_sparsity, syntax_aware=attention.syntax_aware,
+            api_focus=attention.api_focus, error_context=attention.error_context, indent_flow=attention.indent_flow,
+        ),
+    }
 
 
 class Engine:
@@ -126,6 +136,11 @@ class SharedContext:
         with self._lock:
             self.engine = fresh  # open documents are re-opened from the next request's text
         return count
+
+    def open_document(self, path: str, text: str, language_id: str | None) -> None:
+        """Tell the engine about an open file (other open files are context for the current one)."""
+        with self._lock:
+            self.engine.open_document(path, text, language_id)
 
     def close_document(self, path: str) -> None:
         with self._lock:

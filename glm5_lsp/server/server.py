@@ -402,8 +402,16 @@ def build_server() -> Glm5Server:
         ls.apply_settings(params.settings)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: Glm5Server, params: types.DidOpenTextDocumentParams) -> None:
+    async def did_open(ls: Glm5Server, params: types.DidOpenTextDocumentParams) -> None:
         ls.schedule_diagnostics(params.text_document.uri)
+        document = params.text_document
+        context = ls.engine.context
+        if context is not None and ls.locate(document.uri, None) is not None:
+            path = to_fs_path(document.uri) or document.uri
+            try:
+                await asyncio.to_thread(context.open_document, path, document.text, document.language_id)
+            except Exception:  # the document still gets completions: the prompt re-reads its text
+                log.exception("the context engine could not open %s", path)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: Glm5Server, params: types.DidChangeTextDocumentParams) -> None:

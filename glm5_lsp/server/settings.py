@@ -42,7 +42,7 @@ class ModelSettings:
 class AttentionSettings:
     """The attention policy knobs (the runtime's ``AttentionConfig``)."""
 
-    global_sparsity: float = field(default=0.4, metadata=_range(0.0, 1.0))
+    global_sparsity: float = field(default=0.4, metadata=_range(0.0, 0.99))  # 1.0 would leave top-k nothing
     syntax_aware: bool = True
     api_focus: float = field(default=0.7, metadata=_range(0.0, 1.0))
     error_context: float = field(default=0.9, metadata=_range(0.0, 1.0))
