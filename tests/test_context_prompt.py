@@ -128,3 +128,16 @@ def test_index_cli_prints_what_it_indexed(tmp_path, capsys):
     assert cli.run(parser.parse_args([str(root), "--cache-dir", str(tmp_path / "cache"), "--no-packages"])) == 0
     assert "reused from cache 12" in capsys.readouterr().out
     assert cli.run(parser.parse_args([str(tmp_path / "missing")])) == 2
+
+
+def test_custom_token_counter_sets_the_budget(engine):
+    path, text = _util(engine)
+    calls = []
+
+    def chars(s: str) -> int:  # a "tokenizer" with one token per character
+        calls.append(s)
+        return len(s)
+
+    prompt = engine.build_prompt(text, text.index("total += shape"), path=path, budget_tokens=300, count_tokens=chars)
+    assert calls and len(prompt.text()) <= 300
+    assert "total += shape" in prompt.suffix and len(prompt.prefix) > 100

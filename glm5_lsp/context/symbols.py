@@ -335,9 +335,7 @@ class SymbolTable:
         for lines in ordered:
             for text in lines:
                 cost = count.cached(text) + 1
-                if cost > left:
-                    if text is lines[0]:
-                        break  # an entry whose header does not fit is dropped whole
+                if cost > left:  # a class keeps the members that fit; an entry whose header does not is dropped
                     break
                 out.append(text)
                 left -= cost
