@@ -123,6 +123,27 @@ def test_fast_dense_stage_matches_forward_train(length: int) -> None:
     assert all(torch.allclose(fast[n], ref[n], atol=1e-5, rtol=1e-4) for n in ref)
 
 
+def test_micro_batches_give_the_whole_batch_gradient(tmp_path: Path) -> None:
+    rows = torch.from_numpy(_rows(4, 24)).long()
+    grads = []
+    for micro in (None, 1):
+        model = _tiny_model(init=0.2)
+        trainer = Trainer(
+            model,
+            Batches(rows.numpy(), 4),
+            OptimConfig(),
+            torch.device("cpu"),
+            RunLog(tmp_path / "log.jsonl"),
+            micro_batch=micro,
+        )
+        lm, kl = trainer._backward(rows, "sparse")
+        grads.append(({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, lm, kl))
+    (whole, lm_a, kl_a), (parts, lm_b, kl_b) = grads
+    assert whole.keys() == parts.keys()
+    assert all(torch.allclose(whole[n], parts[n], atol=1e-6, rtol=1e-4) for n in whole)
+    assert torch.allclose(lm_a, lm_b, atol=1e-6) and torch.allclose(kl_a, kl_b, atol=1e-6)
+
+
 def test_kl_warmup_raises_indexer_agreement_and_freezes_the_rest(tmp_path: Path) -> None:
     model = _tiny_model(init=0.3)  # larger weights: peaked attention, so agreement is not trivial
     rows = _rows(16, 64)

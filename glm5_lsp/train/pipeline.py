@@ -211,7 +211,9 @@ def run(options: RunOptions) -> dict[str, Any]:
         balance_rate=preset.balance_rate,
     )
     use_compile = options.compile if options.compile is not None else device.type == "cuda"
-    trainer = Trainer(model, batches, optim, device, runlog, compile_model=use_compile)
+    trainer = Trainer(
+        model, batches, optim, device, runlog, compile_model=use_compile, micro_batch=preset.micro_batch
+    )
     budget_s = options.budget_minutes * 60.0
     t_probe = time.monotonic()
     seconds_per_step = {stage: trainer.measure(stage, steps=options.probe_steps) for stage in STAGES}

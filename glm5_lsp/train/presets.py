@@ -33,6 +33,9 @@ class Preset:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     balance_rate: float = 1e-3  # expert-bias step per update; short runs need a bigger one to balance in time
+    micro_batch: int | None = (
+        None  # indexer warm-up and sparse stages: accumulate over micro-batches this big
+    )
     # output
     save_dtype: str = "float32"  # "bfloat16" halves the shipped size
     eval_sequences: int = 8
@@ -194,6 +197,7 @@ PRESETS: dict[str, Preset] = {
         indexer_lr=1e-3,
         warmup_steps=100,
         save_dtype="bfloat16",
+        micro_batch=2,
         eval_sequences=64,
     ),
 }

@@ -159,6 +159,7 @@ class Trainer:
         compile_model: bool = False,
         log_every: int = 1,
         max_compile_seconds: float = 90.0,
+        micro_batch: int | None = None,
     ) -> None:
         self.model = model
         self.batches = batches
@@ -170,6 +171,9 @@ class Trainer:
         self.tokens_seen = 0
         self.balancer = ExpertBalancer(model, optim.balance_rate)
         self.max_compile_seconds = max_compile_seconds
+        # The indexer stages keep dense attention probabilities and indexer scores for every
+        # (query, key) pair: micro-batches bound that memory (gradient accumulation, same update).
+        self.micro_batch = micro_batch
         self._forward: Callable = train_forward
         self._compiled = False
         if compile_model:
@@ -201,6 +205,21 @@ class Trainer:
         total = kl if stage == "indexer_warmup" else lm + kl if stage == "sparse" else lm
         return total, lm.detach(), kl.detach()
 
+    def _backward(self, rows: torch.Tensor, stage: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward over one batch, in micro-batches where the stage asks for them.
+
+        Gradients (and the returned mean cross-entropy and KL) equal those of the whole batch at once.
+        """
+        micro = self.micro_batch if stage != "dense" and self.micro_batch else rows.shape[0]
+        lm_sum = kl_sum = torch.zeros((), device=rows.device)
+        for chunk in rows.split(micro):
+            weight = chunk.shape[0] / rows.shape[0]
+            loss, lm, kl = self._loss(chunk, stage)
+            (loss * weight).backward()
+            lm_sum = lm_sum + lm * weight
+            kl_sum = kl_sum + kl * weight
+        return lm_sum, kl_sum
+
     def measure(self, stage: str, steps: int = 2, warmup: int = 1) -> float:
         """Seconds per training step of ``stage`` (forward + backward, no update: the weights stay as they are)."""
         self.model.train()
@@ -210,8 +229,7 @@ class Trainer:
             rows = self._rows(i)
             self._sync()
             start = time.perf_counter()
-            loss, _, _ = self._loss(rows, stage)
-            loss.backward()
+            self._backward(rows, stage)
             self._sync()
             elapsed = time.perf_counter() - start
             if i >= warmup:
@@ -274,12 +292,11 @@ class Trainer:
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, steps, group["peak_lr"], warmup, self.optim.min_lr_ratio)
             rows = self._rows(self.data_step)
-            loss, lm, kl = self._loss(rows, stage)
-            if not torch.isfinite(loss):
+            lm, kl = self._backward(rows, stage)
+            if not torch.isfinite(lm + kl):
                 raise FloatingPointError(
-                    f"{stage} step {step}: loss is {float(loss)}; lower the learning rate"
+                    f"{stage} step {step}: loss is {float(lm)} (indexer KL {float(kl)}); lower the learning rate"
                 )
-            loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(params, self.optim.grad_clip)
             opt.step()
             opt.zero_grad(set_to_none=True)
