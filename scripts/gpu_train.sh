@@ -4,7 +4,9 @@
 # Builds the corpus from that machine's own installed Python source, trains the tokenizer, trains the
 # `gpu` preset (bf16 autocast, torch.compile) to a wall-clock budget and packs the model folder into
 # $OUT as a tar split into 15 MB parts (the device tool returns at most 8 files of 16 MiB), beside
-# the model card and the console log. The whole command fits in about 10 minutes.
+# the model card and the console log. Corpus and tokenizer take about 2 minutes there, training 5
+# (the issue allows up to 8: raise GLM5_BUDGET_MINUTES once the prep time is known), evaluation and
+# saving about 1: the whole command stays inside the device tool's 10-minute limit.
 #
 # Here, once (writes the HumanEval fingerprints, since ../shared does not travel to that machine):
 #     scripts/gpu_train.sh --prepare
@@ -14,8 +16,8 @@
 #     rm -rf glm5_lsp/weights/glm5-code-tiny && mkdir -p glm5_lsp/weights/glm5-code-tiny
 #     cat FILES_AT/glm5-code-gpu.tar.part-* | tar -xf - -C glm5_lsp/weights/glm5-code-tiny --strip-components=1
 #
-# Knobs (environment): GLM5_BUDGET_MINUTES (training budget, default 7), GLM5_COMPILE (1/0, default 1),
-# GLM5_MAX_TRAIN_BYTES (corpus cap, default 200000000), GLM5_GUARD (guard file, default .gpu/benchmark_guard.json).
+# Knobs (environment): GLM5_BUDGET_MINUTES (training budget, default 5), GLM5_COMPILE (1/0, default 1),
+# GLM5_MAX_TRAIN_BYTES (corpus cap, default 120000000), GLM5_GUARD (guard file, default .gpu/benchmark_guard.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -46,8 +48,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 
 "$PY" -m glm5_lsp.cli train -v \
     --out "$MODEL" --preset gpu --device cuda "$COMPILE" \
-    --budget-minutes "${GLM5_BUDGET_MINUTES:-7}" \
-    --max-train-bytes "${GLM5_MAX_TRAIN_BYTES:-200000000}" \
+    --budget-minutes "${GLM5_BUDGET_MINUTES:-5}" \
+    --max-train-bytes "${GLM5_MAX_TRAIN_BYTES:-120000000}" \
     --guard-file "$GUARD" --workers "$(nproc)" --name glm5-code-tiny 2>&1 | tee -a "$OUT/train_console.log"
 
 cp "$MODEL/MODEL_CARD.md" "$OUT/MODEL_CARD.md"
