@@ -183,14 +183,14 @@ async def test_a_repeated_request_is_answered_from_the_cache(client: LanguageCli
     second = await inline(client, uri, cursor)
     assert [i.insert_text for i in first] == [i.insert_text for i in second] == ["'quick'"]
     assert len(scripted.records) == calls, "the repeated request reached the model"
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 1.0
 
 
 # ---- cancellation and supersession -----------------------------------------------------------
 
 
 async def test_cancel_request_stops_decoding(client: LanguageClient, scripted: Any) -> None:
-    """The slow rule streams 34 pieces, 150 ms apart; $/cancelRequest after ~0.6 s stops it."""
+    """The slow rule streams 35 pieces, 250 ms apart (~9 s); $/cancelRequest after ~0.75 s stops it."""
     _, cursor = load_doc("slow_fast.py")
     uri = open_doc(client, "slow_fast.py")
     before = len(scripted.records)
@@ -222,7 +222,7 @@ async def test_a_newer_request_supersedes_the_older(client: LanguageClient, scri
     old_items = await older
     assert old_items == [], "the superseded request must answer empty"
     assert [i.insert_text for i in newer] == ["'quick'"]
-    assert time.perf_counter() - started < 4, "the older request ran to its end"
+    assert time.perf_counter() - started < 5, "the older request ran to its end"
     assert not scripted.records[before].finished
 
 
