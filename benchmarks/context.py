@@ -73,6 +73,17 @@ class Clock:
                 f"{pct(self.wall, .5) * 1e3:>6.2f} {pct(self.wall, .95) * 1e3:>6.2f}")
 
 
+def model_token_counter():
+    """``len(encode(s))`` with the embedded model's tokenizer, or None when none is shipped."""
+    folder = Path(__file__).resolve().parents[1] / "glm5_lsp" / "weights" / "glm5-code-tiny"
+    if not (folder / "tokenizer.json").exists():
+        return None
+    from glm5_lsp.model.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(folder)
+    return lambda s: len(tokenizer.encode(s))
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -202,6 +213,16 @@ def main() -> int:
     print(f"prompt build, {target.name} ({lines} lines), budget 2048 tokens     CPU p50/p95 ms   wall p50/p95 ms")
     print(f"  random cursors ({len(cursors.cpu)})                                 {cursors.row()}")
     print(f"  typing a line, edit + build per keystroke ({len(typing.cpu)})          {typing.row()}")
+    count = model_token_counter()
+    if count is not None:  # the same cursors, counted with the embedded model's tokenizer
+        engine.build_prompt(text, len(text) // 2, path=target, count_tokens=count)
+        real = Clock()
+        rng_real = random.Random(args.seed)
+        for _ in range(300):
+            offset = rng_real.randrange(len(text))
+            with real:
+                engine.build_prompt(text, offset, path=target, budget_tokens=2048, count_tokens=count)
+        print(f"  random cursors, model tokenizer counting ({len(real.cpu)})       {real.row()}")
     print("  goal: p95 <= 30 ms")
     print()
 
