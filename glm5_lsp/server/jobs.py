@@ -31,10 +31,6 @@ class CancelToken:
         """So a token can be passed wherever a ``should_cancel`` callable is expected."""
         return self._event.is_set()
 
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True when cancelled meanwhile (used for debouncing)."""
-        return self._event.wait(seconds)
-
 
 class Supersession:
     """The latest token per key; starting a new one cancels the previous with reason ``superseded``."""

@@ -214,8 +214,10 @@ class Glm5Server(LanguageServer):
             return cached
         try:
             debounce = self.settings.completion.debounce_ms / 1000
-            if debounce and await asyncio.to_thread(token.wait, debounce):
-                return ""
+            if debounce:
+                await asyncio.sleep(debounce)
+                if token.cancelled:  # a newer keystroke arrived while we waited
+                    return ""
 
             def job() -> PipelineResult | None:
                 pipeline = self.current_pipeline()
@@ -234,10 +236,22 @@ class Glm5Server(LanguageServer):
             log.info("completion dropped: it adds diagnostics %s", result.diagnostics_after[:2])
             text = ""
         else:
-            text = clean_completion(result.text, target.text[: target.offset], target.text[target.offset:],
-                                    multiline=multiline, unit=indent_unit(target.text))
+            text = await self.cleaned(target, result, multiline)
         self.cache.put(key, text)
         return text
+
+    async def cleaned(self, target: Target, result: PipelineResult, multiline: bool) -> str:
+        """Post-process the pipeline's text; what changed is checked again before it is offered."""
+        text = clean_completion(result.text, target.text[: target.offset], target.text[target.offset:],
+                                multiline=multiline, unit=indent_unit(target.text))
+        if not text or text == result.text:
+            return text
+        verdict = await asyncio.to_thread(check_edit, target.text, target.offset, target.offset, text,
+                                          path=target.path, language=target.language)
+        if verdict.ok:
+            return text
+        log.info("post-processed completion rejected (%s); keeping the checked one", verdict.reason())
+        return result.text if result.clean else ""
 
     def multiline_for(self, target: Target) -> bool:
         policy = self.settings.completion.lines
