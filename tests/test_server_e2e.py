@@ -248,10 +248,11 @@ async def test_completion_model_line_first_then_symbol_names(client: LanguageCli
 
 
 def action_params(uri: str, start: types.Position, end: types.Position,
-                  diagnostics: list[types.Diagnostic] | None = None) -> types.CodeActionParams:
+                  diagnostics: list[types.Diagnostic] | None = None,
+                  only: list[str] | None = None) -> types.CodeActionParams:
     return types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=start, end=end),
-        context=types.CodeActionContext(diagnostics=diagnostics or []),
+        context=types.CodeActionContext(diagnostics=diagnostics or [], only=only),
     )
 
 
@@ -330,6 +331,12 @@ async def test_generate_body_replaces_pass(client: LanguageClient) -> None:
         action_params(uri, types.Position(0, 0), types.Position(0, 0)))
     bodies = [a for a in actions or [] if isinstance(a, types.CodeAction) and a.title.startswith("Generate body")]
     assert [a.title for a in bodies] == ["Generate body with GLM-5: double"]
+    only_fixes = await client.text_document_code_action_async(
+        action_params(uri, types.Position(0, 0), types.Position(0, 0), only=[types.CodeActionKind.QuickFix]))
+    assert not [a for a in only_fixes or [] if isinstance(a, types.CodeAction) and a.title.startswith("Generate")]
+    only_rewrites = await client.text_document_code_action_async(
+        action_params(uri, types.Position(0, 0), types.Position(0, 0), only=[types.CodeActionKind.RefactorRewrite]))
+    assert [a.title for a in only_rewrites or [] if isinstance(a, types.CodeAction)] == [bodies[0].title]
     resolved = await client.code_action_resolve_async(bodies[0])
     assert resolved.edit is not None and resolved.edit.changes is not None
     assert apply(text, list(resolved.edit.changes[uri])) == "def double(x):\n    return x * 2\n"

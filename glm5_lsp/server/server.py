@@ -502,10 +502,10 @@ def build_server() -> Glm5Server:
         target = ls.locate(params.text_document.uri, params.range.start)
         if target is None or convert.lsp_offset(target.text, params.range.end, ls.encoding) is None:
             return []
-        wanted = params.context.only
+        wanted = [str(getattr(kind, "value", kind)) for kind in params.context.only] if params.context.only else None
         actions: list[types.CodeAction] = []
         data = {"uri": target.uri, "version": target.version}
-        if wanted is None or types.CodeActionKind.QuickFix in wanted:
+        if wanted is None or any(kind in ("quickfix", "") for kind in wanted):
             own = await asyncio.to_thread(diagnose, target.text, target.path, target.language)
             ours = [convert.lsp_diagnostic(target.text, d, ls.encoding) for d in own]
             relevant = [d for d in list(params.context.diagnostics) + ours
@@ -520,7 +520,7 @@ def build_server() -> Glm5Server:
                     if resolved.edit is not None:
                         actions.append(resolved)
         if ls.settings.features.generate_body and (wanted is None or any(
-                str(kind).startswith("refactor") for kind in wanted)):
+                kind in ("", "refactor", "refactor.rewrite") for kind in wanted)):
             start = target.offset
             end = convert.lsp_offset(target.text, params.range.end, ls.encoding) or start
             for body in empty_bodies(target.text, target.language):
