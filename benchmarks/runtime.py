@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from glm5_lsp.model import GenerationConfig, Generator, GlmMoeDsaConfig, GlmMoeDsaForCausalLM, KVCache, load_model, save_model
+from glm5_lsp.model import GenerationConfig, Generator, GlmMoeDsaConfig, GlmMoeDsaForCausalLM, load_model, save_model
 
 SIZES = dict(
     vocab_size=16384,
@@ -110,35 +109,33 @@ def reference_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int)
     return ids.shape[1] / prefill, (generated - 1) / max(total - prefill, 1e-9)
 
 
-def decode_step_ms(path: Path, context: int, steps: int = 8) -> float:
-    model = load_model(path)
-    cache = KVCache(model.config, capacity=context + steps + 4)
-    with torch.inference_mode():
-        model(prompt(context), cache=cache, last_only=True)
-        token = torch.tensor([[7]])
-        model(token, cache=cache)  # warm-up
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            model(token, cache=cache)
-    return (time.perf_counter() - t0) / steps * 1000
-
-
-def prefill_peak_mib(path: Path, context: int) -> float:
-    """Peak RSS growth of one prefill, measured in a fresh subprocess."""
-    code = (
-        "import resource, torch, sys, json\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
-        "from glm5_lsp.model import load_model, KVCache\n"
-        f"torch.set_num_threads({torch.get_num_threads()})\n"
-        f"m = load_model({str(path)!r})\n"
-        f"ids = torch.randint(0, {SIZES['vocab_size']}, (1, {context}), generator=torch.Generator().manual_seed(0))\n"
-        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        f"c = KVCache(m.config, capacity={context})\n"
-        "with torch.inference_mode(): m(ids, cache=c, last_only=True)\n"
-        "print(json.dumps((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+def long_context_child(path: Path, context: int, steps: int, threads: int) -> dict[str, float]:
+    """In a fresh subprocess: prefill ``context`` tokens (peak RSS growth above the loaded model),
+    then time ``steps`` single-token decode steps on that cache."""
+    code = f"""
+import json, resource, sys, time, torch
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from glm5_lsp.model import KVCache, load_model
+torch.set_num_threads({threads})
+model = load_model({str(path)!r})
+ids = torch.randint(0, {SIZES['vocab_size']}, (1, {context}), generator=torch.Generator().manual_seed(0))
+cache = KVCache(model.config, capacity={context} + {steps} + 4)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with torch.inference_mode():
+    model(ids, cache=cache, last_only=True)
+    peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    token = torch.tensor([[7]])
+    model(token, cache=cache)
+    t0 = time.perf_counter()
+    for _ in range({steps}):
+        model(token, cache=cache)
+    step_ms = (time.perf_counter() - t0) / {steps} * 1000
+print(json.dumps(dict(peak_mib=peak, step_ms=step_ms)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"long-context child failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -147,6 +144,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=4096, help="context for the reference comparison")
     parser.add_argument("--long-context", type=int, default=16384, help="context for DSA vs dense")
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=16, help="decode steps timed at the long context")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -164,8 +162,9 @@ def main() -> None:
         if args.part in ("all", "dsa"):
             dense = build_checkpoint(Path(tmp) / "dense", index_topk=args.long_context + 64)
             n = args.long_context
-            s_ms, d_ms = decode_step_ms(sparse, n), decode_step_ms(dense, n)
-            s_mem, d_mem = prefill_peak_mib(sparse, n), prefill_peak_mib(dense, n)
+            dsa = long_context_child(sparse, n, args.steps, args.threads)
+            full = long_context_child(dense, n, args.steps, args.threads)
+            s_ms, d_ms, s_mem, d_mem = dsa["step_ms"], full["step_ms"], dsa["peak_mib"], full["peak_mib"]
             results.update(dsa_step_ms=s_ms, dense_step_ms=d_ms, dsa_prefill_mib=s_mem, dense_prefill_mib=d_mem)
             print(f"context {n}: decode step DSA {s_ms:.1f} ms vs dense {d_ms:.1f} ms -> {d_ms / s_ms:.1f}x faster")
             print(f"context {n}: prefill peak memory DSA {s_mem:.0f} MiB vs dense {d_mem:.0f} MiB -> {s_mem / d_mem:.2f}x")

@@ -63,7 +63,7 @@ def latent_attention_gathered(
     bsz, tk, width = latents.shape
     tq, kk = idx.shape[1], idx.shape[2]
     offsets = (torch.arange(bsz, device=idx.device) * tk).view(bsz, 1, 1)
-    flat = (idx.clamp(min=0) + offsets).reshape(-1)
+    flat = (idx.long().clamp(min=0) + offsets).reshape(-1)
     picked = latents.reshape(bsz * tk, width).index_select(0, flat).view(bsz * tq, kk, width)  # [B*Tq, K, L+R]
     q = q_cat.reshape(bsz * tq, q_cat.shape[2], width)  # [B*Tq, H, L+R]
     scores = torch.bmm(q, picked.transpose(1, 2)) * scale  # [B*Tq, H, K]
@@ -92,9 +92,14 @@ def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, s
     ``q: [B, H, Tq, D]``, ``k: [B, H, Tk, D]``, ``v: [B, H, Tk, Dv]``; PyTorch's fused kernel, so the
     ``[Tq, Tk]`` scores are never materialised at once.
     """
+    dv = v.shape[-1]
+    if dv != q.shape[-1]:  # the fused (flash) kernel wants one head size; zero-padded values change nothing
+        v = F.pad(v, (0, q.shape[-1] - dv))
     if start == 0 and q.shape[2] == k.shape[2]:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-    tq, tk = q.shape[2], k.shape[2]
-    qpos = torch.arange(start, start + tq, device=q.device)
-    allowed = torch.arange(tk, device=q.device)[None, :] <= qpos[:, None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    else:
+        tq, tk = q.shape[2], k.shape[2]
+        qpos = torch.arange(start, start + tq, device=q.device)
+        allowed = torch.arange(tk, device=q.device)[None, :] <= qpos[:, None]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+    return out[..., :dv]

@@ -37,7 +37,8 @@ from glm5_lsp.model.cache import KVCache
 from glm5_lsp.model.config import GlmMoeDsaConfig
 from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
 
-QUERY_CHUNK = 128  # queries whose keys are selected together (bounds the indexer's memory)
+QUERY_CHUNK = 128  # at most this many queries have their keys selected together
+INDEXER_CHUNK_FLOATS = 2**21  # and their per-head indexer scores stay under this many floats (8 MiB)
 DECODE_MAX_TOKENS = 4  # forward calls this short take the fused decoding path
 GATHER_CHUNK = 8  # queries whose selected latents are gathered at once (small enough to stay in cache)
 EXPAND_MIN_QUERIES = 128  # at least this many dense queries: expand per-head K/V and use fused SDPA
@@ -136,8 +137,12 @@ class Indexer(nn.Module):
     def scores(self, q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """``q [B, Tq, Hi, D]``, ``weights [B, Tq, Hi]``, ``keys [B, Tk, D]`` -> ``[B, Tq, Tk]`` (unmasked)."""
         bsz, tq, heads, dim = q.shape
-        per_head = torch.bmm(q.float().reshape(bsz, tq * heads, dim), keys.float().transpose(1, 2)) * self.scale
-        per_head = F.relu(per_head).view(bsz, tq, heads, -1)  # [B, Tq, Hi, Tk]
+        per_head = torch.bmm(q.float().reshape(bsz, tq * heads, dim), keys.float().transpose(1, 2))
+        if torch.is_grad_enabled():
+            per_head = F.relu(per_head * self.scale)
+        else:  # in place: this is the indexer's largest temporary
+            per_head = per_head.mul_(self.scale).relu_()
+        per_head = per_head.view(bsz, tq, heads, -1)  # [B, Tq, Hi, Tk]
         return torch.matmul(weights.unsqueeze(-2), per_head).squeeze(-2)
 
     @torch.no_grad()
@@ -145,8 +150,9 @@ class Indexer(nn.Module):
         """Top-k keys per query, chunk by chunk, with the policy applied. ``keys`` covers ``0 .. start+T-1``."""
         bsz, t = q.shape[:2]
         out: list[Selection] = []
-        for q0 in range(0, t, QUERY_CHUNK):
-            q1 = min(t, q0 + QUERY_CHUNK)
+        chunk = max(8, min(QUERY_CHUNK, INDEXER_CHUNK_FLOATS // (bsz * self.n_heads * (step.start + t))))
+        for q0 in range(0, t, chunk):
+            q1 = min(t, q0 + chunk)
             kend = step.start + q1
             if kend <= step.topk:  # every row has at most top-k causal keys: it keeps them all
                 out.append(Selection(q0, q1, kend))
@@ -161,6 +167,7 @@ class Indexer(nn.Module):
                 s = s.masked_fill(forced[:, None, :], float("-inf"))  # chosen below, outside the budget
             vals, idx = s.topk(min(step.topk, kend), dim=-1)
             valid = vals > float("-inf")
+            idx = idx.to(torch.int32)  # kept until the last shared layer: half the memory of int64
             dense_rows = None
             if forced is not None and bool(forced.any()):
                 idx, valid = _append_forced(idx, valid, forced, allowed)
@@ -207,7 +214,7 @@ def selection_mask(selections: list[Selection], bsz: int, tq: int, tk: int, star
             mask[:, rows] = causal[rows].unsqueeze(0)
             continue
         chunk = torch.zeros(bsz, sel.q1 - sel.q0, tk, dtype=torch.bool, device=device)
-        chunk.scatter_(2, sel.idx, sel.valid)
+        chunk.scatter_(2, sel.idx.long(), sel.valid)
         if sel.dense_rows is not None:
             chunk = chunk | (sel.dense_rows[:, :, None] & causal[rows].unsqueeze(0))
         mask[:, rows] = chunk
