@@ -5,8 +5,9 @@ functions in ``glm5_lsp/``, a ``complete`` task (cursor at the start of the body
 a ``generate`` task (the signature plus docstring, or the signature alone) and a ``fix`` task (the
 function with its first ``:`` removed, a syntax error), in that rotation. Both runs use the same
 tasks, a fresh output file, the full pipeline (context engine, repair loop) and ``glm5-lsp batch``'s
-worker processes (one model copy each); torch gets ``cores // workers`` threads per worker, so both
-runs use the whole machine. Times are wall-clock, worker start-up and model loading included,
+worker processes (one model copy each); torch gets ``cores // workers`` threads per worker as in
+``glm5-lsp batch``, and a third run (one worker, one thread) separates the gain of two processes
+from that of fewer threads per process (intra-op threads lose much on a busy machine). Times are wall-clock, worker start-up and model loading included,
 after an untimed warm-up batch (jedi's and the OS's caches would otherwise favour the second run).
 
     python benchmarks/batch.py                       # the embedded default model
@@ -62,12 +63,11 @@ def project_tasks(count: int) -> list[dict[str, object]]:
     return tasks
 
 
-def run(tasks_file: Path, model: Path, workers: int, max_tokens: int) -> tuple[float, int, int]:
+def run(tasks_file: Path, model: Path, workers: int, max_tokens: int, threads: int) -> tuple[float, int, int]:
     """Wall seconds for the whole batch (worker start-up and model loading included), tasks done, errors."""
     settings = PipelineSettings(multiline_max_tokens=max_tokens, max_tokens=min(max_tokens, 64))
     settings.repair.return_unclean = True
     factory = PipelineFactory("local", {"model_path": model}, settings)
-    threads = max(1, (os.cpu_count() or 1) // workers)
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         summary = run_batch(tasks_file, Path(folder) / "out.jsonl", factory, workers=workers, progress=False,
@@ -92,21 +92,26 @@ def main() -> int:
             return 2
     os.environ.setdefault("GLM5_LSP_CACHE_DIR", tempfile.mkdtemp(prefix="glm5-bench-cache-"))
     tasks = project_tasks(args.tasks)
+    cores = os.cpu_count() or 1
+    # What `glm5-lsp batch --workers 1` and `--workers 2` do (cores // workers torch threads each), plus one
+    # worker on one thread, which separates "two processes" from "fewer threads per process".
+    configs = [(1, cores), (1, 1), (2, max(1, cores // 2))]
     with tempfile.TemporaryDirectory() as folder:
         tasks_file = Path(folder) / "tasks.jsonl"
         tasks_file.write_text("".join(json.dumps(task) + "\n" for task in tasks), encoding="utf-8")
         warm = Path(folder) / "warm.jsonl"  # untimed: fills jedi's and the OS's caches for both runs alike
         warm.write_text("".join(json.dumps(task) + "\n" for task in tasks[:3]), encoding="utf-8")
-        run(warm, args.model, 1, args.max_tokens)
-        results = {workers: run(tasks_file, args.model, workers, args.max_tokens) for workers in (1, 2)}
+        run(warm, args.model, 1, args.max_tokens, 1)
+        results = [run(tasks_file, args.model, workers, args.max_tokens, threads) for workers, threads in configs]
     print(f"model: {args.model}; {len(tasks)} tasks (complete/generate/fix from glm5_lsp's own functions); "
-          f"max_tokens {args.max_tokens}; {os.cpu_count()} cores")
-    print("| workers | seconds | tasks/minute | errors |")
-    print("| --- | --- | --- | --- |")
-    for workers, (seconds, done, errors) in results.items():
-        print(f"| {workers} | {seconds:.1f} | {60 * done / seconds:.1f} | {errors} |")
-    (one, done_one, _), (two, done_two, _) = results[1], results[2]
-    print(f"2 workers / 1 worker throughput: {(done_two / two) / (done_one / one):.2f}x")
+          f"max_tokens {args.max_tokens}; {cores} cores")
+    print("| workers | torch threads each | seconds | tasks/minute | errors |")
+    print("| --- | --- | --- | --- | --- |")
+    for (workers, threads), (seconds, done, errors) in zip(configs, results):
+        print(f"| {workers} | {threads} | {seconds:.1f} | {60 * done / seconds:.1f} | {errors} |")
+    rate = [done / seconds for seconds, done, _ in results]
+    print(f"2 workers vs 1 worker with {cores} threads: {rate[2] / rate[0]:.2f}x; "
+          f"vs 1 worker with 1 thread: {rate[2] / rate[1]:.2f}x")
     return 0
 
 
