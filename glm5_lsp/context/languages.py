@@ -72,9 +72,12 @@ def comment_prefix(language: str) -> str:
 
 
 def grammars_dir() -> Path:
-    """``$GLM5_LSP_GRAMMARS_DIR``, else the repository's ``grammars/`` folder."""
+    """``$GLM5_LSP_GRAMMARS_DIR``, else the installed ``glm5_lsp/grammars``, else the repository's ``grammars/``."""
     env = os.environ.get(GRAMMARS_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "grammars"
+    if env:
+        return Path(env)
+    installed = Path(__file__).resolve().parents[1] / "grammars"  # a wheel maps grammars/ here
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "grammars"
 
 
 @dataclass(frozen=True)
