@@ -243,7 +243,8 @@ def run_batch(
 
     Each worker has its own pipeline from ``pipeline_factory``. Workers are threads by default; with
     ``processes`` they are spawned processes (true parallelism, and nothing shared that is not
-    thread-safe, such as jedi), which needs a picklable factory; ``torch_threads`` is set in each.
+    thread-safe, such as jedi), which needs a picklable factory. ``torch_threads`` is set in each
+worker process, or in this process for thread workers.
     Only this process writes the output.
     """
     if workers < 1:
@@ -261,6 +262,10 @@ def run_batch(
                                    initializer=_init_process, initargs=(pipeline_factory, torch_threads, os.getpid()))
         work: Callable[[dict[str, Any]], dict[str, Any]] = _process_task
     else:
+        if torch_threads is not None:  # threads share this process's torch
+            import torch
+
+            torch.set_num_threads(torch_threads)
         local = threading.local()
 
         def work(task: dict[str, Any]) -> dict[str, Any]:
@@ -314,6 +319,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, required=True, help="results (appended; rerun to resume)")
     parser.add_argument("--workers", type=int, default=1,
                         help="tasks run at once, each in its own process with its own model copy")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads per worker (default 1: a small model gains little from more, and "
+                             "loses much on a busy machine; see benchmarks/batch.py)")
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per multi-line/generate/fix answer")
     parser.add_argument("--no-repair", action="store_true", help="check candidates but do not regenerate them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -371,10 +379,12 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("glm5-lsp batch: --workers must be at least 1", file=sys.stderr)
         return 2
-    threads = max(1, (os.cpu_count() or 1) // max(1, args.workers))
+    if args.threads is not None and args.threads < 1:
+        print("glm5-lsp batch: --threads must be at least 1", file=sys.stderr)
+        return 2
     summary = run_batch(args.input, args.output, make_pipeline_factory(args), workers=args.workers,
                         progress=not args.no_progress, processes=args.workers > 1,
-                        torch_threads=threads if args.backend == "local" else None)
+                        torch_threads=args.threads if args.backend == "local" else None)
     for problem in summary.problems:
         print(f"{args.input}: {problem}", file=sys.stderr)
     print(f"{summary.done} done ({summary.errors} with errors), {summary.skipped} already in {args.output}, "

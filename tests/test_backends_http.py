@@ -182,6 +182,10 @@ def test_serve_model_answers_429_when_busy_and_the_backend_retries_it() -> None:
             openai.OpenAI(base_url=url + "/v1", api_key="-", max_retries=0).completions.create(model="m", prompt="b")
         second = OpenAIHTTPBackend(url, "m", backoff=0.2).complete(CompletionRequest(Prompt("c")))
         thread.join()
+        client = openai.OpenAI(base_url=url + "/v1", api_key="-", max_retries=0)
+        for _ in range(2):  # each finished request, streamed or not, gives its place back
+            assert "".join(c.choices[0].text for c in client.completions.create(model="m", prompt="d", stream=True))
+            assert client.completions.create(model="m", prompt="e").choices[0].text == "slow answer"
     assert first == ["slow answer"] and second.text == "slow answer"
 
 

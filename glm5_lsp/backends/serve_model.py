@@ -23,11 +23,12 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -105,16 +106,21 @@ class _Gate:
         self.pending = 0
         self._lock = threading.Lock()
 
-    def enter(self) -> bool:
+    def enter(self) -> Callable[[], None] | None:
+        """A release function (safe to call more than once), or None when the request must wait."""
         with self._lock:
             if self.max_pending is not None and self.pending >= self.max_pending:
-                return False
+                return None
             self.pending += 1
-            return True
+        released = threading.Event()
 
-    def leave(self) -> None:
-        with self._lock:
-            self.pending -= 1
+        def release() -> None:
+            with self._lock:
+                if not released.is_set():
+                    released.set()
+                    self.pending -= 1
+
+        return release
 
 
 def create_app(backend: Backend, model_name: str, api_key: str | None = None, max_pending: int | None = None,
@@ -166,18 +172,21 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
             return _error(400, "the body is not valid JSON")
         except RequestError as error:
             return _error(400, str(error))
-        if not gate.enter():
+        release = gate.enter()
+        if release is None:
             return _error(429, "the model is busy; retry shortly", "rate_limit_error", headers={"Retry-After": "1"})
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(stream(sampling, ident, chat, include_usage), media_type="text/event-stream")
+            # released when the generation ends, or after the response if the stream never started
+            return StreamingResponse(stream(sampling, ident, chat, include_usage, release),
+                                     media_type="text/event-stream", background=BackgroundTask(release))
         try:
             completion = await run_in_threadpool(backend.complete, sampling)
         except BackendError as error:
             return _error(500, str(error), "server_error")
         finally:
-            gate.leave()
+            release()
         return JSONResponse(answer(completion, ident, chat))
 
     def answer(completion: Completion, ident: str, chat: bool) -> dict[str, Any]:
@@ -198,7 +207,8 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
         return {"id": ident, "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": int(time.time()), "model": model_name, "choices": [choice]}
 
-    async def stream(sampling: CompletionRequest, ident: str, chat: bool, include_usage: bool) -> AsyncIterator[str]:
+    async def stream(sampling: CompletionRequest, ident: str, chat: bool, include_usage: bool,
+                     release: Callable[[], None]) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         cancelled = threading.Event()
@@ -212,7 +222,7 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
                 log.exception("streamed request failed")
                 result = ("error", error)
             finally:
-                gate.leave()
+                release()
             loop.call_soon_threadsafe(queue.put_nowait, result)
 
         worker = loop.run_in_executor(None, work)
