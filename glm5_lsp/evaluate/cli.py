@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per test program")
     parser.add_argument("--memory-mb", type=int, default=1024, help="address-space limit per test program")
     parser.add_argument("--test-workers", type=int, default=2, help="test programs run at once")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for the local model (as batch)")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: runs/eval/NAME-TIME)")
     parser.add_argument("--context", action="store_true",
                         help="build prompts with the context engine (default: the benchmark's prompt as is)")
@@ -69,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
     settings = PipelineSettings(multiline_max_tokens=args.max_tokens, temperature=temperature)
     settings.repair.max_rounds = max(1, args.repair_rounds)
     settings.repair.return_unclean = True  # an unclean candidate may still pass its tests
+    if args.backend == "local":
+        import torch
+
+        torch.set_num_threads(max(1, args.threads))
     try:
         backend = backend_from_args(args)
         if hasattr(backend, "load"):
