@@ -434,6 +434,32 @@ async def test_invalid_initialization_options_are_shown_and_defaults_kept(script
         await lsp.stop()
 
 
+async def test_without_resolve_support_only_checked_fixes_are_offered(scripted: Any) -> None:
+    """A client that cannot resolve edits gets them computed up front, and a fix that does not
+    compile is not offered at all."""
+    caps = capabilities()
+    assert caps.text_document is not None and caps.text_document.code_action is not None
+    caps.text_document.code_action.resolve_support = None
+    lsp = await SERVER.start()
+    try:
+        await lsp.initialize_session(types.InitializeParams(
+            capabilities=caps, initialization_options=init_options(scripted.url)))
+        await wait_until(lambda: _progress_ended(lsp, "GLM-5: loading the model"), 30)
+        offered = {}
+        for name in ("add_broken.py", "sub_broken.py"):
+            _, cursor = load_doc(name)
+            uri = open_doc(lsp, name)
+            actions = await lsp.text_document_code_action_async(
+                action_params(uri, types.Position(cursor.line, 0), cursor, only=[types.CodeActionKind.QuickFix]))
+            offered[name] = [a for a in actions or [] if isinstance(a, types.CodeAction)]
+        [fix] = offered["add_broken.py"]
+        assert fix.title == "Fix with GLM-5" and fix.edit is not None
+        assert offered["sub_broken.py"] == []
+        await lsp.shutdown_session()
+    finally:
+        await lsp.stop()
+
+
 # ---- never crash -------------------------------------------------------------------------------
 
 
