@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from glm5_lsp.server.server import COMMANDS
+from glm5_lsp.server.commands import COMMANDS
 from glm5_lsp.server.settings import Settings, camel, parse_settings, to_json
 
 EXTENSION = Path(__file__).resolve().parents[1] / "extension" / "vscode"

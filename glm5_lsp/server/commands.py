@@ -1,0 +1,91 @@
+"""``workspace/executeCommand``: ``glm5.generate``, ``glm5.fix`` and ``glm5.reindex``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from lsprotocol import types
+
+from glm5_lsp.pipeline import PipelineResult
+from glm5_lsp.server import convert
+from glm5_lsp.server.actions import FIX_TITLE, resolve_fix
+from glm5_lsp.server.checks import diagnose
+from glm5_lsp.server.jobs import CancelToken
+from glm5_lsp.server.state import Glm5Server, guarded
+
+COMMANDS = ("glm5.generate", "glm5.fix", "glm5.reindex")
+
+
+def register(server: Glm5Server) -> None:
+    """Register the ``glm5.*`` commands on ``server``."""
+
+    @server.command("glm5.generate")
+    @guarded("glm5.generate")
+    async def generate(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+        """``{"prompt": str, "language"?: str}`` -> code; or ``{"uri", "position"}`` -> code inserted there."""
+        options = args[0] if args and isinstance(args[0], dict) else {}
+        token = CancelToken()
+        if "prompt" in options:
+            prompt, language = str(options["prompt"]), str(options.get("language", "python"))
+
+            def job() -> PipelineResult | None:
+                pipeline = ls.current_pipeline()
+                return None if pipeline is None else pipeline.generate(prompt, language=language, should_cancel=token)
+
+            result = await ls.run_model(token, job, ls.settings.budgets.fix_timeout_ms / 1000)
+            return {"text": result.text if result else "", "clean": bool(result and result.clean), "applied": False}
+        position = _position_argument(options.get("position"))
+        target = ls.locate(str(options.get("uri", "")), position) if position is not None else None
+        if target is None:
+            return {"text": "", "clean": False, "applied": False}
+        text = await ls.completion_text(target, multiline=True, kind="generate")
+        applied = False
+        if text:
+            edit = convert.lsp_text_edit(target.text, target.offset, target.offset, text, ls.encoding)
+            reply = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
+                edit=types.WorkspaceEdit(changes={target.uri: [edit]}), label="GLM-5: generate"))
+            applied = bool(reply and reply.applied)
+        return {"text": text, "clean": True, "applied": applied}
+
+    @server.command("glm5.fix")
+    @guarded("glm5.fix")
+    async def fix(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+        """``{"uri"}``: fix the whole document with the repair loop and apply the edit when it checks out."""
+        options = args[0] if args and isinstance(args[0], dict) else {}
+        target = ls.locate(str(options.get("uri", "")), None)
+        if target is None:
+            return {"applied": False, "reason": "unknown document"}
+        errors = [d for d in await asyncio.to_thread(diagnose, target.text, target.path, target.language)
+                  if d.severity == "error"]
+        if not errors:
+            return {"applied": False, "reason": "no errors to fix"}
+        action = types.CodeAction(title=FIX_TITLE, diagnostics=[
+            convert.lsp_diagnostic(target.text, d, ls.encoding) for d in errors])
+        resolved = await resolve_fix(ls, action, target)
+        if resolved.edit is None:
+            return {"applied": False, "reason": "no fix that checks out"}
+        reply = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=resolved.edit,
+                                                                                   label=FIX_TITLE))
+        return {"applied": bool(reply and reply.applied), "reason": ""}
+
+    @server.command("glm5.reindex")
+    @guarded("glm5.reindex")
+    async def reindex(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+        """Rebuild the context engine's index of the workspace, with ``$/progress``."""
+        started = time.perf_counter()
+        root = ls.workspace.root_path
+        engine = ls.engine
+        count = await ls.index_workspace(engine, root) if root and engine.context is not None else 0
+        return {"indexed": count, "seconds": time.perf_counter() - started}
+
+
+def _position_argument(value: Any) -> types.Position | None:
+    """``{"line": int, "character": int}`` from a command's JSON arguments, or None when malformed."""
+    if not isinstance(value, dict):
+        return None
+    line, character = value.get("line"), value.get("character")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 for v in (line, character)):
+        return None
+    return types.Position(line=line, character=character)

@@ -1,0 +1,310 @@
+"""The language server's state: a pygls ``LanguageServer`` subclass that owns the settings, the model
+engine, the completion cache and the in-flight jobs, and the helpers every feature shares.
+
+A request reads top to bottom: :meth:`Glm5Server.locate` the document and cursor (unknown documents,
+positions past the end and unsupported languages answer empty), ask the cache, start a cancellable
+job on the model worker (:meth:`Glm5Server.run_model`: a newer request for the same document
+supersedes it; ``$/cancelRequest`` and the request timeout cancel it between tokens), post-process,
+convert at the edge (``convert.lsp_*``). The features live in ``completions``, ``actions`` and
+``commands``; ``server.build_server`` registers them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+from glm5_lsp import __version__
+from glm5_lsp.context.languages import detect_language, supported_languages
+from glm5_lsp.pipeline import Pipeline, PipelineResult
+from glm5_lsp.server import convert
+from glm5_lsp.server.cache import LRUCache
+from glm5_lsp.server.checks import check_edit, diagnose
+from glm5_lsp.server.engine import Engine
+from glm5_lsp.server.jobs import CancelToken, Supersession
+from glm5_lsp.server.postprocess import clean_completion, indent_unit
+from glm5_lsp.server.progress import ClientLogHandler, WorkProgress
+from glm5_lsp.server.settings import Settings, parse_settings
+from glm5_lsp.server.syntax import wants_multiline
+
+log = logging.getLogger("glm5_lsp.server")
+T = TypeVar("T")
+
+_LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
+
+
+@dataclass(frozen=True)
+class Target:
+    """An open document and a cursor in it, in the project's terms (character offsets)."""
+
+    uri: str
+    text: str
+    offset: int
+    path: str
+    language: str
+    version: int | None
+
+
+class Glm5Server(LanguageServer):
+    """Owns the settings, the model engine, the completion cache and the in-flight jobs."""
+
+    def __init__(self) -> None:
+        super().__init__("glm5-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.settings = Settings()
+        self.engine = Engine(self.settings, None)
+        self.cache: LRUCache[str] = LRUCache(self.settings.completion.cache_size)
+        self.supersession = Supersession()
+        # One model worker: the model is CPU-bound, so requests run one at a time, newest wins.
+        self.model_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glm5-model")
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._log_handler: ClientLogHandler | None = None
+        self._diagnose_tasks: dict[str, asyncio.Task[None]] = {}
+
+    # ---- settings ---------------------------------------------------------------------------
+
+    def apply_settings(self, raw: Any) -> None:
+        """Apply client settings; show every invalid value; reload the model when its settings change."""
+        new, problems = parse_settings(raw, self.settings)
+        if problems:
+            self.window_show_message(
+                types.ShowMessageParams(
+                    type=types.MessageType.Warning,
+                    message="glm5-lsp: invalid settings (defaults kept): " + "; ".join(problems),
+                )
+            )
+            log.warning("invalid settings: %s", "; ".join(problems))
+        reload = (new.model, new.attention, new.repair, new.budgets) != (
+            self.settings.model, self.settings.attention, self.settings.repair, self.settings.budgets,
+        )
+        self.settings = new
+        self.cache.clear()
+        self.cache.resize(new.completion.cache_size)
+        if self._log_handler is not None:
+            self._log_handler.setLevel(_LOG_LEVELS[new.log_level])
+        if reload and self.loop is not None:
+            self.start_engine()
+
+    def start_engine(self) -> None:
+        """(Re)create the engine and load it on the model worker, reporting ``$/progress``."""
+        assert self.loop is not None
+        self.supersession.cancel_all("reload")
+        root = self.workspace.root_path
+        engine = Engine(self.settings, root)
+        self.engine = engine
+        progress = WorkProgress(self, self.loop, "GLM-5: loading the model")
+        # Submitted now, so every request queued on the model worker after this finds it loaded.
+        loading = self.loop.run_in_executor(self.model_worker, engine.load, progress.report)
+
+        async def run() -> None:
+            await progress.begin("starting")
+            await loading
+            if engine.error:
+                progress.end("failed")
+                self.window_show_message(
+                    types.ShowMessageParams(
+                        type=types.MessageType.Error, message=f"glm5-lsp: the model could not be loaded: {engine.error}"
+                    )
+                )
+                return
+            progress.end(f"ready in {engine.load_seconds:.1f}s")
+            log.info("model ready (%s) in %.1fs", self.settings.model.backend, engine.load_seconds)
+            if root and engine.context is not None:
+                await self.index_workspace(engine, root)
+
+        self.loop.create_task(run())
+
+    async def index_workspace(self, engine: Engine, root: str) -> int:
+        """Summarise the workspace and index the API docs it imports, reporting ``$/progress``."""
+        assert self.loop is not None and engine.context is not None
+        progress = WorkProgress(self, self.loop, "GLM-5: indexing")
+        await progress.begin(root)
+        started = time.perf_counter()
+        try:
+            count = await asyncio.to_thread(engine.context.reindex, root)
+        except Exception:  # a broken file or package must not cost the user completions
+            log.exception("indexing %s failed", root)
+            progress.end("failed")
+            return 0
+        self.cache.clear()
+        progress.end(f"indexed {count} files")
+        log.info("indexed %d files of %s in %.1fs", count, root, time.perf_counter() - started)
+        return count
+
+    # ---- documents ----------------------------------------------------------------------------
+
+    def locate(self, uri: str, position: types.Position | None) -> Target | None:
+        """The open document and cursor, or None (unknown document, past the end, unsupported language)."""
+        document = self.workspace.text_documents.get(unquote(uri))
+        if document is None:
+            return None
+        path = to_fs_path(uri) or uri
+        language = detect_language(path, document.language_id)
+        if language not in supported_languages():
+            return None
+        text = document.source
+        offset = 0
+        if position is not None:
+            found = convert.lsp_offset(text, position, self.encoding)
+            if found is None:
+                return None
+            offset = found
+        return Target(uri, text, offset, path, language, document.version)
+
+    @property
+    def encoding(self) -> str:
+        kind = self.workspace.position_encoding
+        return str(kind.value if isinstance(kind, types.PositionEncodingKind) else kind or "utf-16")
+
+    # ---- running model work -----------------------------------------------------------------
+
+    async def run_model(self, token: CancelToken, job: Callable[[], T], timeout_s: float) -> T:
+        """Run ``job`` on the model worker; client cancellation and the timeout set ``token``."""
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(timeout_s, token.cancel, "timeout")
+        try:
+            return await loop.run_in_executor(self.model_worker, job)
+        except asyncio.CancelledError:
+            token.cancel("client")
+            raise
+        finally:
+            timer.cancel()
+
+    def current_pipeline(self) -> Pipeline | None:
+        """The loaded pipeline; None when the model failed to load (that was shown to the user)."""
+        return self.engine.pipeline
+
+    async def completion_text(self, target: Target, *, multiline: bool, kind: str) -> str:
+        """The post-processed completion at a cursor ("" when there is none), cached and superseding."""
+        key = (hashlib.sha1(target.text.encode("utf-8", "surrogatepass")).hexdigest(), target.offset, multiline,
+               target.language)
+        token = self.supersession.begin((target.uri, kind))  # even a cache hit makes older requests stale
+        cached = self.cache.get(key)
+        if cached is not None:
+            self.supersession.finish((target.uri, kind), token)
+            return cached
+        try:
+            debounce = self.settings.completion.debounce_ms / 1000
+            if debounce:
+                await asyncio.sleep(debounce)
+                if token.cancelled:  # a newer keystroke arrived while we waited
+                    return ""
+
+            def job() -> PipelineResult | None:
+                pipeline = self.current_pipeline()
+                if pipeline is None or token.cancelled:
+                    return None
+                return pipeline.complete(target.text, target.offset, path=target.path, language=target.language,
+                                         multiline=multiline, should_cancel=token)
+
+            result = await self.run_model(token, job, self.settings.budgets.request_timeout_ms / 1000)
+        finally:
+            self.supersession.finish((target.uri, kind), token)
+        if result is None or token.cancelled:
+            log.debug("completion at %s:%d dropped (%s)", target.path, target.offset, token.reason or "no model")
+            return ""
+        if not result.clean and not self.settings.repair.return_unclean:
+            log.info("completion dropped: it adds diagnostics %s", result.diagnostics_after[:2])
+            text = ""
+        else:
+            text = await self.cleaned(target, result, multiline)
+        self.cache.put(key, text)
+        return text
+
+    async def cleaned(self, target: Target, result: PipelineResult, multiline: bool) -> str:
+        """Post-process the pipeline's text; what changed is checked again before it is offered."""
+        text = clean_completion(result.text, target.text[: target.offset], target.text[target.offset:],
+                                multiline=multiline, unit=indent_unit(target.text))
+        if not text or text == result.text:
+            return text
+        verdict = await asyncio.to_thread(check_edit, target.text, target.offset, target.offset, text,
+                                          path=target.path, language=target.language)
+        if verdict.ok:
+            return text
+        log.info("post-processed completion rejected (%s); keeping the checked one", verdict.reason())
+        return result.text if result.clean else ""
+
+    def multiline_for(self, target: Target) -> bool:
+        policy = self.settings.completion.lines
+        if policy != "auto":
+            return policy == "multi"
+        return wants_multiline(target.text, target.offset, target.language)
+
+    # ---- diagnostics --------------------------------------------------------------------------
+
+    def schedule_diagnostics(self, uri: str) -> None:
+        """Publish our own compiler diagnostics for ``uri`` shortly after the last change."""
+        if not self.settings.features.diagnostics or self.loop is None:
+            return
+        previous = self._diagnose_tasks.pop(uri, None)
+        if previous is not None:
+            previous.cancel()
+
+        async def publish() -> None:
+            await asyncio.sleep(0.15)
+            target = self.locate(uri, None)
+            if target is None:
+                return
+            found = await asyncio.to_thread(diagnose, target.text, target.path, target.language)
+            current = self.locate(uri, None)
+            if current is None or current.version != target.version:
+                return
+            self.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(
+                    uri=uri, version=target.version,
+                    diagnostics=[convert.lsp_diagnostic(target.text, d, self.encoding) for d in found],
+                )
+            )
+
+        self._diagnose_tasks[uri] = self.loop.create_task(publish())
+
+    # ---- code actions ---------------------------------------------------------------------------
+
+    def forget_document(self, uri: str) -> None:
+        """A closed document: no pending diagnostics run, and the context engine lets it go."""
+        task = self._diagnose_tasks.pop(uri, None)
+        if task is not None:
+            task.cancel()
+        if self.engine.context is not None:
+            self.engine.context.close_document(to_fs_path(uri) or uri)
+
+    def detach_log_handler(self) -> None:
+        if self._log_handler is not None:
+            logging.getLogger("glm5_lsp").removeHandler(self._log_handler)
+            self._log_handler = None
+
+    def attach_log_handler(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._log_handler = ClientLogHandler(self, loop, _LOG_LEVELS[self.settings.log_level])
+        logging.getLogger("glm5_lsp").addHandler(self._log_handler)
+        logging.getLogger("glm5_lsp").setLevel(logging.DEBUG)
+
+
+def guarded(name: str) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
+    """Answer a failing request with a JSON-RPC error (logged), never take the server down."""
+
+    def wrap(handler: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+        @functools.wraps(handler)
+        async def run(*args: Any) -> T:
+            try:
+                return await handler(*args)
+            except (asyncio.CancelledError, JsonRpcException):
+                raise
+            except Exception as error:
+                log.exception("%s failed", name)
+                raise JsonRpcInternalError(f"{name} failed: {type(error).__name__}: {error}") from error
+
+        return run
+
+    return wrap
