@@ -286,9 +286,19 @@ class Glm5Server(LanguageServer):
             self._log_handler = None
 
     def attach_log_handler(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send the package's log records to the client (``window/logMessage``) at ``settings.logLevel``.
+
+        The stderr handlers keep the level the command line chose (``-v``), however verbose the
+        client's log is.
+        """
+        root = logging.getLogger()
+        for handler in root.handlers:
+            if handler.level == logging.NOTSET:
+                handler.setLevel(root.level)
         self._log_handler = ClientLogHandler(self, loop, _LOG_LEVELS[self.settings.log_level])
-        logging.getLogger("glm5_lsp").addHandler(self._log_handler)
-        logging.getLogger("glm5_lsp").setLevel(logging.DEBUG)
+        package = logging.getLogger("glm5_lsp")
+        package.addHandler(self._log_handler)
+        package.setLevel(logging.DEBUG)  # each handler filters by its own level
 
 
 def guarded(name: str) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
