@@ -3,12 +3,14 @@
 The tasks come from this project's own source (no benchmark data): for each of the first N
 functions in ``glm5_lsp/``, a ``complete`` task (cursor at the start of the body's second line),
 a ``generate`` task (the signature plus docstring, or the signature alone) and a ``fix`` task (the
-function with its first ``:`` removed, a syntax error), in that rotation. Both runs use the same
-tasks, a fresh output file, the full pipeline (context engine, repair loop) and ``glm5-lsp batch``'s
-worker processes (one model copy each) with one torch thread per worker, as ``glm5-lsp batch``
-does by default; a third run gives one worker every core through torch's intra-op threads (which
-a small model barely uses, and which lose much when other processes compete for the cores). Times are wall-clock, worker start-up and model loading included,
-after an untimed warm-up batch (jedi's and the OS's caches would otherwise favour the second run).
+function with its first ``:`` removed, a syntax error), in that rotation. Every run uses the same
+tasks, a fresh output file, the full pipeline (context engine, repair loop) and worker processes
+(one model copy each, even for one worker, so every run pays the same start-up) with one torch
+thread per worker, as ``glm5-lsp batch`` does by default; a third run gives one worker every core
+through torch's intra-op threads (which a small model barely uses, and which lose much when other
+processes compete for the cores). Times are wall-clock, worker start-up and model loading
+included, after an untimed warm-up batch (jedi's and the OS's disk caches would otherwise favour
+the later runs); "seconds/task in a worker" excludes start-up.
 
     python benchmarks/batch.py                       # the embedded default model
     python benchmarks/batch.py --model PATH --tasks 12 --max-tokens 32
@@ -63,17 +65,20 @@ def project_tasks(count: int) -> list[dict[str, object]]:
     return tasks
 
 
-def run(tasks_file: Path, model: Path, workers: int, max_tokens: int, threads: int) -> tuple[float, int, int]:
-    """Wall seconds for the whole batch (worker start-up and model loading included), tasks done, errors."""
+def run(tasks_file: Path, model: Path, workers: int, max_tokens: int, threads: int) -> tuple[float, int, int, float]:
+    """Wall seconds for the whole batch (worker start-up and model loading included), tasks done, errors,
+    and the mean seconds one task took inside its worker."""
     settings = PipelineSettings(multiline_max_tokens=max_tokens, max_tokens=min(max_tokens, 64))
     settings.repair.return_unclean = True
     factory = PipelineFactory("local", {"model_path": model}, settings)
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
-        summary = run_batch(tasks_file, Path(folder) / "out.jsonl", factory, workers=workers, progress=False,
-                            processes=True, torch_threads=threads)
+        out = Path(folder) / "out.jsonl"
+        summary = run_batch(tasks_file, out, factory, workers=workers, progress=False, processes=True,
+                            torch_threads=threads)
         seconds = time.perf_counter() - started
-    return seconds, summary.done, summary.errors
+        per_task = [json.loads(line)["seconds"] for line in out.read_text(encoding="utf-8").splitlines()]
+    return seconds, summary.done, summary.errors, sum(per_task) / max(1, len(per_task))
 
 
 def main() -> int:
@@ -105,11 +110,11 @@ def main() -> int:
         results = [run(tasks_file, args.model, workers, args.max_tokens, threads) for workers, threads in configs]
     print(f"model: {args.model}; {len(tasks)} tasks (complete/generate/fix from glm5_lsp's own functions); "
           f"max_tokens {args.max_tokens}; {cores} cores")
-    print("| workers | torch threads each | seconds | tasks/minute | errors |")
-    print("| --- | --- | --- | --- | --- |")
-    for (workers, threads), (seconds, done, errors) in zip(configs, results):
-        print(f"| {workers} | {threads} | {seconds:.1f} | {60 * done / seconds:.1f} | {errors} |")
-    rate = [done / seconds for seconds, done, _ in results]
+    print("| workers | torch threads each | wall seconds | tasks/minute | seconds/task in a worker | errors |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for (workers, threads), (seconds, done, errors, per_task) in zip(configs, results):
+        print(f"| {workers} | {threads} | {seconds:.1f} | {60 * done / seconds:.1f} | {per_task:.2f} | {errors} |")
+    rate = [done / seconds for seconds, done, _, _ in results]
     print(f"2 workers / 1 worker: {rate[1] / rate[0]:.2f}x; 1 worker on {cores} threads / on 1 thread: "
           f"{rate[2] / rate[0]:.2f}x")
     return 0
