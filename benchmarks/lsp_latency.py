@@ -232,10 +232,13 @@ async def main(args: argparse.Namespace) -> int:
 
 
 async def _model_ready(server: Server, seconds: float) -> bool:
-    """Wait for glm5-lsp's background model load (its "model ready" log line, or an error message)."""
+    """Wait until glm5-lsp is warm: the model loaded and the workspace indexed (its log lines)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if any("model ready" in message for message in server.logs):
+        loaded = any("model ready" in message for message in server.logs)
+        indexed = any(message.startswith("glm5_lsp.server: indexed") or ("indexing" in message and "failed" in message)
+                      for message in server.logs)
+        if loaded and indexed:
             return True
         if server.errors:
             print(f"glm5-lsp: {server.errors[-1]}")
