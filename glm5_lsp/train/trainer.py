@@ -267,6 +267,7 @@ class Trainer:
         opt = torch.optim.AdamW(groups, betas=self.optim.betas, fused=fused)
         warmup = min(self.optim.warmup_steps, max(1, steps // 10))
         calibrate = max(3, steps // 20) if seconds is not None else None
+        self.balancer.counts.clear()  # forget picks counted outside training (evaluation, other stages)
         start = time.monotonic()
         tokens = 0
         lm = kl = torch.zeros(())
