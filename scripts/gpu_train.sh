@@ -15,6 +15,9 @@
 # Back here, unpack into the package (replacing the CPU stop-gap):
 #     rm -rf glm5_lsp/weights/glm5-code-tiny && mkdir -p glm5_lsp/weights/glm5-code-tiny
 #     cat FILES_AT/glm5-code-gpu.tar.part-* | tar -xf - -C glm5_lsp/weights/glm5-code-tiny --strip-components=1
+# then measure HumanEval with the harness and add the figures to the model card:
+#     glm5-lsp eval humaneval --data ../shared/benchmarks/humaneval/HumanEval.jsonl.gz --out runs/eval/he
+#     glm5-lsp train --out glm5_lsp/weights/glm5-code-tiny --add-eval runs/eval/he/report.json
 #
 # Knobs (environment): GLM5_BUDGET_MINUTES (training budget, default 5), GLM5_COMPILE (1/0, default 1),
 # GLM5_MAX_TRAIN_BYTES (corpus cap, default 120000000), GLM5_GUARD (guard file, default .gpu/benchmark_guard.json).
