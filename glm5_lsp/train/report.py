@@ -62,6 +62,17 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def _examined(totals: dict[str, Any]) -> str:
+    """How much of the installed source was looked at, when the corpus was subsampled."""
+    examined, candidates = totals.get("examined_files"), totals.get("candidate_files")
+    if examined is None or examined == candidates:
+        return ""
+    return (
+        f" (the corpus is a seeded sample: {examined:,} of {candidates:,} candidate files were examined"
+        " until the byte budget was filled)"
+    )
+
+
 def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
     """The model card's Markdown from a run summary (see ``pipeline.summarise``)."""
     cfg = info["config"]
@@ -141,7 +152,9 @@ def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
         ),
         (
             f"- Refused for their licence: {len(corpus['refused_licence'])} distributions. "
-            f"Files dropped: {', '.join(f'{k} {v}' for k, v in corpus['dropped_files'].items()) or 'none'}."
+            f"Files dropped: {', '.join(f'{k} {v}' for k, v in corpus['dropped_files'].items()) or 'none'}"
+            + _examined(corpus["totals"])
+            + "."
         ),
         "",
         "## Measured on the held-out packages",
