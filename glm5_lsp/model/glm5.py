@@ -260,16 +260,10 @@ class MLAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, step: Step, prev: list[Selection] | None):
         bsz, t, _ = x.shape
-        if t <= DECODE_MAX_TOKENS and step.stage is None and not step.reference and not torch.is_grad_enabled():
-            return self._forward_decode(x, step, prev)
-        q_resid = self.q_a_layernorm(self.q_a_proj(x))  # [B, T, q_lora]
-        q = self.q_b_proj(q_resid).view(bsz, t, self.n_heads, self.q_dim)  # [B, T, H, dq]
-        q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
-        q_rope = apply_rope(q_rope, step.cos, step.sin)
-        c_kv, k_rope = self.kv_a_proj_with_mqa(x).split([self.kv_rank, self.rope_dim], dim=-1)
-        new_latents = torch.cat([self.kv_a_layernorm(c_kv), apply_rope(k_rope, step.cos, step.sin)], dim=-1)
-
-        idx_keys = self.indexer.keys(x, step.cos, step.sin) if self.indexer is not None else None
+        fused = t <= DECODE_MAX_TOKENS and step.stage is None and not step.reference and not torch.is_grad_enabled()
+        q_resid, q_nope, q_rope, new_latents, idx_keys, iq, iw = (
+            self._project_fused(x, step) if fused else self._project(x, step)
+        )
         if step.cache is not None:
             step.cache.write(self.layer_idx, new_latents, idx_keys, step.start)
             latents = step.cache.latents[self.layer_idx][:, : step.start + t]
@@ -283,7 +277,8 @@ class MLAttention(nn.Module):
 
         selections = prev
         if step.needs_selection and self.indexer is not None:
-            iq, iw = self.indexer.queries(x, q_resid, step.cos, step.sin)
+            if iq is None:
+                iq, iw = self.indexer.queries(x, q_resid, step.cos, step.sin)
             selections = self.indexer.select(iq, iw, idx_keys, step)
         if step.needs_selection and selections is None:
             raise ValueError(f"layer {self.layer_idx} is 'shared' but no earlier layer ran the indexer")
@@ -294,7 +289,19 @@ class MLAttention(nn.Module):
             out = self._attend_fast(q_nope, q_rope, latents, step, selections)
         return self.o_proj(out.reshape(bsz, t, self.n_heads * self.v_dim)), selections
 
-    # -- decoding: the same computation with fewer, larger operations -----------------------------
+    def _project(self, x: torch.Tensor, step: Step):
+        """Queries, the new latents and indexer keys; indexer queries are left to ``forward`` (None)."""
+        bsz, t, _ = x.shape
+        q_resid = self.q_a_layernorm(self.q_a_proj(x))  # [B, T, q_lora]
+        q = self.q_b_proj(q_resid).view(bsz, t, self.n_heads, self.q_dim)  # [B, T, H, dq]
+        q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
+        q_rope = apply_rope(q_rope, step.cos, step.sin)
+        c_kv, k_rope = self.kv_a_proj_with_mqa(x).split([self.kv_rank, self.rope_dim], dim=-1)
+        new_latents = torch.cat([self.kv_a_layernorm(c_kv), apply_rope(k_rope, step.cos, step.sin)], dim=-1)
+        idx_keys = self.indexer.keys(x, step.cos, step.sin) if self.indexer is not None else None
+        return q_resid, q_nope, q_rope, new_latents, idx_keys, None, None
+
+    # -- decoding: the same projections with fewer, larger operations -----------------------------
     def _fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Projections that read the same input, concatenated (recomputed if any weight changes).
 
@@ -316,15 +323,17 @@ class MLAttention(nn.Module):
             self._fused_key = key
         return self._fused
 
-    def _forward_decode(self, x: torch.Tensor, step: Step, prev: list[Selection] | None):
+    def _project_fused(self, x: torch.Tensor, step: Step):
+        """``_project`` plus the indexer queries, in three matmuls and one RoPE call (for decoding)."""
+        if self.q_a_proj.bias is not None or self.kv_a_proj_with_mqa.bias is not None:
+            return self._project(x, step)
         bsz, t, _ = x.shape
         idx = self.indexer
         w_x, w_q = self._fused_weights()
-        q_lora = self.q_a_proj.out_features
-        sizes = [q_lora, self.kv_rank, self.rope_dim] + ([idx.head_dim, idx.n_heads] if idx is not None else [])
+        sizes = [self.q_a_proj.out_features, self.kv_rank, self.rope_dim]
+        if idx is not None:
+            sizes += [idx.head_dim, idx.n_heads]
         parts = F.linear(x, w_x).split(sizes, dim=-1)
-        if self.q_a_proj.bias is not None or self.kv_a_proj_with_mqa.bias is not None:
-            raise NotImplementedError("attention_bias is not supported by the decoding path")
         q_resid = self.q_a_layernorm(parts[0])
         qs = F.linear(q_resid, w_q)
         q = qs[..., : self.n_heads * self.q_dim].view(bsz, t, self.n_heads, self.q_dim)
@@ -337,26 +346,13 @@ class MLAttention(nn.Module):
         rot = apply_rope(torch.cat(rot, dim=2), step.cos, step.sin)
         q_rope, k_rope = rot[:, :, : self.n_heads], rot[:, :, self.n_heads]
         new_latents = torch.cat([self.kv_a_layernorm(parts[1]), k_rope], dim=-1)
-        idx_keys = None
-        if idx is not None:
-            h = self.n_heads + 1
-            iq = torch.cat([rot[:, :, h : h + idx.n_heads], iq[..., self.rope_dim :]], dim=-1)
-            idx_keys = torch.cat([rot[:, :, -1], ik[..., self.rope_dim :]], dim=-1)
-            weights = parts[4].float() * idx.n_heads**-0.5
-        if step.cache is not None:
-            step.cache.write(self.layer_idx, new_latents, idx_keys, step.start)
-            latents = step.cache.latents[self.layer_idx][:, : step.start + t]
-            if idx_keys is not None:
-                idx_keys = step.cache.index_keys[self.layer_idx][:, : step.start + t]
-        else:
-            latents = new_latents
-        selections = prev
-        if step.needs_selection and idx is not None:
-            selections = idx.select(iq, weights, idx_keys, step)
-        if step.needs_selection and selections is None:
-            raise ValueError(f"layer {self.layer_idx} is 'shared' but no earlier layer ran the indexer")
-        out = self._attend_fast(q_nope, q_rope, latents, step, selections)
-        return self.o_proj(out.reshape(bsz, t, self.n_heads * self.v_dim)), selections
+        if idx is None:
+            return q_resid, q_nope, q_rope, new_latents, None, None, None
+        h = self.n_heads + 1
+        iq = torch.cat([rot[:, :, h : h + idx.n_heads], iq[..., self.rope_dim :]], dim=-1)
+        idx_keys = torch.cat([rot[:, :, -1], ik[..., self.rope_dim :]], dim=-1)
+        weights = parts[4].float() * idx.n_heads**-0.5
+        return q_resid, q_nope, q_rope, new_latents, idx_keys, iq, weights
 
     def _attend_reference(self, q_nope, q_rope, latents, step: Step, selections) -> torch.Tensor:
         bsz, t = q_nope.shape[:2]
