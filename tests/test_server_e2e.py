@@ -487,6 +487,10 @@ async def test_a_failing_backend_answers_an_error_and_the_server_lives_on(client
     assert error.value.code == types.ErrorCodes.InternalError
     assert "400" in str(error.value)
     assert any("inline completion failed" in m.message for m in client.log_messages)
+    listed = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=cursor))
+    assert isinstance(listed, types.CompletionList) and listed.items, "names still answer without the model"
+    assert all(item.detail != "GLM-5" for item in listed.items)
     text, cursor = load_doc("compute.py")
     uri = open_doc(client, "after_error.py", text=text)
     assert [i.insert_text for i in await inline(client, uri, cursor)] == ["41 + 1"]

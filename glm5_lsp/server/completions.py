@@ -8,7 +8,7 @@ import asyncio
 from lsprotocol import types
 
 from glm5_lsp.server import convert
-from glm5_lsp.server.state import Glm5Server, guarded
+from glm5_lsp.server.state import Glm5Server, guarded, log
 from glm5_lsp.server.symbols import names_at, word_before
 
 _COMPLETION_KINDS = {
@@ -60,7 +60,14 @@ def register(server: Glm5Server) -> None:
         names_job = asyncio.to_thread(names_at, target.text, target.offset, path=target.path,
                                       language=target.language, context=context)
         model_job = ls.completion_text(target, multiline=False, kind="completion")
-        names, line = await asyncio.gather(names_job, model_job)
+        names, line = await asyncio.gather(names_job, model_job, return_exceptions=True)
+        if isinstance(line, BaseException):  # the model failed: the symbol table's names still answer
+            if isinstance(line, asyncio.CancelledError):
+                raise line
+            log.warning("model line completion failed: %s", line)
+            line = ""
+        if isinstance(names, BaseException):
+            raise names
         typed = word_before(target.text, target.offset)
         word_range = convert.lsp_range(target.text, target.offset - len(typed), target.offset, ls.encoding)
         items: list[types.CompletionItem] = []
