@@ -58,4 +58,8 @@ class Backend(Protocol):
     name: str
     supports_internals: bool
 
+    def load(self) -> None:
+        """Get ready before the first request (load weights, check the server); may raise BackendError."""
+        ...
+
     def complete(self, request: CompletionRequest) -> Completion: ...

@@ -67,6 +67,9 @@ class OpenAIHTTPBackend:
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
 
+    def load(self) -> None:
+        """Nothing to load: the model lives on the server (the first request reports an unreachable one)."""
+
     def close(self) -> None:
         self._client.close()
 

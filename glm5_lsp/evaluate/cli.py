@@ -76,8 +76,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(max(1, args.threads))
     try:
         backend = backend_from_args(args)
-        if hasattr(backend, "load"):
-            backend.load()
+        backend.load()
     except (BackendError, ValueError) as error:
         print(f"glm5-lsp eval: {error}", file=sys.stderr)
         return 2
