@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 
 log = logging.getLogger(__name__)
 
@@ -19,11 +21,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     transport = parser.add_mutually_exclusive_group()
     transport.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
     transport.add_argument("--tcp", type=_host_port, metavar="HOST:PORT", help="listen for one client on TCP")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for the in-process model (default 1: the embedded model is small, and many tiny "
+        "multi-threaded operations stall when the editor and other programs share the cores)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from glm5_lsp.server.server import build_server  # pygls is imported only when serving
 
+    if args.threads < 1:
+        raise SystemExit("glm5-lsp serve: --threads must be at least 1")
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(args.threads)
+    else:  # read by torch when the local backend imports it; an HTTP backend never does
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     server = build_server()
     if args.tcp:
         host, port = args.tcp
