@@ -93,37 +93,48 @@ def ours_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int) -> t
 
 
 def reference_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
-    """transformers' own API: a prefill forward, then ``generate`` (greedy); decode = generate minus its prefill."""
+    """transformers' own API. Prefill: one forward. Decode: ``generate`` of 1 + N tokens minus ``generate`` of 1."""
     import transformers
 
     model = transformers.GlmMoeDsaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+    def generate(n: int) -> float:
+        t0 = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        assert out.shape[1] - ids.shape[1] == n
+        return time.perf_counter() - t0
+
     with torch.inference_mode():
         model(ids[:, :64], logits_to_keep=1)  # warm-up
         t0 = time.perf_counter()
         model(ids, use_cache=True, logits_to_keep=1)
         prefill = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-        total = time.perf_counter() - t0
-    generated = out.shape[1] - ids.shape[1]
-    return ids.shape[1] / prefill, (generated - 1) / max(total - prefill, 1e-9)
+        one = generate(1)
+        many = generate(1 + new_tokens)
+    return ids.shape[1] / prefill, new_tokens / (many - one)
 
 
 def long_context_child(path: Path, context: int, steps: int, threads: int) -> dict[str, float]:
-    """In a fresh subprocess: prefill ``context`` tokens (peak RSS growth above the loaded model),
+    """In a fresh subprocess: prefill ``context`` tokens (peak RSS growth above the loaded model and its
+    cache, from Linux's resettable high-water mark),
     then time ``steps`` single-token decode steps on that cache."""
     code = f"""
-import json, resource, sys, time, torch
+import json, sys, time, torch
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 from glm5_lsp.model import KVCache, load_model
 torch.set_num_threads({threads})
 model = load_model({str(path)!r})
 ids = torch.randint(0, {SIZES['vocab_size']}, (1, {context}), generator=torch.Generator().manual_seed(0))
 cache = KVCache(model.config, capacity={context} + {steps} + 4)
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024  # kB -> MiB
+open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current RSS
+base = status("VmRSS")
 with torch.inference_mode():
     model(ids, cache=cache, last_only=True)
-    peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    peak = status("VmHWM") - base
     token = torch.tensor([[7]])
     model(token, cache=cache)
     t0 = time.perf_counter()
