@@ -39,6 +39,7 @@ from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
 
 QUERY_CHUNK = 128  # at most this many queries have their keys selected together
 INDEXER_CHUNK_FLOATS = 2**21  # and their per-head indexer scores stay under this many floats (8 MiB)
+FFN_CHUNK = 2048  # tokens whose MLP/MoE activations are computed at once during a long prefill
 DECODE_MAX_TOKENS = 4  # forward calls this short take the fused decoding path
 GATHER_CHUNK = 8  # queries whose selected latents are gathered at once (small enough to stay in cache)
 EXPAND_MIN_QUERIES = 128  # at least this many dense queries: expand per-head K/V and use fused SDPA
@@ -64,17 +65,21 @@ class RMSNorm(nn.Module):
 class Selection:
     """The keys one chunk of queries (new-token rows ``q0 .. q1 - 1``) attends to.
 
-    ``idx is None``: every row attends to all its causal keys. Otherwise ``idx/valid [B, Tq, K]``
-    name the keys (positions) and ``dense_rows [B, Tq]`` marks rows that attend to all causal keys
-    anyway (error-context queries under the policy).
+    ``idx is None``: every row attends to all its causal keys. Otherwise ``idx [B, Tq, K]`` names
+    the keys (positions; -1 where a row has fewer than K) and ``dense_rows [B, Tq]`` marks rows that
+    attend to all causal keys anyway (error-context queries under the policy).
     """
 
     q0: int
     q1: int
     kend: int  # keys 0 .. kend - 1 exist for this chunk
     idx: torch.Tensor | None = None
-    valid: torch.Tensor | None = None
     dense_rows: torch.Tensor | None = None
+
+    @property
+    def valid(self) -> torch.Tensor:
+        assert self.idx is not None
+        return self.idx >= 0
 
 
 @dataclass
@@ -166,13 +171,12 @@ class Indexer(nn.Module):
             if forced is not None:
                 s = s.masked_fill(forced[:, None, :], float("-inf"))  # chosen below, outside the budget
             vals, idx = s.topk(min(step.topk, kend), dim=-1)
-            valid = vals > float("-inf")
-            idx = idx.to(torch.int32)  # kept until the last shared layer: half the memory of int64
+            idx = idx.masked_fill(vals == float("-inf"), -1)
             dense_rows = None
             if forced is not None and bool(forced.any()):
-                idx, valid = _append_forced(idx, valid, forced, allowed)
+                idx = _append_forced(idx, forced, allowed)
                 dense_rows = step.forced_rows[:, q0:q1]
-            out.append(Selection(q0, q1, kend, idx, valid, dense_rows))
+            out.append(Selection(q0, q1, kend, idx.to(torch.int32), dense_rows))  # int32: half the memory
         return out
 
 
@@ -186,8 +190,8 @@ def _row_std(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     return torch.where(std > 0, std, torch.ones_like(std))
 
 
-def _append_forced(idx, valid, forced, allowed):
-    """Add every forced key (``forced [B, Tk]``) to each row's selection where it is causal."""
+def _append_forced(idx, forced, allowed):
+    """Add every forced key (``forced [B, Tk]``) to each row's selection where it is causal (-1 elsewhere)."""
     bsz = idx.shape[0]
     counts = forced.sum(-1)
     width = int(counts.max())
@@ -200,8 +204,8 @@ def _append_forced(idx, valid, forced, allowed):
     tq = idx.shape[1]
     extra_idx = pos[:, None, :].expand(bsz, tq, width)
     causal = allowed.expand(bsz, -1, -1).gather(2, extra_idx)  # [B, Tq, F]
-    extra_valid = ok[:, None, :] & causal
-    return torch.cat([idx, extra_idx], dim=-1), torch.cat([valid, extra_valid], dim=-1)
+    extra_idx = extra_idx.masked_fill(~(ok[:, None, :] & causal), -1)
+    return torch.cat([idx, extra_idx], dim=-1)
 
 
 def selection_mask(selections: list[Selection], bsz: int, tq: int, tk: int, start: int, device) -> torch.Tensor:
@@ -213,8 +217,9 @@ def selection_mask(selections: list[Selection], bsz: int, tq: int, tk: int, star
         if sel.idx is None:
             mask[:, rows] = causal[rows].unsqueeze(0)
             continue
-        chunk = torch.zeros(bsz, sel.q1 - sel.q0, tk, dtype=torch.bool, device=device)
-        chunk.scatter_(2, sel.idx.long(), sel.valid)
+        chunk = torch.zeros(bsz, sel.q1 - sel.q0, tk + 1, dtype=torch.bool, device=device)
+        slots = torch.where(sel.valid, sel.idx.long(), tk)  # "no key" goes to a spare column, dropped below
+        chunk = chunk.scatter_(2, slots, True)[:, :, :tk]
         if sel.dense_rows is not None:
             chunk = chunk | (sel.dense_rows[:, :, None] & causal[rows].unsqueeze(0))
         mask[:, rows] = chunk
@@ -388,11 +393,12 @@ class MLAttention(nn.Module):
             rows = slice(sel.q0, sel.q1)
             q_cat = self._absorb(q_nope[:, rows], q_rope[:, rows], w_uk)
             keys = latents[:, : sel.kend]
+            valid = sel.valid
             o_lat = torch.cat(
                 [
                     latent_attention_gathered(
                         q_cat[:, a : a + GATHER_CHUNK], keys, sel.idx[:, a : a + GATHER_CHUNK],
-                        sel.valid[:, a : a + GATHER_CHUNK], self.scale, self.kv_rank,
+                        valid[:, a : a + GATHER_CHUNK], self.scale, self.kv_rank,
                     )
                     for a in range(0, sel.q1 - sel.q0, GATHER_CHUNK)
                 ],
@@ -556,12 +562,19 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, step: Step, prev: list[Selection] | None):
+    def forward(self, x: torch.Tensor, step: Step, prev: list[Selection] | None, keep: bool = True):
+        """``keep``: return this layer's selections (a later shared layer, or the caller, needs them)."""
         result = self.self_attn(self.input_layernorm(x), step, prev)
-        h, selections = result[0], result[1]
-        x = x + h
-        x = x + self.mlp(self.post_attention_layernorm(x))
+        h, selections = result[0], (result[1] if keep else None)
         kl = result[2] if len(result) == 3 else None
+        del result  # so a selection nobody needs is freed before the MLP runs
+        x = x + h
+        if torch.is_grad_enabled() or x.shape[1] <= FFN_CHUNK:
+            x = x + self.mlp(self.post_attention_layernorm(x))
+        else:  # long prefill: bound the MLP's intermediate activations
+            for a in range(0, x.shape[1], FFN_CHUNK):
+                part = x[:, a : a + FFN_CHUNK]
+                x[:, a : a + FFN_CHUNK] = part + self.mlp(self.post_attention_layernorm(part))
         return x, selections, kl
 
 
@@ -659,8 +672,13 @@ class GlmMoeDsaForCausalLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         selections = None
         per_layer = []
-        for layer in self.model.layers:
-            x, selections, _ = layer(x, step, selections)
+        layers = list(self.model.layers)
+        for i, layer in enumerate(layers):
+            prev = selections if layer.self_attn.indexer is None else None
+            selections = None  # a full layer selects afresh: let the last selection go
+            shared_next = i + 1 < len(layers) and layers[i + 1].self_attn.indexer is None
+            x, selections, _ = layer(x, step, prev, keep=shared_next or return_selections)
+            del prev
             if return_selections:
                 per_layer.append(selections)
         if cache is not None:

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 AttributeProvider = Callable[[str], Sequence[str]]  # text ending with "." -> attribute names valid there
 
 _IDENT = re.compile(r"[A-Za-z0-9_]*")
+_DOTTED_RECEIVER = re.compile(r"(?<![\w.)\]])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.$")
 _IDENT_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _DOT_NAME = re.compile(r"\.(?=[A-Za-z_])")
 
@@ -275,17 +276,24 @@ class NameMonitor:
         return trie.has_name(name) if rest else trie.has_prefix(name)
 
     def _attribute_trie(self, receiver: str) -> NameTrie | None:
-        """The trie of attributes valid after ``receiver`` (which ends with a dot); None if unknown."""
-        if receiver in self._cache:
-            self._cache.move_to_end(receiver)
-            return self._cache[receiver]
+        """The trie of attributes valid after ``receiver`` (which ends with a dot); None if unknown.
+
+        Cached by the dotted name before the dot (``self.items.``) when the receiver ends in one:
+        within one completion the same expression names the same object, so the attribute provider
+        (jedi, tens of milliseconds a call) runs once per expression rather than once per token.
+        """
+        dotted = _DOTTED_RECEIVER.search(receiver)
+        key = dotted.group(0) if dotted else receiver
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
         try:
             names = [n for n in self.attributes(receiver) if n.isidentifier()]
         except Exception:
             log.warning("attribute provider failed; not restricting here", exc_info=True)
             names = []
         trie = NameTrie(names) if names else None
-        self._cache[receiver] = trie
+        self._cache[key] = trie
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return trie
