@@ -98,9 +98,11 @@ class Grammar:
 
 
 @functools.cache
-def load_grammar(language: str) -> Grammar | None:
-    """The grammar for ``language``, or ``None`` for plain text or a grammar package that is missing."""
-    spec = _GRAMMAR_MODULES.get(language)
+def tree_sitter_language(language: str) -> tree_sitter.Language | None:
+    """The tree-sitter language for a language name or LSP ``languageId`` (``typescriptreact`` -> tsx),
+    or ``None`` when unknown or its grammar package is missing. The one place grammars are imported."""
+    name = _LANGUAGE_IDS.get(language, language)
+    spec = _GRAMMAR_MODULES.get(name)
     if spec is None:
         return None
     import logging
@@ -109,10 +111,28 @@ def load_grammar(language: str) -> Grammar | None:
 
     try:
         module = importlib.import_module(spec[0])
-        ts_language = tree_sitter.Language(getattr(module, spec[1])())
+        return tree_sitter.Language(getattr(module, spec[1])())
     except (ImportError, AttributeError, ValueError) as err:
         logging.getLogger(__name__).warning("no tree-sitter grammar for %s (%s); using plain text", language, err)
         return None
+
+
+def grammar_language_ids() -> frozenset[str]:
+    """Every language name and LSP ``languageId`` that :func:`tree_sitter_language` can load."""
+    names = set(_GRAMMAR_MODULES) | set(_LANGUAGE_IDS)
+    return frozenset(n for n in names if tree_sitter_language(n) is not None)
+
+
+@functools.cache
+def load_grammar(language: str) -> Grammar | None:
+    """The grammar for ``language``, or ``None`` for plain text or a grammar package that is missing."""
+    ts_language = tree_sitter_language(language)
+    if ts_language is None:
+        return None
+    import logging
+
+    import tree_sitter
+
     folder = grammars_dir() / _QUERY_FOLDER.get(language, language)
     if not folder.is_dir():
         logging.getLogger(__name__).warning(

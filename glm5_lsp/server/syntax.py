@@ -13,16 +13,8 @@ from dataclasses import dataclass
 
 import tree_sitter
 
-_GRAMMARS: dict[str, tuple[str, str]] = {
-    "python": ("tree_sitter_python", "language"),
-    "javascript": ("tree_sitter_javascript", "language"),
-    "typescript": ("tree_sitter_typescript", "language_typescript"),
-    "tsx": ("tree_sitter_typescript", "language_tsx"),
-    "go": ("tree_sitter_go", "language"),
-    "rust": ("tree_sitter_rust", "language"),
-    "c": ("tree_sitter_c", "language"),
-    "cpp": ("tree_sitter_cpp", "language"),
-}
+from glm5_lsp.context.languages import tree_sitter_language
+
 _PY_BLOCK_OPENER = re.compile(
     r"^\s*(async\s+def|def|class|if|elif|else|for|async\s+for|while|with|async\s+with|try|except|"
     r"finally|match|case)\b.*:\s*(#.*)?$"
@@ -37,14 +29,8 @@ _BRACE_BODIES = ("statement_block", "compound_statement", "block")
 @functools.cache
 def parser_for(language: str) -> tree_sitter.Parser | None:
     """A parser for one of our languages, or None when its grammar package is missing."""
-    if language not in _GRAMMARS:
-        return None
-    module_name, attribute = _GRAMMARS[language]
-    try:
-        module = __import__(module_name)
-    except ImportError:
-        return None
-    return tree_sitter.Parser(tree_sitter.Language(getattr(module, attribute)()))
+    grammar = tree_sitter_language(language)
+    return tree_sitter.Parser(grammar) if grammar is not None else None
 
 
 class _Source:

@@ -6,50 +6,11 @@ whose grammar package is absent is simply not checked by this provider.
 
 from __future__ import annotations
 
-import importlib
-import threading
-from collections.abc import Callable
+from tree_sitter import Node, Parser
 
-from tree_sitter import Language, Node, Parser
-
+from glm5_lsp.context.languages import grammar_language_ids, tree_sitter_language
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.providers.positions import byte_col_to_char
-
-# language id -> (grammar module, function returning the language pointer)
-GRAMMARS: dict[str, tuple[str, str]] = {
-    "python": ("tree_sitter_python", "language"),
-    "javascript": ("tree_sitter_javascript", "language"),
-    "javascriptreact": ("tree_sitter_javascript", "language"),
-    "typescript": ("tree_sitter_typescript", "language_typescript"),
-    "typescriptreact": ("tree_sitter_typescript", "language_tsx"),
-    "go": ("tree_sitter_go", "language"),
-    "rust": ("tree_sitter_rust", "language"),
-    "c": ("tree_sitter_c", "language"),
-    "cpp": ("tree_sitter_cpp", "language"),
-}
-
-_languages: dict[str, Language | None] = {}
-_lock = threading.Lock()
-
-
-def load_language(language: str) -> Language | None:
-    """The grammar for ``language``, or None when it is unknown or its package is not installed."""
-    with _lock:
-        if language not in _languages:
-            _languages[language] = _import_language(language)
-        return _languages[language]
-
-
-def _import_language(language: str) -> Language | None:
-    spec = GRAMMARS.get(language)
-    if spec is None:
-        return None
-    try:
-        module = importlib.import_module(spec[0])
-    except ImportError:
-        return None
-    factory: Callable[[], object] = getattr(module, spec[1])
-    return Language(factory())
 
 
 class TreeSitterProvider:
@@ -59,10 +20,10 @@ class TreeSitterProvider:
 
     def __init__(self, max_reports: int = 20) -> None:
         self.max_reports = max_reports
-        self.languages = frozenset(lang for lang in GRAMMARS if load_language(lang) is not None)
+        self.languages = grammar_language_ids()
 
     def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
-        grammar = load_language(language)
+        grammar = tree_sitter_language(language)
         if grammar is None:
             return []
         source = text.encode("utf-8")
