@@ -184,19 +184,19 @@ async def measure(server: Server, uri: str, line: int, column: int, tally: Tally
 
 async def main(args: argparse.Namespace) -> int:
     logging.getLogger("pygls").setLevel(logging.CRITICAL)  # late answers to timed-out requests are expected
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     options: dict[str, Any] = json.loads(args.settings) if args.settings else {}
     if args.model:
         options.setdefault("model", {})["path"] = args.model
     root = Path(tempfile.mkdtemp(prefix="lsp-latency-"))  # a workspace holding copies of the files
-    ours = Server("glm5-lsp", [sys.executable, "-m", "glm5_lsp.cli", "serve"], env, options)
+    ours = Server("glm5-lsp", [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads", str(args.threads)], env, options)
     jedi_command = [sys.executable, "-c", "from jedi_language_server.cli import cli; cli()"]
     jedi = Server("jedi-language-server", jedi_command, env, None)
     tallies = {ours.name: Tally(), jedi.name: Tally()}
     rng = random.Random(args.seed)
     print(f"files: {', '.join(args.files)} (stdlib {STDLIB}); {args.positions} positions each; "
           f"timeout {args.timeout}s; model: {args.model or 'default'}; settings: {args.settings or 'defaults'}; "
-          f"OMP threads for glm5-lsp: {args.threads}")
+          f"torch threads for glm5-lsp: {args.threads}")
     await ours.start(root)
     await jedi.start(root)
     try:
@@ -255,7 +255,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured requests per file and server")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds before a request counts as timed out")
     parser.add_argument("--load-timeout", type=float, default=300.0, help="seconds to wait for the model to load")
-    parser.add_argument("--threads", type=int, default=2, help="OMP threads for glm5-lsp's torch")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for glm5-lsp (glm5-lsp serve --threads)")
     parser.add_argument("--settings", default="", help='glm5-lsp initializationOptions as JSON, e.g. \'{"repair": {"monitor": false}}\'')
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
