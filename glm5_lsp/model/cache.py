@@ -91,7 +91,3 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of {self.length} tokens to {length}")
         self.length = length
-
-    def nbytes(self) -> int:
-        tensors = self.latents + [t for t in self.index_keys if t is not None]
-        return sum(t[:, : self.length].numel() * t.element_size() for t in tensors)

@@ -713,8 +713,5 @@ class GlmMoeDsaForCausalLM(nn.Module):
         indexer_kl = torch.stack(kls).mean() if kls else logits.new_zeros(())
         return TrainOutput(logits, indexer_kl)
 
-    def indexer_parameters(self) -> list[nn.Parameter]:
-        return [p for layer in self.model.layers if layer.self_attn.indexer is not None for p in layer.self_attn.indexer.parameters()]
-
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -36,10 +36,6 @@ class Role(IntEnum):
     INDENT = 4
     ERROR_CONTEXT = 5
 
-    @classmethod
-    def from_name(cls, name: str) -> "Role":
-        return cls(ROLE_NAMES.index(name))
-
 
 assert [r.name.lower() for r in Role] == list(ROLE_NAMES)
 

@@ -64,10 +64,6 @@ class Tokenizer:
         self._tok.save(str(out))
         return out
 
-    @property
-    def backend(self) -> HFTokenizer:
-        return self._tok
-
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Load ``tokenizer.json`` from a file or a model folder."""
