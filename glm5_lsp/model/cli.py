@@ -27,8 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from glm5_lsp.model import CheckpointError, ConfigError, GenerationConfig, Generator, default_model_path
-    from glm5_lsp.model import load_model, load_tokenizer
+    from glm5_lsp.model import (
+        CheckpointError,
+        ConfigError,
+        GenerationConfig,
+        Generator,
+        default_model_path,
+        load_model,
+        load_tokenizer,
+    )
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     try:

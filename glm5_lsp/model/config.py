@@ -116,7 +116,7 @@ class GlmMoeDsaConfig:
 
     # -- (de)serialisation -----------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "GlmMoeDsaConfig":
+    def from_dict(cls, data: dict[str, Any]) -> GlmMoeDsaConfig:
         data = dict(data)
         if "num_local_experts" in data and "n_routed_experts" not in data:
             data["n_routed_experts"] = data.pop("num_local_experts")
@@ -127,7 +127,7 @@ class GlmMoeDsaConfig:
         return cls(**kwargs, extra=extra)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> "GlmMoeDsaConfig":
+    def from_pretrained(cls, path: str | Path) -> GlmMoeDsaConfig:
         path = Path(path)
         file = path / "config.json" if path.is_dir() else path
         try:

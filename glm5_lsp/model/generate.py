@@ -10,8 +10,8 @@ it stops at end-of-text, at a stop string, at ``max_new_tokens``, or when ``shou
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 

@@ -103,7 +103,7 @@ def load_model(
     for file in _weight_files(path):
         try:
             handle = safe_open(str(file), framework="pt", device="cpu")
-        except Exception as exc:  # safetensors raises its own error types for corrupt headers
+        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for corrupt headers
             raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from None
         with handle:
             for name in handle.keys():
@@ -112,7 +112,7 @@ def load_model(
                     continue  # the MTP layer
                 try:
                     tensor = handle.get_tensor(name)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - any read failure names the tensor
                     raise CheckpointError(f"{file}: tensor {name!r} cannot be read ({exc})") from None
                 m = _EXPERT_KEY.match(name)
                 if m:

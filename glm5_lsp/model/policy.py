@@ -72,7 +72,7 @@ class AttentionPolicy:
     config: AttentionConfig
 
     @classmethod
-    def from_config(cls, config: AttentionConfig | None = None) -> "AttentionPolicy":
+    def from_config(cls, config: AttentionConfig | None = None) -> AttentionPolicy:
         return cls(config or AttentionConfig())
 
     def topk(self, index_topk: int) -> int:
@@ -112,7 +112,7 @@ class AttentionPolicy:
         return roles == Role.ERROR_CONTEXT
 
 
-def roles_tensor(roles: "torch.Tensor | list[int] | list[list[int]] | None", batch: int, length: int) -> torch.Tensor | None:
+def roles_tensor(roles: torch.Tensor | list[int] | list[list[int]] | None, batch: int, length: int) -> torch.Tensor | None:
     """Normalise roles given as a list or tensor to a LongTensor ``[B, T]``; None stays None."""
     if roles is None:
         return None

@@ -73,5 +73,5 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         raise FileNotFoundError(f"no tokenizer.json at {file}")
     try:
         return Tokenizer(HFTokenizer.from_file(str(file)))
-    except Exception as exc:  # tokenizers raises a bare Exception subclass on malformed JSON
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception subclass on malformed JSON
         raise ValueError(f"{file} is not a valid tokenizer.json: {exc}") from None
