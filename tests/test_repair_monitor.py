@@ -6,6 +6,7 @@ attributes are known."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -131,16 +132,26 @@ def two_attributes(token: str) -> bool:
     return len(re.findall(r"\.[A-Za-z_]", token)) >= 2
 
 
+def uncheckable(token: str, context: str) -> bool:
+    """Openers the monitor masks without asking: two attributes, or a receiver that is not a dotted
+    name (``).strip`` after ``make()``: a new receiver text at every step)."""
+    head = token[: re.search(r"\.[A-Za-z_]", token).start()] if re.search(r"\.[A-Za-z_]", token) else None
+    return two_attributes(token) or (head is not None and not re.search(
+        r"(?<![\w.)\]])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.$", context + head + "."))
+
+
 def changed_tokens(strings: list[str], before: torch.Tensor, after: torch.Tensor) -> set[str]:
     return {strings[i] for i in torch.nonzero(before != after).flatten().tolist()}
 
 
 def test_unknown_receiver_leaves_logits_alone(strings: list[str]) -> None:
     # every attribute-opening token checked (none is known): only uncheckable tokens are removed
-    monitor = NameMonitor(TokenIndex(strings), lambda text: [], "thing = make()\nthing.",
+    context = "thing = make()\nthing."
+    monitor = NameMonitor(TokenIndex(strings), lambda text: [], context,
                           MonitorSettings(check_top_k=len(strings), check_margin=float("inf"), check_receivers=len(strings)))
     logits = torch.randn(len(strings))
-    assert all(two_attributes(s) for s in changed_tokens(strings, logits, monitor([], logits)))
+    changed = changed_tokens(strings, logits, monitor([], logits))
+    assert changed and all(uncheckable(s, context) for s in changed)
     monitor.settings.enabled = False
     assert torch.equal(monitor([], logits), logits)
 
@@ -151,7 +162,45 @@ def test_failing_provider_means_no_restriction(strings: list[str]) -> None:
 
     monitor = NameMonitor(TokenIndex(strings), broken, "import os\nos.", MonitorSettings(check_top_k=len(strings), check_margin=float("inf"), check_receivers=len(strings)))
     logits = torch.randn(len(strings))
-    assert all(two_attributes(s) for s in changed_tokens(strings, logits, monitor([], logits)))
+    assert all(uncheckable(s, "import os\nos.") for s in changed_tokens(strings, logits, monitor([], logits)))
+
+
+def test_provider_time_is_bounded_per_request(strings: list[str]) -> None:
+    """Past ``provider_seconds`` the monitor stops asking: later receivers go unchecked, cached ones
+    stay checked."""
+    asked: list[str] = []
+
+    def slow(text: str) -> list[str]:
+        asked.append(text)
+        time.sleep(0.03)
+        return fake_attributes(text)
+
+    monitor = NameMonitor(TokenIndex(strings), slow, "import os\nitems = []\nos.", MonitorSettings(provider_seconds=0.02))
+    logits = torch.zeros(len(strings))
+    first = monitor([], logits)  # asks about os. (runs over the budget)
+    assert asked == ["import os\nitems = []\nos."] and monitor.provider_seconds >= 0.02
+    assert torch.isinf(first).any()  # os. is restricted to its names
+    monitor.context = "import os\nitems = []\nitems."
+    out = monitor([], logits)  # a new receiver past the budget: not asked, not restricted
+    assert len(asked) == 1 and monitor.provider_skipped >= 1
+    assert not torch.isinf(out[[i for i, s in enumerate(strings) if "." not in s]]).any()
+    monitor.context = "import os\nitems = []\nos."
+    assert torch.equal(monitor([], logits), first)  # the cached receiver is still checked
+
+
+def test_openers_on_a_call_result_are_masked_unasked(strings: list[str]) -> None:
+    asked: list[str] = []
+
+    def provider(text: str) -> list[str]:
+        asked.append(text)
+        return LIST_NAMES
+
+    monitor = NameMonitor(TokenIndex(strings), provider, "x = make()",
+                          MonitorSettings(check_top_k=len(strings), check_margin=float("inf"), check_receivers=len(strings)))
+    openers = [i for i, s in enumerate(strings) if re.match(r"\.[A-Za-z_]", s)]
+    assert openers
+    out = monitor([], torch.zeros(len(strings)))
+    assert torch.isinf(out[openers]).all() and not any(text.endswith(")" + ".") for text in asked)
 
 
 @pytest.mark.parametrize("text,kind,partial", [

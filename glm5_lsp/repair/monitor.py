@@ -16,7 +16,11 @@ document up to the cursor plus the decoded tokens) and decides where decoding st
   checked against their receiver's attributes, for at most ``check_receivers`` distinct receivers
   per step; the others are masked unchecked (the model can still spell the same code in smaller
   tokens), so no unchecked attribute can be produced and the provider is asked about few receivers.
-  Inside a string or a comment they are left alone.
+  An opener whose receiver is not a dotted name (``).strip`` after a call) is masked unasked: its
+  receiver text would be new at every step. Inside a string or a comment they are left alone.
+- **a time bound**: the provider may spend ``provider_seconds`` per request (jedi takes tens of
+  milliseconds a receiver on a large file); receivers first met after that go unchecked, so the
+  monitor never costs a completion more than that.
 
 Valid names are matched through a character trie (:class:`NameTrie`) walked against an index of the
 vocabulary's token strings (``Tokenizer.token_strings()``), so a step costs in the number of valid
@@ -30,6 +34,7 @@ import builtins
 import keyword
 import logging
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +47,15 @@ _IDENT = re.compile(r"[A-Za-z0-9_]*")
 _DOTTED_RECEIVER = re.compile(r"(?<![\w.)\]])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.$")
 _IDENT_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 _DOT_NAME = re.compile(r"\.(?=[A-Za-z_])")
+# Regexes anchored at the end still scan from the start of the string: they get this much of the
+# text (a receiver or a partial name longer than that is not one anybody writes).
+TAIL_CHARS = 512
+
+
+def _dotted_receiver(text: str) -> re.Match[str] | None:
+    """The dotted name ending ``text`` with its final dot (``self.items.``), if that is how it ends."""
+    tail = text[-TAIL_CHARS - 1:]
+    return _DOTTED_RECEIVER.search(tail if len(tail) <= TAIL_CHARS else "\n" + tail[1:])
 
 
 @dataclass
@@ -53,6 +67,7 @@ class MonitorSettings:
     check_top_k: int = 8  # attribute-opening tokens checked per step; the other ones are masked ...
     check_margin: float = 8.0  # ... and so are those this far below the step's best logit (p < e^-8 of it)
     check_receivers: int = 2  # distinct receivers asked about per step; openers of further ones are masked
+    provider_seconds: float = 0.2  # attribute-provider time per request; past it, new receivers go unchecked
 
 
 class NameTrie:
@@ -139,7 +154,7 @@ class _State:
 
 def decoding_state(text: str) -> _State:
     """Where decoding stands at the end of ``text`` (see the module docstring)."""
-    tail_match = re.search(r"[A-Za-z0-9_]*$", text)
+    tail_match = re.search(r"[A-Za-z0-9_]*$", text[-TAIL_CHARS:])
     partial = tail_match.group() if tail_match else ""
     before = text[: len(text) - len(partial)]
     if partial[:1].isdigit():
@@ -152,7 +167,7 @@ def decoding_state(text: str) -> _State:
 
 
 def _is_number_dot(before: str) -> bool:
-    return bool(re.search(r"(?<![A-Za-z_0-9])\d+\.$", before))
+    return bool(re.search(r"(?<![A-Za-z_0-9])\d+\.$", before[-TAIL_CHARS:]))
 
 
 def _in_comment_or_string(text: str) -> bool:
@@ -193,6 +208,8 @@ class NameMonitor:
         self._cache: OrderedDict[str, NameTrie | None] = OrderedDict()
         self._cache_size = cache_size
         self.masked_steps = 0  # steps where an attribute mask was applied (for reports and tests)
+        self.provider_seconds = 0.0  # time spent in the attribute provider so far
+        self.provider_skipped = 0  # receivers left unchecked because that time ran out
 
     def __call__(self, generated_ids: Sequence[int], logits: object) -> object:
         import torch
@@ -266,6 +283,8 @@ class NameMonitor:
     def _opener_ok(self, text: str, state: _State, head: str, name: str, rest: str) -> bool:
         if _DOT_NAME.search(rest):
             return False  # a second attribute inside one token: not checkable, never needed
+        if not _dotted_receiver(text + head + "."):
+            return False  # ``f(x).name`` in one token: each step would ask about a new receiver text
         if state.kind == "attribute":  # the head must finish the current attribute name
             trie = self._attribute_trie(state.receiver)
             if trie is not None and not (_IDENT.fullmatch(head) and trie.has_name(state.partial + head)):
@@ -281,17 +300,28 @@ class NameMonitor:
         Cached by the dotted name before the dot (``self.items.``) when the receiver ends in one:
         within one completion the same expression names the same object, so the attribute provider
         (jedi, tens of milliseconds a call) runs once per expression rather than once per token.
+        Once the provider has used ``provider_seconds`` in this request, receivers not yet cached
+        are left unchecked (None): the monitor bounds a completion's latency rather than check
+        every name of a long one.
         """
-        dotted = _DOTTED_RECEIVER.search(receiver)
+        dotted = _dotted_receiver(receiver)
         key = dotted.group(0) if dotted else receiver
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
+        if self.provider_seconds >= self.settings.provider_seconds:
+            self.provider_skipped += 1
+            if self.provider_skipped == 1:
+                log.debug("attribute provider used %.0f ms; later receivers go unchecked", self.provider_seconds * 1e3)
+            return None
+        started = time.perf_counter()
         try:
             names = [n for n in self.attributes(receiver) if n.isidentifier()]
         except Exception:
             log.warning("attribute provider failed; not restricting here", exc_info=True)
             names = []
+        finally:
+            self.provider_seconds += time.perf_counter() - started
         trie = NameTrie(names) if names else None
         self._cache[key] = trie
         if len(self._cache) > self._cache_size:
