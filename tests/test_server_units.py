@@ -158,3 +158,19 @@ def test_supersession_cancels_only_the_same_key() -> None:
     jobs.finish(("doc", "inline"), second)
     jobs.cancel_all("shutdown")
     assert other.cancelled and other.reason == "shutdown" and not second.cancelled
+
+
+@pytest.mark.parametrize("setting,trained,expected", [
+    (0, 512, 512 - 96),  # auto: the trained context less the multi-line generation budget
+    (0, None, 1024),  # auto, the model does not say: the default
+    (0, 100, 64),  # never below the floor
+    (2048, 512, 2048),  # an explicit budget wins
+    (10, None, 64),
+])
+def test_context_budget_fits_the_model(setting: int, trained: int | None, expected: int) -> None:
+    from glm5_lsp.server.engine import context_budget
+    from glm5_lsp.server.settings import Settings
+
+    settings = Settings()
+    settings.budgets.context_tokens = setting
+    assert context_budget(settings, trained) == expected

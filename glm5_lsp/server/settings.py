@@ -49,11 +49,17 @@ class AttentionSettings:
     indent_flow: float = field(default=0.5, metadata=_range(0.0, 1.0))
 
 
+DEFAULT_CONTEXT_TOKENS = 1024  # the prompt budget when the model does not say what it was trained at
+MIN_CONTEXT_TOKENS = 64
+
+
 @dataclass
 class BudgetSettings:
     """How much the prompt may hold and how long a request may take."""
 
-    context_tokens: int = field(default=1024, metadata=_range(64, 131072))
+    # 0: fit the model, the context it was trained at less the multi-line generation budget
+    # (the checkpoint's metrics.json ``seq_len``), else DEFAULT_CONTEXT_TOKENS
+    context_tokens: int = field(default=0, metadata=_range(0, 131072))
     api_doc_tokens: int = field(default=256, metadata=_range(0, 65536))
     symbol_tokens: int = field(default=256, metadata=_range(0, 65536))
     request_timeout_ms: int = field(default=5000, metadata=_range(50, 600000))
