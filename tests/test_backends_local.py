@@ -164,3 +164,33 @@ def test_serve_model_refuses_to_start_without_its_key(tiny_checkpoint: Path, mon
 
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     assert main(["serve-model", "--model", str(tiny_checkpoint), "--api-key-env", "NO_SUCH_KEY_VAR"]) == 2
+
+
+def test_trained_context_comes_from_the_checkpoints_metrics(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    assert LocalBackend(tiny_checkpoint).trained_context is None  # no metrics.json: unknown
+    (tmp_path / "metrics.json").write_text('{"seq_len": 512}')
+    assert LocalBackend(tmp_path).trained_context == 512
+    (tmp_path / "metrics.json").write_text('{"seq_len": "long"}')
+    assert LocalBackend(tmp_path).trained_context is None
+    (tmp_path / "metrics.json").write_text("not json")
+    assert LocalBackend(tmp_path).trained_context is None
+    assert (LocalBackend().trained_context or 0) >= 256  # the embedded model's card says what it was trained at
+
+
+def test_forced_prefix_allows_only_agreeing_tokens() -> None:
+    from glm5_lsp.backends.local import ForcedPrefix
+
+    strings = ["", "v", "va", "val", "values", "x", "a", "lues"]
+    forced = ForcedPrefix("va", strings)
+    out = forced([], torch.zeros(len(strings)))
+    assert {strings[i] for i in torch.nonzero(torch.isfinite(out)).flatten().tolist()} == {"v", "va", "val", "values"}
+    out = forced([1], torch.zeros(len(strings)))  # "v" so far: "a" or anything starting with it
+    assert {strings[i] for i in torch.nonzero(torch.isfinite(out)).flatten().tolist()} == {"a"}
+    assert torch.equal(forced([2], torch.zeros(len(strings))), torch.zeros(len(strings)))  # covered: free
+
+
+def test_forced_prefix_on_the_runtime(tiny_checkpoint: Path) -> None:
+    backend = LocalBackend(tiny_checkpoint)
+    for word in ("re", "pri", "x_y"):
+        completion = backend.complete(CompletionRequest(Prompt("import os\n"), max_tokens=5, forced_prefix=word))
+        assert completion.text.startswith(word), completion.text

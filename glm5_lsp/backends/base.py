@@ -41,6 +41,9 @@ class CompletionRequest:
     # Streaming and cancellation, checked between tokens:
     on_text: Callable[[str], None] | None = None
     should_cancel: Callable[[], bool] | None = None
+    # Token healing, where the backend says ``supports_forced_prefix``: the completion begins with
+    # this text (returned and streamed as part of it), written in the model's own tokens.
+    forced_prefix: str = ""
 
 
 @dataclass

@@ -8,6 +8,7 @@ requests from several threads are safe and run one at a time.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -55,11 +56,54 @@ def _character_roles(prompt: Prompt) -> list[int]:
     return roles
 
 
+class ForcedPrefix:
+    """A logits processor that makes generation begin with ``text`` (token healing).
+
+    A prompt that ends inside a word (``namespace, va``) splits it where the model's tokenizer
+    never would, and a small model then rarely continues the word. The caller cuts the word off the
+    prompt and passes it here: until the generated text covers it, only tokens that agree with the
+    rest of it are allowed (``va`` itself, ``v``, or ``values``, which runs past it); ``inner`` (the
+    decoding monitor) runs first and sees every token, the forced ones included.
+    """
+
+    def __init__(self, text: str, token_strings: Sequence[str], inner: Any = None) -> None:
+        self.text = text
+        self.strings = token_strings
+        self.inner = inner
+        self._by_first: dict[str, list[int]] = {}
+        for token_id, piece in enumerate(token_strings):
+            if piece:
+                self._by_first.setdefault(piece[0], []).append(token_id)
+
+    def __call__(self, generated_ids: Sequence[int], logits: Any) -> Any:
+        import torch
+
+        raw = logits
+        if self.inner is not None:
+            logits = self.inner(generated_ids, logits)
+        produced = "".join(self.strings[i] if 0 <= i < len(self.strings) else "" for i in generated_ids)
+        if len(produced) >= len(self.text):
+            return logits
+        rest = self.text[len(produced):]
+        allowed = [i for i in self._by_first.get(rest[0], ())
+                   if i < logits.shape[-1] and (self.strings[i].startswith(rest) or rest.startswith(self.strings[i]))]
+        if not allowed:  # no token agrees (an odd vocabulary): leave the model free
+            return logits
+        keep = torch.full_like(logits, float("-inf"))
+        index = torch.tensor(allowed, dtype=torch.long)
+        keep[index] = logits[index]
+        if torch.isinf(keep[index]).all():  # the inner processor banned every agreeing token: it yields
+            keep[index] = raw[index]
+        return keep
+
+
 class LocalBackend:
-    """:class:`~glm5_lsp.backends.base.Backend` over ``glm5_lsp.model`` (attention policy, logits processor)."""
+    """:class:`~glm5_lsp.backends.base.Backend` over ``glm5_lsp.model`` (attention policy, logits
+    processor, forced prefixes for token healing)."""
 
     name = "local"
     supports_internals = True
+    supports_forced_prefix = True
 
     def __init__(self, model_path: str | Path | None = None, device: str = "cpu", use_fim: bool = True,
                  attention: AttentionConfig | None = None) -> None:
@@ -106,6 +150,31 @@ class LocalBackend:
         log.info("loaded %s on %s in %.1fs", path, self.device, time.perf_counter() - started)
         return self._generator
 
+    def _token_strings(self) -> Sequence[str]:
+        assert self._tokenizer is not None
+        return self._tokenizer.token_strings()
+
+    @property
+    def trained_context(self) -> int | None:
+        """The sequence length the checkpoint was trained at, when its folder says so.
+
+        ``glm5-lsp train`` writes it as ``seq_len`` in ``metrics.json`` beside the weights; a
+        checkpoint from elsewhere has no such file (None: the caller picks a budget).
+        """
+        folder = self.model_path
+        if folder is None:
+            try:
+                from glm5_lsp.model import default_model_path
+
+                folder = Path(default_model_path())
+            except (ImportError, FileNotFoundError):
+                return None
+        try:
+            value = json.loads((folder / "metrics.json").read_text(encoding="utf-8")).get("seq_len")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
     @property
     def tokenizer(self) -> Tokenizer:
         with self._lock:
@@ -151,9 +220,12 @@ class LocalBackend:
             )
             # The policy only changes which keys DSA selects, never the cached keys: safe to toggle per request.
             generator.policy = self._policy if request.use_attention_policy else None
+            processor = request.logits_processor
+            if request.forced_prefix:
+                processor = ForcedPrefix(request.forced_prefix, self._token_strings(), processor)
             generation = generator.generate(
                 ids, config, roles=roles if request.use_attention_policy else None,
-                logits_processor=request.logits_processor, on_text=request.on_text,
+                logits_processor=processor, on_text=request.on_text,
                 should_cancel=request.should_cancel,
             )
         return Completion(
