@@ -58,6 +58,12 @@ class PipelineSettings:
     max_prefix_chars: int = 6000  # plain prompt: code kept before the cursor
     max_suffix_chars: int = 2000  # plain prompt: code kept after the cursor
     use_attention_policy: bool = True
+    # Token healing (where the backend supports it): a word the cursor sits at the end of is cut
+    # off the prompt and the model writes it again in its own tokens (see ``partial_word``).
+    token_healing: bool = True
+    # Completions only: how many shorter prefixes of an unclean candidate are checked before
+    # regenerating (``repair.truncate``); generate and fix never cut a body short.
+    truncations: int = 3
     # Rounds, time budget, clean-only or best-unclean: max_rounds=1 checks without regenerating.
     repair: RepairSettings = field(default_factory=RepairSettings)
 
@@ -242,6 +248,8 @@ class _Task:
     max_tokens: int
     block_prefix: str  # text whose last line sets the block indentation
     wrap: Callable[[str], str] | None = None  # a last touch on the text (a closing newline, ...)
+    forced_prefix: str = ""  # token healing: every candidate begins with this (cut off the document)
+    truncations: int = 0  # RepairSettings.max_truncations for this task
 
     @property
     def suffix(self) -> str:
@@ -351,16 +359,30 @@ class Pipeline:
         before, after = text[:offset], text[offset:]
         if multiline is None:
             multiline = infer_multiline(before, after)
+        whole_lines = (not before or before.endswith("\n")) and after[:1] not in ("", "\n", "\r")
+        heal = partial_word(before, after) if self._can_heal() else ""
+        if heal:  # the model sees the document without the word and writes it again (forced)
+            before = before[: -len(heal)]
+            text, offset = before + after, offset - len(heal)
+            if on_text is not None:
+                on_text = _skipping(len(heal), on_text)
         settings = self.settings
         task = _Task(
             prompt=self._build_prompt(text, offset, path=path, language=language),
             target=RepairTarget(text, offset, offset, path or default_path(language), language),
             multiline=multiline, stop=[] if multiline else ["\n"],
             max_tokens=settings.multiline_max_tokens if multiline else settings.max_tokens, block_prefix=before,
+            forced_prefix=heal, truncations=settings.truncations,
         )
-        if (not before or before.endswith("\n")) and after[:1] not in ("", "\n", "\r"):
+        if whole_lines:
             task.wrap = _end_line  # the cursor starts a line before existing code: the answer is whole lines
-        return self._run(task, on_text=on_text, should_cancel=should_cancel)
+        result = self._run(task, on_text=on_text, should_cancel=should_cancel)
+        if heal:  # what goes in at the cursor: the candidate less the word already typed
+            result.text = result.text[len(heal):] if result.text.startswith(heal) else ""
+        return result
+
+    def _can_heal(self) -> bool:
+        return self.settings.token_healing and bool(getattr(self.backend, "supports_forced_prefix", False))
 
     def generate(
         self,
@@ -467,13 +489,14 @@ class Pipeline:
         settings = self.settings
         backend = _BlockStop(self.backend, task, on_text)
         template = self.repair
-        loop = RepairLoop(backend, template.settings, template.runner_for(task.target.language),
+        loop = RepairLoop(backend, replace(template.settings, max_truncations=task.truncations),
+                          template.runner_for(task.target.language),
                           rewriters=template.rewriters, penalties=template.penalties,
                           monitor_factory=template.monitor_factory, postprocess=lambda text: self.postprocess(text, task))
         request = CompletionRequest(
             prompt=task.prompt, max_tokens=task.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
             seed=settings.seed, stop=list(task.stop), use_attention_policy=settings.use_attention_policy,
-            should_cancel=should_cancel,
+            should_cancel=should_cancel, forced_prefix=task.forced_prefix,
         )
         repaired = loop.run(request, task.target)
         cancelled = should_cancel is not None and should_cancel()
@@ -484,6 +507,40 @@ class Pipeline:
             prompt_tokens=backend.prompt_tokens, completion_tokens=backend.completion_tokens,
             seconds=time.perf_counter() - started, finish_reason="cancelled" if cancelled else backend.finish_reason,
         )
+
+
+_PARTIAL_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+MAX_HEALED_CHARS = 32
+
+
+def partial_word(before: str, after: str) -> str:
+    """The identifier the cursor ends (``va`` in ``f(a, va|)``), or "" when there is none to heal.
+
+    Not when the word goes on after the cursor (``va|lue``: the model would have to write around
+    it), nor for a long one (nothing to gain), nor after a digit (``1e|``).
+    """
+    if after[:1].isalnum() or after[:1] == "_":
+        return ""
+    match = _PARTIAL_WORD.search(before[-(MAX_HEALED_CHARS + 1):])
+    if match is None or len(match.group()) > MAX_HEALED_CHARS:
+        return ""
+    start = len(before) - len(match.group())
+    if start > 0 and (before[start - 1].isalnum() or before[start - 1] == "_"):
+        return ""  # the word began further back than the window (or after a digit)
+    return match.group()
+
+
+def _skipping(count: int, on_text: Callable[[str], None]) -> Callable[[str], None]:
+    """``on_text`` without the first ``count`` streamed characters (the healed word, already typed)."""
+    seen = [0]
+
+    def forward(piece: str) -> None:
+        skip = max(0, min(len(piece), count - seen[0]))
+        seen[0] += len(piece)
+        if piece[skip:]:
+            on_text(piece[skip:])
+
+    return forward
 
 
 def _end_line(text: str) -> str:

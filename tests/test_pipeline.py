@@ -194,3 +194,47 @@ def test_the_context_engine_builds_the_prompt(tmp_path: Path, monkeypatch: pytes
     prompt = backend.requests[0].prompt
     assert prompt.text().endswith(document) or document[:cursor] in prompt.prefix
     assert {"current_block"} <= {span.role for span in prompt.spans}
+
+
+class HealingBackend(scripted.ScriptedBackend):
+    """Honours ``forced_prefix`` the way the local runtime does: the answer begins with it."""
+
+    supports_forced_prefix = True
+
+    def complete(self, request: CompletionRequest):
+        completion = super().complete(request)
+        assert completion.text.startswith(request.forced_prefix)
+        return completion
+
+
+def test_the_word_at_the_cursor_is_healed() -> None:
+    backend = HealingBackend("values)")
+    streamed: list[str] = []
+    document = "def f(values):\n    return len(va\n"
+    cursor = document.index("va\n") + 2
+    result = Pipeline(backend).complete(document, cursor, on_text=streamed.append)
+    request = backend.requests[0]
+    assert request.forced_prefix == "va" and request.prompt.prefix.endswith("len(")
+    assert result.text == "lues)" and result.clean
+    assert "".join(streamed) == "lues)"  # the healed word is not streamed again
+
+
+def test_no_healing_without_backend_support_or_inside_a_word() -> None:
+    document = "def f(values):\n    return len(va\n"
+    cursor = document.index("va\n") + 2
+    plain = scripted.ScriptedBackend("lues)")
+    assert Pipeline(plain).complete(document, cursor).text == "lues)"
+    assert plain.requests[0].forced_prefix == "" and plain.requests[0].prompt.prefix.endswith("len(va")
+    healing = HealingBackend("va")
+    settings = PipelineSettings(token_healing=False)
+    Pipeline(healing, settings).complete(document, cursor)
+    assert healing.requests[0].forced_prefix == ""
+    inside = "x = valu + 1\n"
+    Pipeline(healing).complete(inside, inside.index("lu"))  # the word goes on after the cursor
+    assert healing.requests[-1].forced_prefix == ""
+
+
+def test_a_candidate_that_only_retypes_the_word_is_empty() -> None:
+    document = "values = 1\nprint(va\n"
+    result = Pipeline(HealingBackend("va")).complete(document, document.index("va\n") + 2)
+    assert result.text == ""

@@ -203,3 +203,16 @@ def test_symbol_table_exceptions_over_the_real_symbol_table(tmp_path: Path) -> N
     table.index_workspace()
     assert SymbolTableExceptions(table).exception_classes("", []) == ["ParseError"]
     assert templates_at("def f():\n    raise", "", SymbolTableExceptions(table)) == ['raise ParseError("")']
+
+
+def test_style_of_a_named_file_is_reread_only_when_it_changes_much() -> None:
+    from glm5_lsp.repair.style import StyleConsistency
+
+    snake = "".join(f"def do_thing_{i}(a):\n    return a\n" for i in range(10))
+    camel = "".join(f"def doThing{i}(a):\n    return a\n" for i in range(40))
+    style = StyleConsistency()
+    first = style.profile(snake, "python", "m.py")
+    assert first.naming.get("function") == "snake"
+    assert style.profile(snake + "x = 1\n", "python", "m.py") is first  # one line typed: not re-read
+    assert style.profile(camel, "python", "m.py").naming.get("function") == "camel"  # rewritten: re-read
+    assert style.profile(camel, "python").naming.get("function") == "camel"  # no path: by content

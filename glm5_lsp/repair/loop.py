@@ -7,7 +7,9 @@ blocking diagnostic) is spliced into the document and judged "introduced only"
 prompt is ``repair_prompt.build_repair_prompt``: the hints as a comment block just before the
 cursor line plus ``error_context`` spans on the block and on the offending lines the prompt shows
 (forced full attention in the runtime); later rounds sample at ``repair_temperature`` so a repeated
-mistake is not reproduced token for token. The loop stops at the first clean candidate, after
+mistake is not reproduced token for token. With ``max_truncations``, an unclean candidate's
+prefixes that end at a plausible point are judged first (``truncate``): a clean one is returned
+rather than waiting for another generation. The loop stops at the first clean candidate, after
 ``max_rounds`` generations, or when ``time_budget_s`` is spent (the running generation is cancelled
 through ``should_cancel`` at the deadline).
 
@@ -30,6 +32,7 @@ from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.introduced import Judgement, Splice, judge
 from glm5_lsp.repair.providers import DiagnosticRunner, default_runner
 from glm5_lsp.repair.repair_prompt import RepairContext, build_repair_prompt, hint_lines
+from glm5_lsp.repair.truncate import cut_points
 from glm5_lsp.spans import Prompt
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,10 @@ class RepairSettings:
     provider_timeout_s: float = 10.0
     use_external_checkers: bool = True  # ruff, gcc/g++, node, go vet when installed
     monitor: bool | None = None  # decoding monitor: None = on for Python only, True/False = forced
+    # An unclean candidate's prefixes (``truncate.cut_points``, longest first, at most this many
+    # judged) are tried before regenerating; a clean one ends the loop. 0 disables (fix and
+    # generate do: a body cut short is worse than none).
+    max_truncations: int = 0
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1:
@@ -79,6 +86,7 @@ class Candidate:
     tokens: int
     penalty: int = 0  # style breaks and the like: ranks down, never blocks
     empty: bool = False
+    truncated: bool = False  # a prefix of a generated candidate (``truncate.cut_points``)
 
     def mean_logprob(self) -> float:
         return -math.inf if self.logprob is None else self.logprob / max(self.tokens, 1)
@@ -105,6 +113,11 @@ class RepairResult:
 Rewriter = Callable[[str, RepairTarget], "str | None"]  # a fixed candidate, or None for no change
 Penalty = Callable[[str, RepairTarget], int]
 MonitorFactory = Callable[[RepairTarget], "LogitsProcessor | None"]
+
+
+def _empty(text: str, forced: str) -> bool:
+    """Nothing but whitespace beyond the forced (healed) prefix the request asked for."""
+    return not (text[len(forced):] if forced and text.startswith(forced) else text).strip()
 
 
 class RepairLoop:
@@ -158,9 +171,13 @@ class RepairLoop:
             blocking = verdict.blocking(settings.blocking_severities)
             candidate = Candidate(text, round_no, verdict.introduced, blocking, completion.logprob,
                                   completion.completion_tokens, sum(p(text, target) for p in self.penalties),
-                                  empty=not text.strip())
+                                  empty=_empty(text, request.forced_prefix))
             candidates.append(candidate)
             if not candidate.rank(settings.reject_empty)[0]:
+                break
+            shorter = self._shorten(candidate, target, runner, before, baseline.skipped, request.forced_prefix)
+            if shorter is not None:
+                candidates.append(shorter)
                 break
             current = self._repair_request(request, candidate, verdict, target, round_no + 1)
         return self._result(candidates, before, skipped, started, tokens)
@@ -194,6 +211,25 @@ class RepairLoop:
             if fixed_blocking <= blocking:
                 text, verdict, blocking = fixed, fixed_verdict, fixed_blocking
         return text, verdict
+
+    def _shorten(self, candidate: Candidate, target: RepairTarget, runner: DiagnosticRunner,
+                 before: list[Diagnostic], before_skipped: list[str], forced: str) -> Candidate | None:
+        """The longest clean prefix among the candidate's first ``max_truncations`` cut points."""
+        if candidate.empty:
+            return None
+        minimum = len(forced) + 1 if candidate.text.startswith(forced) else 1
+        for length in cut_points(candidate.text, target.language, minimum)[: self.settings.max_truncations]:
+            text = candidate.text[:length]
+            verdict = judge(Splice(target.document, target.start, target.end, text), runner, target.path,
+                            target.language, before, before_skipped)
+            if verdict.blocking(self.settings.blocking_severities) or _empty(text, forced):
+                continue
+            share = length / max(len(candidate.text), 1)  # the log-probability of the kept part, roughly
+            return Candidate(text, candidate.round, verdict.introduced, [],
+                             None if candidate.logprob is None else candidate.logprob * share,
+                             max(1, round(candidate.tokens * share)), sum(p(text, target) for p in self.penalties),
+                             truncated=True)
+        return None
 
     def _repair_request(self, original: CompletionRequest, failed: Candidate, verdict: Judgement,
                         target: RepairTarget, round_no: int) -> CompletionRequest:
