@@ -6,6 +6,9 @@ The BM25 matrix over all chunks is rebuilt lazily on the next query after a chan
 fingerprint of the source set, so a restart on an unchanged workspace loads it instead of rebuilding.
 Scores are multiplied by a usage prior, ``1 + USAGE_PRIOR * log1p(calls)``, where ``calls`` counts
 how often the workspace calls that API (what the workspace uses most is most likely wanted again).
+BM25's best ``RERANK`` chunks are then re-ranked with what the cursor's own document says (see
+:func:`cursor_factor`): the receiver's members it already calls in lines shaped like the cursor's,
+and, in a condition, predicates (documented as "Test whether ..." or "Return True if").
 :meth:`ApiDocIndex.top` returns only the best chunks that fit a token budget.
 """
 
@@ -14,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable, Iterable
@@ -45,6 +50,12 @@ log = logging.getLogger(__name__)
 SOURCES_VERSION = 3  # bump when chunk extraction or chunk tokens change (invalidates caches)
 W_TITLE = 3  # title tokens are repeated so a symbol's own name outranks a mention in prose
 USAGE_PRIOR = 0.5  # score *= 1 + USAGE_PRIOR * log1p(calls of the API in the workspace)
+RERANK = 64  # BM25's best chunks re-ranked with the cursor's document signals
+# score *= 1 + SHAPE_PRIOR * log1p(the API's calls in the document, weighted by likeness to the cursor's line)
+SHAPE_PRIOR = 0.5
+PREDICATE_BOOST = 1.5  # score *= this for a predicate when the cursor is in a condition
+_PREDICATE_NAME = re.compile(r"(?:is|has)(?:_|[A-Z])")
+_PREDICATE_DOC = re.compile(r"^\s*(?:tests?|checks?|returns?)\s+(?:whether|true\b|if\b)", re.IGNORECASE)
 
 
 @dataclass
@@ -241,6 +252,12 @@ class ApiDocIndex:
             scores = scores * self._usage_weights()
         if not packages:
             scores = scores * self._doc_mask()
+        if isinstance(query, CursorQuery) and (query.shaped_calls or query.condition):
+            n = min(max(k, RERANK), len(scores))
+            pool = np.argpartition(-scores, n - 1)[:n]
+            rescored = [(float(scores[i]) * cursor_factor(self._chunks[i], query), int(i)) for i in pool]
+            rescored.sort(key=lambda pair: (-pair[0], pair[1]))
+            return [(self._chunks[i], score) for score, i in rescored[:k] if score > 0]
         k = min(k, len(scores))
         best = np.argpartition(-scores, k - 1)[:k]
         best = best[np.argsort(-scores[best], kind="stable")]
@@ -293,6 +310,30 @@ class ApiDocIndex:
     def __len__(self) -> int:
         self.ensure_index()
         return len(self._chunks)
+
+
+def is_predicate(chunk: Chunk) -> bool:
+    """Whether a function answers yes or no: annotated ``-> bool``, named ``is_...``/``isFoo``/``has_...``,
+    or documented as "Test whether ...", "Return True if ..." (``island`` is no predicate, so a name
+    run together like ``isfile`` counts through its docs alone)."""
+    if chunk.kind not in ("function", "method"):
+        return False
+    return (chunk.title.rstrip().endswith("-> bool") or _PREDICATE_NAME.match(chunk.name) is not None
+            or _PREDICATE_DOC.match(chunk.text) is not None)
+
+
+def cursor_factor(chunk: Chunk, query: CursorQuery) -> float:
+    """How much the cursor's document raises a chunk's score (1.0: no evidence either way).
+
+    Nothing raises a chunk whose name does not start with the letters typed: those already say more.
+    """
+    if not chunk.name.lower().startswith(query.typed.lower()):
+        return 1.0
+    key = f"{chunk.module}.{chunk.owner}.{chunk.name}" if chunk.owner else f"{chunk.module}.{chunk.name}"
+    factor = 1.0 + SHAPE_PRIOR * math.log1p(query.shaped_calls.get(key, 0.0))
+    if query.condition and is_predicate(chunk):
+        factor *= PREDICATE_BOOST
+    return factor
 
 
 def _cut(chunk: Chunk, budget: int, count: TokenCounter) -> Chunk | None:
