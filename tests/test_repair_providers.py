@@ -138,3 +138,22 @@ def test_subprocess_provider_timeout_is_a_skip() -> None:
 def test_runner_ignores_providers_for_other_languages() -> None:
     runner = DiagnosticRunner([Crashing()], timeout_s=1)
     assert runner.diagnose("x", "a.rs", "rust").skipped == []
+
+
+class Sleeping:
+    languages = frozenset({"python"})
+
+    def __init__(self, name: str, seconds: float) -> None:
+        self.name, self.seconds = name, seconds
+
+    def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+        time.sleep(self.seconds)
+        return [Diagnostic(0, 0, 0, 1, self.name)]
+
+
+def test_providers_run_at_once_and_report_in_order() -> None:
+    runner = DiagnosticRunner([Sleeping("first", 0.4), Sleeping("second", 0.4), Sleeping("third", 0.4)], timeout_s=5)
+    started = time.monotonic()
+    report = runner.diagnose("x = 1\n", "a.py", "python")
+    assert time.monotonic() - started < 1.0  # one after another would take 1.2 s
+    assert [d.message for d in report.diagnostics] == ["first", "second", "third"]

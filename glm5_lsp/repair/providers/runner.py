@@ -1,6 +1,6 @@
 """Run a set of providers on a text: each with a time limit, a failing one skipped with a log line.
 
-A provider that raises, or runs past ``timeout_s``, contributes nothing to this call and is named in
+The providers run concurrently. A provider that raises, or runs past ``timeout_s``, contributes nothing to this call and is named in
 ``DiagnosisReport.skipped``; the other providers' diagnostics still come back. In-process providers
 run on a daemon worker thread so a hung one cannot hold up the caller (the thread is abandoned).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,11 +34,15 @@ class DiagnosticRunner:
         self.timeout_s = timeout_s
 
     def diagnose(self, text: str, path: str, language: str) -> DiagnosisReport:
+        """Every provider for ``language`` at once (a subprocess checker such as ruff overlaps the
+        in-process ones), each within ``timeout_s`` of the start; results in provider order."""
         report = DiagnosisReport()
-        for provider in self.providers:
-            if language not in provider.languages:
-                continue
-            found, why = _run_with_timeout(provider, text, path, language, self.timeout_s)
+        started = time.monotonic()
+        running = [(provider, _start(provider, text, path, language))
+                   for provider in self.providers if language in provider.languages]
+        for provider, (worker, box) in running:
+            worker.join(max(0.0, started + self.timeout_s - time.monotonic()))
+            found, why = _outcome(worker, box, self.timeout_s)
             if why is not None:
                 log.warning("diagnostic provider %s skipped: %s", provider.name, why)
                 report.skipped.append(f"{provider.name}: {why}")
@@ -47,9 +52,9 @@ class DiagnosticRunner:
         return report
 
 
-def _run_with_timeout(provider: DiagnosticProvider, text: str, path: str, language: str,
-                      timeout_s: float) -> tuple[list[Diagnostic], str | None]:
-    """``(diagnostics, None)`` on success, ``([], reason)`` when it raised or ran out of time."""
+def _start(provider: DiagnosticProvider, text: str, path: str, language: str
+           ) -> tuple[threading.Thread, dict[str, object]]:
+    """The provider running on a daemon thread, and the box its result or error will land in."""
     box: dict[str, object] = {}
 
     def work() -> None:
@@ -60,7 +65,12 @@ def _run_with_timeout(provider: DiagnosticProvider, text: str, path: str, langua
 
     worker = threading.Thread(target=work, name=f"diagnose-{provider.name}", daemon=True)
     worker.start()
-    worker.join(timeout_s)
+    return worker, box
+
+
+def _outcome(worker: threading.Thread, box: dict[str, object], timeout_s: float
+             ) -> tuple[list[Diagnostic], str | None]:
+    """``(diagnostics, None)`` on success, ``([], reason)`` when it raised or ran out of time."""
     if worker.is_alive():
         return [], f"timed out after {timeout_s:g}s"
     if "error" in box:
