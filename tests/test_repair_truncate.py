@@ -50,3 +50,11 @@ def test_a_prefix_no_longer_than_the_forced_word_is_not_an_answer() -> None:
     assert loop.run(request(), target()).text == "math"  # clean: "return math"
     forced = CompletionRequest(request().prompt, forced_prefix="math")
     assert loop.run(forced, target()).text is None  # but "math" adds nothing to what the user typed
+
+
+def test_the_first_word_is_always_among_the_prefixes_tried() -> None:
+    # cut points: "math + nope_a + nope_b", "math + nope_a", "math": only the shortest is clean
+    backend = ScriptedBackend(["math + nope_a + nope_b + nope_c"])
+    loop = RepairLoop(backend, RepairSettings(max_rounds=1, max_truncations=2), RUNNER)
+    result = loop.run(request(), target())
+    assert result.text == "math" and result.candidates[-1].truncated

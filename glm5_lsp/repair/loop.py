@@ -214,11 +214,16 @@ class RepairLoop:
 
     def _shorten(self, candidate: Candidate, target: RepairTarget, runner: DiagnosticRunner,
                  before: list[Diagnostic], before_skipped: list[str], forced: str) -> Candidate | None:
-        """The longest clean prefix among the candidate's first ``max_truncations`` cut points."""
-        if candidate.empty:
+        """The longest clean prefix among ``max_truncations`` of the candidate's cut points: the
+        longest ones and the shortest (the first word)."""
+        if candidate.empty or self.settings.max_truncations <= 0:
             return None
         minimum = len(forced) + 1 if candidate.text.startswith(forced) else 1
-        for length in cut_points(candidate.text, target.language, minimum)[: self.settings.max_truncations]:
+        points = cut_points(candidate.text, target.language, minimum)
+        budget = self.settings.max_truncations
+        if len(points) > budget:  # the longest ones, and the first word (most often right)
+            points = points[: budget - 1] + points[-1:]
+        for length in points:
             text = candidate.text[:length]
             verdict = judge(Splice(target.document, target.start, target.end, text), runner, target.path,
                             target.language, before, before_skipped)
