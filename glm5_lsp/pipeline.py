@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from glm5_lsp.backends.base import Backend, BackendError, Completion, CompletionRequest
+from glm5_lsp.context.languages import detect_language
 from glm5_lsp.repair.assemble import standard_loop
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
 from glm5_lsp.spans import Prompt, Span
@@ -38,10 +39,10 @@ _SPECIAL_RE = re.compile(r"<\|[A-Za-z0-9_]+\|>")
 PYTHON_BODY_STOPS: tuple[str, ...] = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
 # After a whole program written for an instruction: the model starting to test or run it.
 PYTHON_SCRIPT_STOPS: tuple[str, ...] = ("\nif __name__", "\nprint(", "\nassert ")
-_EXTENSIONS = {
-    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
-    ".tsx": "typescript", ".go": "go", ".rs": "rust", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp",
-    ".hpp": "cpp", ".java": "java",
+# An unsaved buffer's file name per language, for the checkers (which choose by extension).
+_UNTITLED = {
+    "python": ".py", "javascript": ".js", "typescript": ".ts", "tsx": ".tsx", "go": ".go", "rust": ".rs",
+    "c": ".c", "cpp": ".cpp",
 }
 _BRACES = {"(": ")", "[": "]", "{": "}"}
 
@@ -217,12 +218,9 @@ def infer_multiline(prefix: str, suffix: str) -> bool:
 
 
 def guess_language(path: str | None, default: str = "python") -> str:
-    if not path:
-        return default
-    for extension, language in _EXTENSIONS.items():
-        if path.endswith(extension):
-            return language
-    return "text"
+    """The language of ``path`` as the context engine names it (``plaintext`` when unknown);
+    ``default`` for a request that names no file."""
+    return detect_language(path) if path else default
 
 
 # --------------------------------------------------------------------------------------------
@@ -549,10 +547,7 @@ def _end_line(text: str) -> str:
 
 def default_path(language: str) -> str:
     """A file name the checkers accept for an unsaved buffer in ``language``."""
-    for extension, name in _EXTENSIONS.items():
-        if name == language:
-            return "untitled" + extension
-    return "untitled.txt"
+    return "untitled" + _UNTITLED.get(language, ".txt")
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ The pipeline, the repair loop, the server, ``batch`` and ``eval`` only ever talk
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from glm5_lsp.spans import Prompt
 
@@ -20,7 +21,7 @@ class LogitsProcessor(Protocol):
     Returns the (possibly modified) logits. Used by the repair layer's name monitor.
     """
 
-    def __call__(self, generated_ids: Sequence[int], logits: "object") -> "object": ...
+    def __call__(self, generated_ids: Sequence[int], logits: object) -> object: ...
 
 
 class BackendError(RuntimeError):
