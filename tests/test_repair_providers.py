@@ -94,6 +94,11 @@ def test_diagnostic_rejects_bad_values() -> None:
 def test_default_providers_by_language() -> None:
     names = {p.name for p in default_providers("python", use_external=False)}
     assert names == {"compile", "pyflakes", "tree-sitter"}
+    with_external = {p.name for p in default_providers("python")}
+    if shutil.which("ruff") is not None:  # ruff's F rules stand in for pyflakes
+        assert with_external == {"compile", "tree-sitter", "ruff"}
+    else:
+        assert with_external == names
     assert {p.name for p in default_providers("rust")} == {"tree-sitter"}
     assert default_providers("cobol") == []
 
