@@ -233,3 +233,54 @@ def test_factory_builds_a_jedi_monitor_for_a_target(strings: list[str]) -> None:
     assert isinstance(monitor, NameMonitor) and monitor.context == "import os\nos."
     Target.language = "javascript"
     assert python_monitor_factory(strings)(Target()) is None
+
+
+def test_attribute_answers_are_remembered_across_requests_per_scope() -> None:
+    from glm5_lsp.repair.monitor import RememberedAttributes
+
+    asked: list[str] = []
+
+    def provider(text: str) -> list[str]:
+        asked.append(text)
+        return ["append"]
+
+    now = [0.0]
+    memory = RememberedAttributes(ttl_s=10.0, clock=lambda: now[0])
+    first = memory.bind(provider, "a.py")
+    code = "class A:\n    def f(self):\n        self.items = []\n        self."
+    assert first(code) == ["append"] and len(asked) == 1
+    assert memory.bind(provider, "a.py")(code + "items.append(1)\n        self.") == ["append"]
+    assert len(asked) == 1  # the next keystroke, same scope and receiver: remembered
+    memory.bind(provider, "b.py")(code)  # another file
+    memory.bind(provider, "a.py")(code.replace("def f(self)", "def g(self)"))  # another method
+    memory.bind(provider, "a.py")("x = make()\nmake().")  # not a dotted name: always asked
+    assert len(asked) == 4
+    now[0] = 11.0
+    memory.bind(provider, "a.py")(code)  # too old: asked again
+    assert len(asked) == 5
+
+
+def test_no_checks_inside_a_docstring(strings: list[str]) -> None:
+    asked: list[str] = []
+    context = 'import os\n\ndef f():\n    """Join with os.'
+    monitor = NameMonitor(TokenIndex(strings), lambda text: asked.append(text) or OS_NAMES, context,
+                          MonitorSettings(check_top_k=len(strings), check_margin=float("inf"), check_receivers=len(strings)))
+    logits = torch.randn(len(strings))
+    assert torch.equal(monitor([], logits), logits) and asked == []
+
+
+def test_receivers_the_document_never_binds_are_not_asked(strings: list[str]) -> None:
+    asked: list[str] = []
+
+    def provider(text: str) -> list[str]:
+        asked.append(text)
+        return OS_NAMES
+
+    # ``variate`` came from the model, not the document (the known names are the document's)
+    monitor = NameMonitor(TokenIndex(strings), provider, "import os\nvalue = variate.", known_names=["os", "value"])
+    logits = torch.randn(len(strings))
+    out = monitor([], logits)
+    assert not any(text.endswith("variate.") for text in asked)
+    assert torch.isfinite(out[[i for i, s in enumerate(strings) if "." not in s]]).all()  # nothing masked
+    monitor.context = "import os\nvalue = os."
+    assert torch.isinf(monitor([], logits)).any() and asked[-1].endswith("os.")  # a bound name is asked

@@ -190,6 +190,24 @@ def _in_comment_or_string(text: str) -> bool:
     return quote is not None
 
 
+_TRIPLE = re.compile(r"\"\"\"|\'\'\'")
+
+
+def open_triple_quote(text: str, start: str | None = None) -> str | None:
+    """The triple quote left open at the end of ``text`` (``start``: the one open before it).
+
+    Counts ``\"\"\"`` and ``\'\'\'`` in order, the open kind closing only on its own kind; good
+    enough to tell a docstring from code (a triple quote inside a one-line string fools it).
+    """
+    quote = start
+    for match in _TRIPLE.finditer(text):
+        if quote is None:
+            quote = match.group()
+        elif match.group() == quote:
+            quote = None
+    return quote
+
+
 class NameMonitor:
     """The logits processor for one request (``context`` = the document up to the cursor)."""
 
@@ -210,6 +228,7 @@ class NameMonitor:
         self.masked_steps = 0  # steps where an attribute mask was applied (for reports and tests)
         self.provider_seconds = 0.0  # time spent in the attribute provider so far
         self.provider_skipped = 0  # receivers left unchecked because that time ran out
+        self._context_quote = open_triple_quote(context)  # a docstring the cursor is inside, if any
 
     def __call__(self, generated_ids: Sequence[int], logits: object) -> object:
         import torch
@@ -218,7 +237,10 @@ class NameMonitor:
             return logits
         assert isinstance(logits, torch.Tensor)
         strings = self.index.strings
-        text = self.context + "".join(strings[i] if 0 <= i < len(strings) else "" for i in generated_ids)
+        generated = "".join(strings[i] if 0 <= i < len(strings) else "" for i in generated_ids)
+        if open_triple_quote(generated, self._context_quote):
+            return logits  # prose inside a docstring: no names to check
+        text = self.context + generated
         state = decoding_state(text)
         out = logits.clone()
         if state.kind == "attribute":
@@ -309,6 +331,8 @@ class NameMonitor:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
+        if dotted is not None and not self.free_trie.has_name(key.split(".", 1)[0]):
+            return None  # a name the document never binds (``variate.``): nothing to look up
         if self.provider_seconds >= self.settings.provider_seconds:
             self.provider_skipped += 1
             if self.provider_skipped == 1:
@@ -359,16 +383,69 @@ def token_index(token_strings: Sequence[str]) -> TokenIndex:
     return _INDEXES[key]
 
 
-def python_monitor_factory(token_strings: Sequence[str], settings: MonitorSettings | None = None
-                           ) -> Callable[[object], NameMonitor | None]:
-    """For ``RepairLoop(monitor_factory=...)``: a jedi-backed monitor per request target."""
+_SCOPE_HEADER = re.compile(r"^[ \t]*(?:async[ \t]+)?(class|def)[ \t]+\w+[^\n]*", re.MULTILINE)
+
+
+class RememberedAttributes:
+    """An attribute provider with a memory shared by requests: keystrokes in one file ask about the
+    same receivers (``self.``, ``os.path.``) over and over, and jedi answers in tens of milliseconds.
+
+    An answer is kept for ``ttl_s`` under (file, the enclosing ``class`` and ``def`` header lines,
+    the dotted receiver): the same expression in the same scope names the same kind of object. A
+    receiver that is not a dotted name (``f(x).``) is always asked afresh. The time-to-live bounds
+    how long an edit to a class can go unseen.
+    """
+
+    def __init__(self, ttl_s: float = 30.0, size: int = 512, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.size = size
+        self.clock = clock
+        self._memory: OrderedDict[tuple[str, str, str, str], tuple[float, list[str]]] = OrderedDict()
+
+    def bind(self, provider: AttributeProvider, path: str) -> AttributeProvider:
+        """``provider`` for one file, answering from the memory where it can."""
+
+        def ask(text: str) -> Sequence[str]:
+            dotted = _dotted_receiver(text)
+            if dotted is None:
+                return provider(text)
+            key = (path, *_scope(text), dotted.group(0))
+            now = self.clock()
+            kept = self._memory.get(key)
+            if kept is not None and now - kept[0] <= self.ttl_s:
+                self._memory.move_to_end(key)
+                return kept[1]
+            names = list(provider(text))
+            self._memory[key] = (now, names)
+            self._memory.move_to_end(key)
+            while len(self._memory) > self.size:
+                self._memory.popitem(last=False)
+            return names
+
+        return ask
+
+
+def _scope(text: str) -> tuple[str, str]:
+    """The nearest ``class`` and ``def`` header lines before the end of ``text`` ("" when none)."""
+    found = {"class": "", "def": ""}
+    for match in _SCOPE_HEADER.finditer(text, max(0, len(text) - 200_000)):
+        found[match.group(1)] = match.group(0).strip()
+    return found["class"], found["def"]
+
+
+def python_monitor_factory(token_strings: Sequence[str], settings: MonitorSettings | None = None,
+                           memory: RememberedAttributes | None = None) -> Callable[[object], NameMonitor | None]:
+    """For ``RepairLoop(monitor_factory=...)``: a jedi-backed monitor per request target, the
+    attribute answers remembered across requests and repair rounds (``memory``)."""
     index = token_index(token_strings)
+    memory = memory if memory is not None else RememberedAttributes()
 
     def make(target: object) -> NameMonitor | None:
         if getattr(target, "language", "python") != "python":
             return None  # jedi knows Python only
         document, start = target.document, target.start  # type: ignore[attr-defined]
-        provider = JediAttributes(path=getattr(target, "path", None) or None)
+        path = getattr(target, "path", None) or None
+        provider = memory.bind(JediAttributes(path=path), path or "")
         return NameMonitor(index, provider, document[:start], settings)
 
     return make
