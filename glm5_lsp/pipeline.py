@@ -26,15 +26,22 @@ from typing import Any, Protocol
 
 from glm5_lsp.backends.base import Backend, BackendError, Completion, CompletionRequest
 from glm5_lsp.context.languages import detect_language
+from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and benchmarks import them from here)
+    SPECIAL_TOKENS,
+    block_indent,
+    cut_at_block_end,
+    cut_at_stops,
+    first_line,
+    strip_special_tokens,
+    strip_suffix_overlap,
+    tidy,
+)
 from glm5_lsp.repair.assemble import standard_loop
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
 from glm5_lsp.spans import Prompt, Span
 
 log = logging.getLogger(__name__)
 
-# Special token strings of the GLM-5 code tokenizer; none of them may reach the user.
-SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>")
-_SPECIAL_RE = re.compile(r"<\|[A-Za-z0-9_]+\|>")
 # Top-level starts that end a generated Python function body (the usual HumanEval stops).
 PYTHON_BODY_STOPS: tuple[str, ...] = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
 # After a whole program written for an instruction: the model starting to test or run it.
@@ -44,7 +51,6 @@ _UNTITLED = {
     "python": ".py", "javascript": ".js", "typescript": ".ts", "tsx": ".tsx", "go": ".go", "rust": ".rs",
     "c": ".c", "cpp": ".cpp",
 }
-_BRACES = {"(": ")", "[": "]", "{": "}"}
 
 
 @dataclass
@@ -112,102 +118,8 @@ class SerializedContext:
 
 
 # --------------------------------------------------------------------------------------------
-# Post-processing shared by all front ends
+# Request shape (the post-processing rules themselves live in glm5_lsp.postprocess)
 # --------------------------------------------------------------------------------------------
-
-
-def strip_special_tokens(text: str) -> str:
-    """Cut at the first end-of-text or FIM token and drop any other ``<|...|>`` special token."""
-    cut = len(text)
-    for token in SPECIAL_TOKENS:
-        at = text.find(token)
-        if at != -1:
-            cut = min(cut, at)
-    return _SPECIAL_RE.sub("", text[:cut])
-
-
-def first_line(text: str) -> str:
-    """A single-line completion: everything before the first newline."""
-    return text.split("\n", 1)[0].rstrip("\r")
-
-
-def block_indent(prefix: str) -> int:
-    """Indentation (columns) of the block the cursor writes into, judged from the text before it."""
-    lines = prefix.split("\n")
-    current = lines[-1]
-    if current.strip():
-        return len(current) - len(current.lstrip())
-    for line in reversed(lines[:-1]):
-        if line.strip():
-            indent = len(line) - len(line.lstrip())
-            if line.rstrip().endswith((":", "{", "(", "[")):
-                return max(len(current), indent + 1)
-            return max(len(current), indent) if current else indent
-    return len(current)
-
-
-def cut_at_block_end(text: str, prefix: str, language: str) -> str:
-    """Cut a multi-line completion where it leaves the cursor's block.
-
-    Indentation languages (Python): at the first non-blank line, after the cursor's line, indented
-    less than the block. Brace languages: where a closing brace would close a block opened before
-    the cursor.
-    """
-    if language == "python" or language not in {"javascript", "typescript", "go", "rust", "c", "cpp", "java"}:
-        indent = block_indent(prefix)
-        pieces = text.split("\n")
-        kept = [pieces[0]]
-        for line in pieces[1:]:
-            if line.strip() and len(line) - len(line.lstrip()) < indent:
-                break
-            kept.append(line)
-        return "\n".join(kept).rstrip() if len(kept) < len(pieces) else "\n".join(kept)
-    depth = 0
-    for at, char in enumerate(text):
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth < 0:
-                return text[:at].rstrip()
-    return text
-
-
-def _bracket_depth(text: str) -> int:
-    depth = 0
-    for char in text:
-        if char in _BRACES:
-            depth += 1
-        elif char in _BRACES.values():
-            depth -= 1
-    return depth
-
-
-def strip_suffix_overlap(text: str, suffix: str, at_line_start: bool = False) -> str:
-    """Remove what the completion repeats of the code after the cursor.
-
-    Two cases: the completion re-types the closing characters already after the cursor (``foo(x)``
-    with ``)`` after the cursor: only stripped when the completion closes more brackets than it
-    opens), and a completion that runs on into the suffix's first non-blank line (cut before it).
-    ``at_line_start``: the cursor is at the start of a line, so the suffix's first line is a whole
-    line of code after the completion rather than the rest of the cursor's line.
-    """
-    if not suffix or not text:
-        return text
-    rest_of_line = "" if at_line_start else suffix.split("\n", 1)[0]
-    if rest_of_line.strip() and _bracket_depth(text) < 0:
-        for k in range(min(len(rest_of_line), len(text)), 0, -1):
-            if text.endswith(rest_of_line[:k]):
-                text = text[:-k]
-                break
-    following = suffix.split("\n") if not rest_of_line.strip() else suffix.split("\n")[1:]
-    next_line = next((line.strip() for line in following if line.strip()), None)
-    if next_line:
-        lines = text.split("\n")
-        for index in range(0 if at_line_start else 1, len(lines)):
-            if lines[index].strip() == next_line:
-                return "\n".join(lines[:index]).rstrip()
-    return text
 
 
 def infer_multiline(prefix: str, suffix: str) -> bool:
@@ -466,19 +378,16 @@ class Pipeline:
         return plain_prompt(text, offset, self.settings.max_prefix_chars, self.settings.max_suffix_chars)
 
     def postprocess(self, text: str, task: _Task) -> str:
-        """Shared by every front end: no special tokens, stop strings, block or line end, no suffix repeat."""
-        text = strip_special_tokens(text)
-        for stop in task.stop:
-            at = text.find(stop)
-            if at != -1:
-                text = text[:at]
+        """Shared by every front end (rules in ``glm5_lsp.postprocess``): no special tokens, stop
+        strings, block or line end, then :func:`~glm5_lsp.postprocess.tidy` (suffix repeats,
+        brackets, spacing) against the code around the target."""
+        text = cut_at_stops(strip_special_tokens(text), task.stop)
         if task.multiline:  # the line break after the block is the document's, not the completion's
             text = cut_at_block_end(text, task.block_prefix, task.target.language).rstrip()
         else:
             text = first_line(text)
-        start = task.target.start
-        at_line_start = start == 0 or task.target.document[start - 1] == "\n"
-        text = strip_suffix_overlap(text, task.suffix, at_line_start)
+        document, start = task.target.document, task.target.start
+        text = tidy(text, document[:start], task.suffix, multiline=task.multiline, language=task.target.language)
         return task.wrap(text) if task.wrap is not None else text
 
     def _run(self, task: _Task, *, on_text: Callable[[str], None] | None,

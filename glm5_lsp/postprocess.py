@@ -1,0 +1,297 @@
+"""Completion post-processing: the one implementation of each rule, shared by every front end.
+
+Pure text functions, no model, no LSP types. :meth:`glm5_lsp.pipeline.Pipeline.postprocess` runs
+them on every model candidate before the repair loop judges it; the language server's
+``server/postprocess.py`` adds only what is the editor's business (the file's indentation unit).
+
+Rules, in the order :func:`tidy` and the pipeline apply them:
+
+- special tokens (:func:`strip_special_tokens`): cut at an end-of-text or FIM token, drop the rest;
+- stop strings, then the block end for multi-line (:func:`cut_at_block_end`) or the first line
+  for single-line (:func:`first_line`) -- the pipeline's, since only it knows the stops;
+- no double space after ``x = `` (:func:`drop_double_space`);
+- text that repeats what follows the cursor (:func:`strip_suffix_overlap`);
+- brackets balanced against the code before the cursor (:func:`balance_brackets`);
+- trailing whitespace (:func:`trim_trailing_space`).
+
+Every bracket count goes through one scanner, :func:`code_chars`, which skips strings and
+comments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+# Special token strings of the GLM-5 code tokenizer; none of them may reach the user.
+SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>")
+# Tokens that end a completion: end-of-text and FIM markers, ours and other tokenizers' spellings.
+_END_TOKEN = re.compile(r"<\|(?:endoftext|end[a-z_]*|code_(?:prefix|suffix|middle)|fim_[a-z]+)\|>|<(?:fim|FIM)_[a-z]+>")
+# Any other special token is dropped where it stands.
+_SPECIAL_RE = re.compile(r"<\|[A-Za-z0-9_]+\|>")
+
+OPENERS = {"(": ")", "[": "]", "{": "}"}
+CLOSERS = {v: k for k, v in OPENERS.items()}
+# Line-comment markers per language; a language not named here uses "//". ``None`` (unknown): both.
+LINE_COMMENTS: dict[str, str] = {"python": "#", "ruby": "#", "shell": "#", "bash": "#", "r": "#", "perl": "#"}
+# Yielded by code_chars at the start of a comment (never a real character: it is two long).
+COMMENT = "#comment"
+# How much text before the cursor is scanned for brackets that are still open.
+_SCAN_CHARS = 4000
+# What may start the rest of the cursor's line and be re-typed by a completion.
+_CLOSING_RUN = re.compile(r"[\)\]\}\"'`;,:]+")
+# Languages whose blocks are delimited by braces.
+BRACE_LANGUAGES = frozenset({"javascript", "typescript", "tsx", "go", "rust", "c", "cpp", "java"})
+
+
+# ---- special tokens and lines -------------------------------------------------------------
+
+
+def strip_special_tokens(text: str) -> str:
+    """Cut at the first end-of-text or FIM token and drop any other ``<|...|>`` special token."""
+    match = _END_TOKEN.search(text)
+    return _SPECIAL_RE.sub("", text[: match.start()] if match else text)
+
+
+def first_line(text: str) -> str:
+    """A single-line completion: everything before the first newline."""
+    return text.split("\n", 1)[0].rstrip("\r")
+
+
+def cut_at_stops(text: str, stops: list[str] | tuple[str, ...]) -> str:
+    """Everything before the first stop string."""
+    for stop in stops:
+        at = text.find(stop)
+        if at != -1:
+            text = text[:at]
+    return text
+
+
+def block_indent(prefix: str) -> int:
+    """Indentation (columns) of the block the cursor writes into, judged from the text before it."""
+    lines = prefix.split("\n")
+    current = lines[-1]
+    if current.strip():
+        return len(current) - len(current.lstrip())
+    for line in reversed(lines[:-1]):
+        if line.strip():
+            indent = len(line) - len(line.lstrip())
+            if line.rstrip().endswith((":", "{", "(", "[")):
+                return max(len(current), indent + 1)
+            return max(len(current), indent) if current else indent
+    return len(current)
+
+
+def cut_at_block_end(text: str, prefix: str, language: str) -> str:
+    """Cut a multi-line completion where it leaves the cursor's block.
+
+    Indentation languages (Python, and any language not known to use braces): at the first
+    non-blank line, after the cursor's line, indented less than the block. Brace languages: where
+    a closing brace (outside strings and comments) would close a block opened before the cursor.
+    """
+    if language not in BRACE_LANGUAGES:
+        indent = block_indent(prefix)
+        pieces = text.split("\n")
+        kept = [pieces[0]]
+        for line in pieces[1:]:
+            if line.strip() and len(line) - len(line.lstrip()) < indent:
+                break
+            kept.append(line)
+        return "\n".join(kept).rstrip() if len(kept) < len(pieces) else "\n".join(kept)
+    depth = 0
+    for at, char in code_chars(text, language):
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth < 0:
+                return text[:at].rstrip()
+    return text
+
+
+# ---- the bracket scanner ----------------------------------------------------------------------
+
+
+def code_chars(text: str, language: str | None = None) -> Iterator[tuple[int, str]]:
+    """``(index, char)`` for every character of ``text`` outside strings and comments.
+
+    Strings: ``"``, ``'`` and backquotes, with backslash escapes; a one-quote string ends at the
+    line end (unterminated). Triple quotes in Python (and when ``language`` is ``None``). Comments:
+    the language's line comment (``#`` or ``//``; both when ``language`` is ``None``) and, for
+    ``//`` languages, ``/* ... */``. A comment's start is yielded once as ``(index, COMMENT)``.
+    """
+    if language is None:
+        line_comments: tuple[str, ...] = ("#", "//")
+    else:
+        line_comments = (LINE_COMMENTS.get(language, "//"),)
+    block_comments = "//" in line_comments and language is not None
+    triple = language in (None, "python")
+    quote = ""
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+            if ch == "\n" and len(quote) == 1:
+                quote = ""  # an unterminated one-line string: the line ends it, badly
+            i += 1
+            continue
+        if ch in "\"'`":
+            quote = text[i:i + 3] if triple and text.startswith(ch * 3, i) else ch
+            i += len(quote)
+            continue
+        if block_comments and text.startswith("/*", i):
+            yield i, COMMENT
+            end = text.find("*/", i + 2)
+            i = n if end == -1 else end + 2
+            continue
+        if any(text.startswith(marker, i) for marker in line_comments):
+            yield i, COMMENT
+            end = text.find("\n", i)
+            i = n if end == -1 else end
+            continue
+        yield i, ch
+        i += 1
+
+
+def open_brackets(text: str, language: str | None = None) -> list[str]:
+    """The brackets still open at the end of ``text`` (a mismatched closer unwinds to its opener)."""
+    stack: list[str] = []
+    for _, ch in code_chars(text, language):
+        if ch in OPENERS:
+            stack.append(ch)
+        elif ch in CLOSERS:
+            if stack and stack[-1] == CLOSERS[ch]:
+                stack.pop()
+            elif CLOSERS[ch] in stack:
+                while stack and stack.pop() != CLOSERS[ch]:
+                    pass
+    return stack
+
+
+def bracket_depth(text: str, language: str | None = None) -> int:
+    """Openers less closers in ``text``, outside strings and comments (< 0: it closes more)."""
+    depth = 0
+    for _, ch in code_chars(text, language):
+        if ch in OPENERS:
+            depth += 1
+        elif ch in CLOSERS:
+            depth -= 1
+    return depth
+
+
+def _own_open(text: str, language: str | None) -> int:
+    """How many brackets ``text`` opens and leaves open (closers of earlier brackets ignored)."""
+    own = 0
+    for _, ch in code_chars(text, language):
+        if ch in OPENERS:
+            own += 1
+        elif ch in CLOSERS and own:
+            own -= 1
+    return own
+
+
+# ---- text after the cursor -----------------------------------------------------------------
+
+
+def drop_double_space(text: str, prefix: str) -> str:
+    """No second space when the cursor already follows one on a line of code (``x = |``)."""
+    line_before = prefix.rsplit("\n", 1)[-1]
+    if line_before.strip() and line_before.endswith(" ") and text.startswith(" "):
+        return text.lstrip(" ")
+    return text
+
+
+def strip_suffix_overlap(text: str, suffix: str, at_line_start: bool = False, language: str | None = None) -> str:
+    """Remove what the completion repeats of the code after the cursor.
+
+    The rest of the cursor's line: the completion's end is cut where it re-types all of it
+    (``print(|"done")`` completed as ``"all " + "done")``), a leading run of closing characters
+    (``)``, ``"]``, ``;``), or -- when it closes more brackets than it opens -- any start of it;
+    never so that a bracket the completion opened is left open (``bar()`` before ``)`` stays).
+    The following lines: a completion that runs on into the suffix's first non-blank line is cut
+    before it. ``at_line_start``: the cursor is at the start of a line, so the suffix's first line
+    is a whole line of code after the completion rather than the rest of the cursor's line.
+    """
+    if not suffix or not text:
+        return text
+    rest_of_line = "" if at_line_start else suffix.split("\n", 1)[0]
+    stripped = rest_of_line.strip()
+    if stripped:
+        body = text.rstrip()
+        candidates = [stripped]
+        closing = _CLOSING_RUN.match(rest_of_line)
+        if closing:
+            run = closing.group(0)
+            candidates += [run[:size] for size in range(len(run), 0, -1)]
+        if bracket_depth(text, language) < 0:
+            candidates += [rest_of_line[:size] for size in range(len(rest_of_line), 0, -1)]
+        for repeat in candidates:
+            if repeat and body.endswith(repeat) and len(body) > len(repeat) \
+                    and _own_open(body[: -len(repeat)], language) == 0:
+                text = body[: -len(repeat)]
+                break
+    following = suffix.split("\n") if not stripped else suffix.split("\n")[1:]
+    next_line = next((line.strip() for line in following if line.strip()), None)
+    if next_line:
+        lines = text.split("\n")
+        for index in range(0 if at_line_start else 1, len(lines)):
+            if lines[index].strip() == next_line:
+                return "\n".join(lines[:index]).rstrip()
+    return text
+
+
+def balance_brackets(text: str, prefix: str, language: str | None = None) -> str:
+    """Cut ``text`` at a closer that matches nothing open, and close what it leaves open.
+
+    A closer is allowed when it matches a bracket opened in ``text`` or still open in ``prefix``.
+    Brackets the completion opened and left open get their closers appended: closers already
+    after the cursor belong to brackets opened before it (an editor's auto-close).
+    """
+    stack = open_brackets(prefix[-_SCAN_CHARS:], language)
+    own: list[str] = []  # brackets opened by the completion itself, still open
+    for i, ch in code_chars(text, language):
+        if ch in OPENERS:
+            stack.append(ch)
+            own.append(ch)
+        elif ch in CLOSERS:
+            if not stack or stack[-1] != CLOSERS[ch]:
+                return text[:i].rstrip(" ,")
+            stack.pop()
+            if own:
+                own.pop()
+    return text + "".join(OPENERS[b] for b in reversed(own))
+
+
+def trim_trailing_space(text: str, suffix: str) -> str:
+    """No trailing whitespace on any line; the last line keeps its spaces only before more code."""
+    if "\n" in text or not suffix.split("\n", 1)[0].strip():
+        text = text.rstrip()
+    return "\n".join(line.rstrip() for line in text.split("\n")) if "\n" in text else text
+
+
+def tidy(text: str, prefix: str, suffix: str, *, multiline: bool, language: str | None = None,
+         at_line_start: bool | None = None) -> str:
+    """The rules that need the code around the cursor, after the stops and the block or line end:
+    double space, special tokens, single line, suffix repeats, brackets, trailing space.
+
+    Idempotent: the server may run it again on the pipeline's answer and change nothing. Returns
+    "" when nothing useful is left.
+    """
+    if at_line_start is None:
+        at_line_start = not prefix or prefix.endswith("\n")
+    text = drop_double_space(strip_special_tokens(text), prefix)
+    if not multiline:
+        text = first_line(text)
+    text = trim_trailing_space(text, suffix)
+    text = strip_suffix_overlap(text, suffix, at_line_start, language)
+    text = balance_brackets(text, prefix, language)
+    text = trim_trailing_space(text, suffix)
+    return text if text.strip() else ""
