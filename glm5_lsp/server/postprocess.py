@@ -1,142 +1,16 @@
-"""Clean a model completion before an editor sees it.
+"""Clean a completion before an editor sees it: the server's part of post-processing.
 
-Pure text functions, no LSP types: cut at special tokens, drop text that repeats what already
-follows the cursor, balance brackets against the line being completed, and re-indent to the
-file's indentation unit. :func:`clean_completion` chains them in that order.
+The rules every front end shares (special tokens, suffix repeats, bracket balance, spacing) live in
+:mod:`glm5_lsp.postprocess` and already ran in the pipeline; :func:`clean_completion` runs them
+again (they are idempotent, so a pipeline answer passes unchanged, and raw text is made safe) and
+adds the one thing that is the editor's business: indentation re-expressed in the file's unit.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
-SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|<(?:fim|FIM)_[a-z]+>")
-OPENERS = {"(": ")", "[": "]", "{": "}"}
-CLOSERS = {v: k for k, v in OPENERS.items()}
-# How much text before the cursor is scanned for brackets that are still open.
-_SCAN_CHARS = 4000
-
-
-def cut_special_tokens(text: str) -> str:
-    """Everything before the first special token (``<|endoftext|>``, ``<|code_suffix|>``, ...)."""
-    match = SPECIAL_TOKEN.search(text)
-    return text[: match.start()] if match else text
-
-
-def single_line(text: str) -> str:
-    """The first line of a completion (a completion that starts with a newline keeps its second)."""
-    if text.startswith("\n"):
-        rest = text.lstrip("\n")
-        return "\n" + rest.split("\n", 1)[0] if rest.strip() else ""
-    return text.split("\n", 1)[0]
-
-
-def drop_suffix_overlap(text: str, suffix: str) -> str:
-    """Remove the end of ``text`` where it repeats what follows the cursor.
-
-    Handles the rest of the cursor's line (``print(|)`` completed as ``"hi")`` keeps ``"hi"``)
-    and whole lines (a multi-line completion that re-types the next lines of the file).
-    """
-    rest_of_line, _, after = suffix.partition("\n")
-    stripped = rest_of_line.strip()
-    if stripped:
-        body = text.rstrip()
-        if body.endswith(stripped) and len(body) > len(stripped):
-            text = body[: -len(stripped)]
-        else:
-            # A run of closing punctuation at the start of the rest of the line, e.g. `)` or `"]`.
-            closing = re.match(r"[\)\]\}\"'`;,:]+", rest_of_line)
-            if closing:
-                run = closing.group(0)
-                for size in range(len(run), 0, -1):
-                    if body.endswith(run[:size]) and len(body) > size:
-                        text = body[:-size]
-                        break
-    next_lines = [line.strip() for line in after.split("\n") if line.strip()]
-    if next_lines and "\n" in text:
-        lines = text.rstrip().split("\n")
-        for count in range(min(len(lines) - 1, len(next_lines)), 0, -1):
-            tail = [line.strip() for line in lines[-count:]]
-            if tail == next_lines[:count]:
-                text = "\n".join(lines[:-count])
-                break
-    return text
-
-
-def open_brackets(text: str) -> list[str]:
-    """The brackets still open at the end of ``text`` (strings and ``#``/``//`` comments skipped)."""
-    stack: list[str] = []
-    quote = ""
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if text.startswith(quote, i):
-                i += len(quote)
-                quote = ""
-                continue
-            if ch == "\n" and len(quote) == 1:
-                quote = ""
-        elif ch in "\"'`":
-            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else ch
-            i += len(quote)
-            continue
-        elif ch == "#" or text.startswith("//", i):
-            newline = text.find("\n", i)
-            i = len(text) if newline < 0 else newline
-            continue
-        elif ch in OPENERS:
-            stack.append(ch)
-        elif ch in CLOSERS:
-            if stack and stack[-1] == CLOSERS[ch]:
-                stack.pop()
-            elif CLOSERS[ch] in stack:  # tolerate a mismatch by unwinding to the matching opener
-                while stack and stack.pop() != CLOSERS[ch]:
-                    pass
-        i += 1
-    return stack
-
-
-def balance_brackets(text: str, prefix: str, suffix: str) -> str:
-    """Cut ``text`` at a closer that matches nothing open, and close what it leaves open.
-
-    A closer is allowed when it matches a bracket opened in ``text`` or still open in ``prefix``.
-    Brackets the completion opened and left open get their closers appended.
-    """
-    stack = open_brackets(prefix[-_SCAN_CHARS:])
-    own: list[str] = []  # brackets opened by the completion itself, still open
-    quote = ""
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if text.startswith(quote, i):
-                i += len(quote)
-                quote = ""
-                continue
-        elif ch in "\"'`":
-            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else ch
-            i += len(quote)
-            continue
-        elif ch in OPENERS:
-            stack.append(ch)
-            own.append(ch)
-        elif ch in CLOSERS:
-            if not stack or stack[-1] != CLOSERS[ch]:
-                return text[:i].rstrip(" ,")
-            stack.pop()
-            if own:
-                own.pop()
-        i += 1
-    # Closers already after the cursor belong to brackets opened before it (an editor's auto-close),
-    # so the completion closes everything it opened itself.
-    return text + "".join(OPENERS[b] for b in reversed(own))
+from glm5_lsp.postprocess import tidy
 
 
 def indent_unit(document: str) -> str:
@@ -201,18 +75,9 @@ def reindent(text: str, unit: str) -> str:
     return "\n".join(out)
 
 
-def clean_completion(text: str, prefix: str, suffix: str, *, multiline: bool, unit: str) -> str:
-    """The whole post-processing chain; returns "" when nothing useful is left."""
-    text = cut_special_tokens(text)
-    line_before = prefix.rsplit("\n", 1)[-1]
-    if line_before.strip() and line_before.endswith(" ") and text.startswith(" "):
-        text = text.lstrip(" ")  # no double space after "x = "
-    if not multiline:
-        text = single_line(text)
-    text = text.rstrip() if "\n" in text or not suffix.split("\n", 1)[0].strip() else text
-    text = drop_suffix_overlap(text, suffix)
-    text = balance_brackets(text, prefix, suffix)
-    if multiline:
-        text = reindent(text, unit)
-    text = "\n".join(line.rstrip() for line in text.split("\n")) if "\n" in text else text
-    return text if text.strip() else ""
+def clean_completion(text: str, prefix: str, suffix: str, *, multiline: bool, unit: str,
+                     language: str | None = None) -> str:
+    """The shared :func:`~glm5_lsp.postprocess.tidy` plus re-indentation for multi-line text;
+    returns "" when nothing useful is left."""
+    text = tidy(text, prefix, suffix, multiline=multiline, language=language)
+    return reindent(text, unit) if multiline else text
