@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from glm5_lsp import postprocess as pp
 from glm5_lsp.backends.base import CompletionRequest
 from glm5_lsp.pipeline import (
     Pipeline,
@@ -36,6 +37,9 @@ _spec.loader.exec_module(scripted)
     ("<|code_suffix|>", ""),
     ("ok<|unknown_special|> then", "ok then"),
     ("no specials", "no specials"),
+    ("a<fim_middle>b", "a"),  # other tokenizers' FIM spellings end it too
+    ("a<|fim_suffix|>b", "a"),
+    ("done<|end_of_turn|>more", "done"),
 ])
 def test_special_tokens_never_leak(raw: str, expected: str) -> None:
     assert strip_special_tokens(raw) == expected
@@ -47,9 +51,18 @@ def test_special_tokens_never_leak(raw: str, expected: str) -> None:
     ("x]):", "]):\nfoo", "x"),
     ("b = 2\n    return a", "\n    return a\n", "b = 2"),  # runs into the next line
     ("b = 2", "\n    return a\n", "b = 2"),
+    ('"all " + "done")', '"done")\n', '"all " + '),  # re-types the whole rest of the line
+    ("values))", "))\n", "values"),
+    ('hello"', '"\n', "hello"),  # an auto-closed quote
+    ("f(x);", ";\n", "f(x)"),
+    ("(a))", "))\n", "(a)"),  # never leaves a bracket of its own open
+    ("x = ')'", ")\n", "x = ')'"),  # a closer inside a string is not a closer
+    ("a + 1", "\n", "a + 1"),
+    ("y = 1\nz = 2", "z = 2\n", "y = 1"),  # cursor at a line start: the first suffix line is a line
 ])
 def test_suffix_repeats_are_stripped(text: str, suffix: str, expected: str) -> None:
-    assert strip_suffix_overlap(text, suffix) == expected
+    at_line_start = suffix.startswith("z = 2")
+    assert strip_suffix_overlap(text, suffix, at_line_start) == expected
 
 
 @pytest.mark.parametrize("prefix, text, expected", [
@@ -61,9 +74,49 @@ def test_multiline_stops_at_the_end_of_the_block(prefix: str, text: str, expecte
     assert cut_at_block_end(text, prefix, "python") == expected
 
 
-def test_brace_languages_stop_at_the_closing_brace() -> None:
-    assert cut_at_block_end("if (x) { y(); }\n  return 1;\n}\nfunction g() {}", "function f() {\n  ", "javascript") == \
-        "if (x) { y(); }\n  return 1;"
+@pytest.mark.parametrize("language, text, expected", [
+    ("javascript", "if (x) { y(); }\n  return 1;\n}\nfunction g() {}", "if (x) { y(); }\n  return 1;"),
+    ("javascript", 'let s = "}";\n  return s;\n}\nfunction g() {}', 'let s = "}";\n  return s;'),  # in a string
+    ("go", "x := 1 // }\n  return x\n}\nfunc g() {}", "x := 1 // }\n  return x"),  # in a comment
+    ("tsx", "return <div/>;\n}\nexport const b = 1;", "return <div/>;"),
+])
+def test_brace_languages_stop_at_the_closing_brace(language: str, text: str, expected: str) -> None:
+    assert cut_at_block_end(text, "function f() {\n  ", language) == expected
+
+
+@pytest.mark.parametrize("text, language, expected", [
+    ('f("(", x', "python", ["("]),
+    ("f(a # (\n", "python", ["("]),  # a comment's bracket does not count
+    ("x = a // (b", "python", ["("]),  # floor division, not a comment
+    ("x = a // (b", "javascript", []),
+    ("g(/* ( */ a", "c", ["("]),
+    ('s = """ ( """ + [', "python", ["["]),
+    ("it's (", "python", []),  # an unterminated one-line string ends at the line end, not after
+    ("it's\n(", "python", ["("]),
+    ("[1, (2]", None, []),  # a mismatched closer unwinds to its opener, closing both
+])
+def test_the_bracket_scanner_skips_strings_and_comments(text: str, language: str | None, expected: list[str]) -> None:
+    assert pp.open_brackets(text, language) == expected
+    assert pp.bracket_depth(text, language) == sum(1 if c in "([{" else -1 for _, c in pp.code_chars(text, language)
+                                                   if c in "()[]{}")
+
+
+@pytest.mark.parametrize("text, prefix, language, expected", [
+    ("max(len(a), len(b)", "x = ", "python", "max(len(a), len(b))"),
+    ("return 1)]", "def f():\n    ", "python", "return 1"),
+    ("second)", "call(first,\n     ", "python", "second)"),
+    ("f(a)  # see (note", "x = ", "python", "f(a)  # see (note"),  # brackets in a comment are not closed
+    ('"(" + t', "s = ", "python", '"(" + t'),
+])
+def test_brackets_are_balanced(text: str, prefix: str, language: str, expected: str) -> None:
+    assert pp.balance_brackets(text, prefix, language) == expected
+
+
+def test_the_pipeline_applies_the_shared_rules() -> None:
+    backend = scripted.ScriptedBackend(" max(len(a), len(b)<|endoftext|>junk")
+    document = "a = b = [1]\nx = \n"
+    result = Pipeline(backend).complete(document, len("a = b = [1]\nx = "))
+    assert result.text == "max(len(a), len(b))" and result.clean
 
 
 def test_multiline_is_inferred_from_the_cursor_line() -> None:

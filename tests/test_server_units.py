@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from lsprotocol import types
 
+from glm5_lsp.postprocess import tidy
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.server import convert
 from glm5_lsp.server.cache import LRUCache
@@ -29,8 +30,20 @@ def _cases(name: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("case", _cases("postprocess_cases.json"), ids=lambda c: c["why"])
 def test_clean_completion(case: dict[str, Any]) -> None:
     got = clean_completion(case["completion"], case["prefix"], case["suffix"], multiline=case["multiline"],
-                           unit=case.get("unit", "    "))
+                           unit=case.get("unit", "    "), language=case.get("language"))
     assert got == case["expected"]
+
+
+@pytest.mark.parametrize("case", _cases("postprocess_cases.json"), ids=lambda c: c["why"])
+def test_post_processing_is_idempotent(case: dict[str, Any]) -> None:
+    """The server runs the shared rules again on the pipeline's answer: they must change nothing."""
+    args = case["prefix"], case["suffix"]
+    once = tidy(case["completion"], *args, multiline=case["multiline"], language=case.get("language"))
+    assert tidy(once, *args, multiline=case["multiline"], language=case.get("language")) == once
+    cleaned = clean_completion(case["completion"], *args, multiline=case["multiline"], unit=case.get("unit", "    "),
+                               language=case.get("language"))
+    assert clean_completion(cleaned, *args, multiline=case["multiline"], unit=case.get("unit", "    "),
+                            language=case.get("language")) == cleaned
 
 
 @pytest.mark.parametrize("case", _cases("multiline_cases.json"), ids=lambda c: c["why"])
