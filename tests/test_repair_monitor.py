@@ -284,3 +284,14 @@ def test_receivers_the_document_never_binds_are_not_asked(strings: list[str]) ->
     assert torch.isfinite(out[[i for i, s in enumerate(strings) if "." not in s]]).all()  # nothing masked
     monitor.context = "import os\nvalue = os."
     assert torch.isinf(monitor([], logits)).any() and asked[-1].endswith("os.")  # a bound name is asked
+
+
+def test_module_paths_in_an_import_are_asked_about(strings: list[str]) -> None:
+    asked: list[str] = []
+
+    def provider(text: str) -> list[str]:
+        asked.append(text)
+        return PATH_NAMES
+
+    monitor = NameMonitor(TokenIndex(strings), provider, "x = 1\nfrom os.", known_names=["x"])
+    assert torch.isinf(monitor([], torch.zeros(len(strings)))).any() and asked == ["x = 1\nfrom os."]

@@ -166,6 +166,13 @@ def decoding_state(text: str) -> _State:
     return _State("other", "", "")
 
 
+def _in_import(text: str) -> bool:
+    """Whether the last line of ``text`` is an import statement (its dotted names are modules,
+    which the document need not have bound)."""
+    line = text[text.rfind("\n") + 1:].lstrip()
+    return line.startswith(("import ", "from "))
+
+
 def _is_number_dot(before: str) -> bool:
     return bool(re.search(r"(?<![A-Za-z_0-9])\d+\.$", before[-TAIL_CHARS:]))
 
@@ -331,7 +338,7 @@ class NameMonitor:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        if dotted is not None and not self.free_trie.has_name(key.split(".", 1)[0]):
+        if dotted is not None and not self.free_trie.has_name(key.split(".", 1)[0]) and not _in_import(receiver):
             return None  # a name the document never binds (``variate.``): nothing to look up
         if self.provider_seconds >= self.settings.provider_seconds:
             self.provider_skipped += 1
