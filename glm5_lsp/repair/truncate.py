@@ -13,55 +13,30 @@ closes that the document opened (``ne):``) are fine: they may be what the line n
 
 from __future__ import annotations
 
-LINE_COMMENTS: dict[str, str] = {"python": "#", "ruby": "#", "shell": "#", "r": "#"}
-_CLOSERS = {")": "(", "]": "[", "}": "{"}
+from glm5_lsp.postprocess import CLOSERS, COMMENT, OPENERS, code_chars
 
 
 def cut_points(text: str, language: str = "python", minimum: int = 1) -> list[int]:
     """Lengths at which ``text`` may be cut (longest first), each at least ``minimum`` and short of
     the whole text."""
-    comment = LINE_COMMENTS.get(language, "//")
     points: list[int] = []
     opened: list[str] = []  # brackets the candidate itself opened
-    quote: str | None = None
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote is not None:
-            if ch == "\\":
-                i += 2
-                continue
-            if text.startswith(quote, i):
-                i += len(quote)
-                quote = None
-                continue
-            if ch == "\n" and len(quote) == 1:
-                quote = None  # an unterminated one-line string: the line ends it, badly
-            i += 1
-            continue
-        if text.startswith(comment, i):
+    for i, ch in code_chars(text, language):
+        if ch == COMMENT:
             code_end = len(text[:i].rstrip())
             if not opened and minimum <= code_end and text[:i].strip():
                 points.append(code_end)  # the code before a trailing comment
-            end = text.find("\n", i)
-            if end == -1:
-                break
-            i = end
             continue
-        if ch in "\"'`":
-            quote = text[i:i + 3] if language == "python" and text.startswith(ch * 3, i) else ch
-            i += len(quote)
-            continue
-        if ch in "([{":
+        if ch in OPENERS:
             opened.append(ch)
-        elif ch in _CLOSERS:
-            if opened and opened[-1] == _CLOSERS[ch]:
+        elif ch in CLOSERS:
+            if opened and opened[-1] == CLOSERS[ch]:
                 opened.pop()
             elif opened:
                 break  # mismatched: nothing after this can be balanced
-        i += 1
-        word_end = (ch.isalnum() or ch == "_") and (i == len(text) or not (text[i].isalnum() or text[i] == "_"))
+        end = i + 1
+        word_end = (ch.isalnum() or ch == "_") and (end == len(text) or not (text[end].isalnum() or text[end] == "_"))
         colon = ch == ":" and language == "python"
-        if (word_end or colon or ch in _CLOSERS) and not opened and minimum <= i < len(text):
-            points.append(i)
+        if (word_end or colon or ch in CLOSERS) and not opened and minimum <= end < len(text):
+            points.append(end)
     return sorted(set(points), reverse=True)

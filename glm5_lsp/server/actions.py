@@ -144,7 +144,7 @@ async def resolve_body(ls: Glm5Server, action: types.CodeAction, target: Target,
     if result is None or token.cancelled:
         return action
     body = clean_completion(result.text, document[:start], document[start:], multiline=True,
-                            unit=indent_unit(target.text))
+                            unit=indent_unit(target.text), language=target.language)
     if not body.strip():
         return action
     verdict = await asyncio.to_thread(check_edit, target.text, start, end, body, path=target.path,

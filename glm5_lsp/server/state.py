@@ -226,7 +226,7 @@ class Glm5Server(LanguageServer):
     async def cleaned(self, target: Target, result: PipelineResult, multiline: bool) -> str:
         """Post-process the pipeline's text; what changed is checked again before it is offered."""
         text = clean_completion(result.text, target.text[: target.offset], target.text[target.offset:],
-                                multiline=multiline, unit=indent_unit(target.text))
+                                multiline=multiline, unit=indent_unit(target.text), language=target.language)
         if not text or text == result.text:
             return text
         verdict = await asyncio.to_thread(check_edit, target.text, target.offset, target.offset, text,
