@@ -187,3 +187,21 @@ def test_context_budget_fits_the_model(setting: int, trained: int | None, expect
     settings = Settings()
     settings.budgets.context_tokens = setting
     assert context_budget(settings, trained) == expected
+
+
+def test_warming_an_opened_file_indexes_the_packages_it_imports(tmp_path: Path) -> None:
+    from glm5_lsp.context import ContextEngine
+    from glm5_lsp.server.engine import SharedContext
+
+    def make(root: str | None) -> ContextEngine:
+        return ContextEngine(workspace_root=root, cache_dir=tmp_path / "cache")
+
+    shared = SharedContext(make(None), make)  # no workspace index: nothing is indexed yet
+    path = str(tmp_path / "script.py")
+    shared.open_document(path, "import textwrap\n\nprint(textwrap.dedent('  x'))\n", "python")
+    assert "package:textwrap" not in shared.engine.apidocs.sources
+    assert shared.warm(path) == 1
+    assert "package:textwrap" in shared.engine.apidocs.sources
+    found = shared.engine.apidocs.search(["dedent"], 3)
+    assert any(chunk.name == "dedent" for chunk, _ in found)
+    assert shared.warm(path) == 0  # already there

@@ -127,11 +127,22 @@ class ContextEngine:
         summary = self.symbols.files.get(key)
         if summary is None or summary.language != "python":
             return
-        self.symbols.warm(key)
-        for module in installed_imports(imp.module for imp in summary.imports):
-            if f"package:{module}" not in self.apidocs.sources:
-                self.apidocs.add_package(module)
+        self.resolve_imports(key)
+        for module in self.packages_to_index(path):
+            self.apidocs.add_package(module)
         self.apidocs.ensure_index()
+
+    def resolve_imports(self, path: str | os.PathLike[str]) -> int:
+        """Resolve one Python file's imports with jedi (slow); returns how many were resolved."""
+        return self.symbols.warm(self._key(path))
+
+    def packages_to_index(self, path: str | os.PathLike[str]) -> list[str]:
+        """The installed packages one Python file imports that the API-doc index does not hold yet."""
+        summary = self.symbols.files.get(self._key(path))
+        if summary is None or summary.language != "python":
+            return []
+        return [module for module in installed_imports(imp.module for imp in summary.imports)
+                if f"package:{module}" not in self.apidocs.sources]
 
     # -- prompts ----------------------------------------------------------------------------
     def build_prompt(

@@ -145,6 +145,23 @@ class SharedContext:
         with self._lock:
             self.engine.open_document(path, text, language_id)
 
+    def warm(self, path: str) -> int:
+        """Index the packages an opened file imports that the index lacks, and resolve its imports.
+
+        Reading a package's API (the slow part) runs outside the lock, under the API-doc index's
+        own; completions keep being served meanwhile. Returns the packages added.
+        """
+        with self._lock:
+            engine = self.engine
+            modules = engine.packages_to_index(path)
+        for module in modules:
+            engine.apidocs.add_package(module)
+        engine.apidocs.ensure_index()
+        with self._lock:
+            if self.engine is engine:  # not replaced by a re-index meanwhile
+                engine.resolve_imports(path)
+        return len(modules)
+
     def close_document(self, path: str) -> None:
         with self._lock:
             if self.engine.documents.get(path) is not None:

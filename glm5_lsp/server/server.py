@@ -53,6 +53,13 @@ def build_server() -> Glm5Server:
                 await asyncio.to_thread(context.open_document, path, document.text, document.language_id)
             except Exception:  # the document still gets completions: the prompt re-reads its text
                 log.exception("the context engine could not open %s", path)
+                return
+            try:  # its imports' API docs, before the first completion asks for them
+                added = await asyncio.to_thread(context.warm, path)
+                if added:
+                    log.info("indexed the API docs of %d package(s) %s imports", added, path)
+            except Exception:  # the index stays as it was; completions go on without those docs
+                log.exception("could not index the packages %s imports", path)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: Glm5Server, params: types.DidChangeTextDocumentParams) -> None:
