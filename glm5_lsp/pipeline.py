@@ -160,6 +160,7 @@ class _Task:
     wrap: Callable[[str], str] | None = None  # a last touch on the text (a closing newline, ...)
     forced_prefix: str = ""  # token healing: every candidate begins with this (cut off the document)
     truncations: int = 0  # RepairSettings.max_truncations for this task
+    time_budget_s: float | None = None  # RepairSettings.time_budget_s for this task (None: the loop's own)
 
     @property
     def suffix(self) -> str:
@@ -261,8 +262,13 @@ class Pipeline:
         multiline: bool | None = None,
         on_text: Callable[[str], None] | None = None,
         should_cancel: Callable[[], bool] | None = None,
+        time_budget_s: float | None = None,
     ) -> PipelineResult:
-        """The text to insert at character ``offset`` of the document ``text``."""
+        """The text to insert at character ``offset`` of the document ``text``.
+
+        ``time_budget_s`` replaces the repair loop's for this request (as-you-type completions are
+        worth less the later they come).
+        """
         if not 0 <= offset <= len(text):
             raise ValueError(f"offset {offset} outside the document (length {len(text)})")
         language = language or guess_language(path)
@@ -282,7 +288,7 @@ class Pipeline:
             target=RepairTarget(text, offset, offset, path or default_path(language), language),
             multiline=multiline, stop=[] if multiline else ["\n"],
             max_tokens=settings.multiline_max_tokens if multiline else settings.max_tokens, block_prefix=before,
-            forced_prefix=heal, truncations=settings.truncations,
+            forced_prefix=heal, truncations=settings.truncations, time_budget_s=time_budget_s,
         )
         if whole_lines:
             task.wrap = _end_line  # the cursor starts a line before existing code: the answer is whole lines
@@ -396,7 +402,10 @@ class Pipeline:
         settings = self.settings
         backend = _BlockStop(self.backend, task, on_text)
         template = self.repair
-        loop = RepairLoop(backend, replace(template.settings, max_truncations=task.truncations),
+        loop_settings = replace(template.settings, max_truncations=task.truncations)
+        if task.time_budget_s is not None:
+            loop_settings = replace(loop_settings, time_budget_s=task.time_budget_s)
+        loop = RepairLoop(backend, loop_settings,
                           template.runner_for(task.target.language),
                           rewriters=template.rewriters, penalties=template.penalties,
                           monitor_factory=template.monitor_factory, postprocess=lambda text: self.postprocess(text, task))

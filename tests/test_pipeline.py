@@ -291,3 +291,14 @@ def test_a_candidate_that_only_retypes_the_word_is_empty() -> None:
     document = "values = 1\nprint(va\n"
     result = Pipeline(HealingBackend("va")).complete(document, document.index("va\n") + 2)
     assert result.text == ""
+
+
+def test_a_completion_time_budget_stops_the_repair_rounds() -> None:
+    document = "count = 1\ntotal = "
+    answers = iter(["undefined_thing + 1", "count + 1"])
+    backend = scripted.ScriptedBackend(lambda request: next(answers), delay=0.2)
+    result = Pipeline(backend).complete(document, len(document), time_budget_s=0.1)
+    assert result.rounds == 1 and result.text == "" and len(backend.requests) == 1
+    answers = iter(["undefined_thing + 1", "count + 1"])
+    backend = scripted.ScriptedBackend(lambda request: next(answers), delay=0.2)
+    assert Pipeline(backend).complete(document, len(document)).text == "count + 1"  # the loop's own budget

@@ -63,6 +63,10 @@ class BudgetSettings:
     api_doc_tokens: int = field(default=256, metadata=_range(0, 65536))
     symbol_tokens: int = field(default=256, metadata=_range(0, 65536))
     request_timeout_ms: int = field(default=5000, metadata=_range(50, 600000))
+    # As-you-type completions (inline and list): no repair round starts after this, and the
+    # generation running then is cut there (its text still judged); ghost text that comes later
+    # than this has usually been typed over.
+    completion_ms: int = field(default=600, metadata=_range(50, 600000))
     fix_timeout_ms: int = field(default=60000, metadata=_range(100, 3600000))
 
 

@@ -202,12 +202,15 @@ class Glm5Server(LanguageServer):
                 if token.cancelled:  # a newer keystroke arrived while we waited
                     return ""
 
+            as_you_type = kind in ("inline", "completion")
+            budget = self.settings.budgets.completion_ms / 1000 if as_you_type else None
+
             def job() -> PipelineResult | None:
                 pipeline = self.current_pipeline()
                 if pipeline is None or token.cancelled:
                     return None
                 return pipeline.complete(target.text, target.offset, path=target.path, language=target.language,
-                                         multiline=multiline, should_cancel=token)
+                                         multiline=multiline, should_cancel=token, time_budget_s=budget)
 
             result = await self.run_model(token, job, self.settings.budgets.request_timeout_ms / 1000)
         finally:
