@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from glm5_lsp.backends.base import Backend, BackendError, CompletionRequest, LogitsProcessor
 from glm5_lsp.repair.diagnostics import Diagnostic
@@ -36,6 +39,7 @@ from glm5_lsp.repair.truncate import cut_points
 from glm5_lsp.spans import Prompt
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -120,6 +124,20 @@ def _empty(text: str, forced: str) -> bool:
     return not (text[len(forced):] if forced and text.startswith(forced) else text).strip()
 
 
+def _in_background(fn: Callable[..., T], *args: object) -> Future[T]:
+    """``fn(*args)`` on a daemon thread; its result (or exception) through the returned future."""
+    future: Future[T] = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as error:  # noqa: BLE001 - handed to whoever asks for the result
+            future.set_exception(error)
+
+    threading.Thread(target=work, name="repair-baseline", daemon=True).start()
+    return future
+
+
 class RepairLoop:
     """Regenerate-before-returning for one backend; reusable across requests."""
 
@@ -147,9 +165,10 @@ class RepairLoop:
         started = self.clock()
         deadline = started + settings.time_budget_s
         runner = self.runner_for(target.language)
-        baseline = runner.diagnose(target.document, target.path, target.language)
-        before = baseline.diagnostics
-        skipped = list(baseline.skipped)
+        # The document's own diagnostics are needed only to judge the first candidate: they are
+        # computed while the model writes it (checkers are C code or subprocesses, torch releases
+        # the GIL in its kernels, so the two overlap on a second core).
+        baseline_job = _in_background(runner.diagnose, target.document, target.path, target.language)
         candidates: list[Candidate] = []
         tokens = 0
         current = request
@@ -164,6 +183,10 @@ class RepairLoop:
                 log.warning("repair round %d: the backend failed; keeping the candidates so far", round_no,
                             exc_info=True)
                 break
+            if round_no == 1:
+                baseline = baseline_job.result()
+                before = baseline.diagnostics
+                skipped = list(baseline.skipped)
             tokens += completion.completion_tokens
             text = self.postprocess(completion.text) if self.postprocess else completion.text
             text, verdict = self._judge_with_rewrites(text, target, runner, before, baseline.skipped)
