@@ -7,7 +7,8 @@ top-2 + 1 shared, moe_intermediate 256, first layer dense (intermediate 1024), i
 Part 1, same weights, 4,096-token context: prefill tokens/s and greedy decode tokens/s (32 new
 tokens), ours vs ``transformers.GlmMoeDsaForCausalLM``; both compute only the last position's logits
 in prefill, and decode is each library's own generation API (our ``Generator.generate``,
-transformers' ``generate``) minus its prefill. Part 2, our runtime only, 16,384-token context: DSA (top-k 512) against dense attention
+transformers' ``generate``) timed from the first new token to the last (a streamer's timestamps
+for transformers), so neither prefill is in it. Part 2, our runtime only, 16,384-token context: DSA (top-k 512) against dense attention
 (top-k covering the sequence): decode-step time and prefill peak memory (each prefill in a fresh
 subprocess, peak RSS above the loaded model).
 
@@ -93,25 +94,34 @@ def ours_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int) -> t
 
 
 def reference_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
-    """transformers' own API. Prefill: one forward. Decode: ``generate`` of 1 + N tokens minus ``generate`` of 1."""
+    """transformers' own API. Prefill: one forward. Decode: ``generate`` of 1 + N tokens, timed by a
+    streamer between the first new token (the prefill's) and the last, so the prefill is not in it."""
     import transformers
+    from transformers.generation.streamers import BaseStreamer
+
+    class Stamps(BaseStreamer):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+
+        def put(self, value) -> None:
+            self.times.append(time.perf_counter())
+
+        def end(self) -> None:
+            pass
 
     model = transformers.GlmMoeDsaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-
-    def generate(n: int) -> float:
-        t0 = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        assert out.shape[1] - ids.shape[1] == n
-        return time.perf_counter() - t0
-
     with torch.inference_mode():
         model(ids[:, :64], logits_to_keep=1)  # warm-up
         t0 = time.perf_counter()
         model(ids, use_cache=True, logits_to_keep=1)
         prefill = time.perf_counter() - t0
-        one = generate(1)
-        many = generate(1 + new_tokens)
-    return ids.shape[1] / prefill, new_tokens / (many - one)
+        stamps = Stamps()
+        out = model.generate(ids, max_new_tokens=1 + new_tokens, min_new_tokens=1 + new_tokens, do_sample=False,
+                             streamer=stamps)
+        assert out.shape[1] - ids.shape[1] == 1 + new_tokens
+    # put() is called with the prompt, then once per new token: the last 1 + N stamps are the tokens
+    tokens = stamps.times[-(1 + new_tokens):]
+    return ids.shape[1] / prefill, new_tokens / (tokens[-1] - tokens[0])
 
 
 def long_context_child(path: Path, context: int, steps: int, threads: int) -> dict[str, float]:
