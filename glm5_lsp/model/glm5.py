@@ -170,7 +170,7 @@ class Indexer(nn.Module):
             forced = step.forced_keys[:, :kend] if step.forced_keys is not None else None
             if forced is not None:
                 s = s.masked_fill(forced[:, None, :], float("-inf"))  # chosen below, outside the budget
-            vals, idx = s.topk(min(step.topk, kend), dim=-1)
+            vals, idx = s.topk(min(step.topk, kend), dim=-1, sorted=False)  # a set: order is not needed
             idx = idx.masked_fill(vals == float("-inf"), -1)
             dense_rows = None
             if forced is not None and bool(forced.any()):
