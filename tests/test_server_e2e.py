@@ -54,7 +54,8 @@ def init_options(url: str, **extra: Any) -> dict[str, Any]:
     options: dict[str, Any] = {
         "model": {"backend": "openai", "url": url, "name": "scripted", "timeoutSeconds": 10},
         "completion": {"debounceMs": 0},
-        "budgets": {"requestTimeoutMs": 20000},
+        # generous on a loaded CI machine: these tests are about behaviour, not latency
+        "budgets": {"requestTimeoutMs": 20000, "completionMs": 20000},
     }
     options.update(extra)
     return options
@@ -432,6 +433,29 @@ async def test_invalid_initialization_options_are_shown_and_defaults_kept(script
         await lsp.shutdown_session()
     finally:
         await lsp.stop()
+
+
+async def test_the_completion_budget_cuts_a_slow_generation(scripted: Any) -> None:
+    """``budgets.completionMs``: a generation still running at the budget is cut there, and what
+    comes back is a checked prefix of it (or nothing), long before the model would have finished."""
+    lsp = await SERVER.start()
+    try:
+        options = init_options(scripted.url)
+        options["budgets"] = {"requestTimeoutMs": 20000, "completionMs": 1500}
+        await lsp.initialize_session(types.InitializeParams(capabilities=capabilities(), initialization_options=options))
+        await wait_until(lambda: _progress_ended(lsp, "GLM-5: loading the model"), 30)
+        text, cursor = load_doc("slow_fast.py")
+        uri = open_doc(lsp, "budget.py", text=text)
+        started = time.perf_counter()
+        items = await inline(lsp, uri, cursor)
+        elapsed = time.perf_counter() - started
+        await lsp.shutdown_session()
+    finally:
+        await lsp.stop()
+    full = "1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 9 + 10 + 11 + 12 + 13 + 14 + 15 + 16"  # 8 s when streamed whole
+    assert elapsed < 6, f"the generation ran on for {elapsed:.1f} s"
+    texts = [item.insert_text.strip() for item in items]
+    assert all(full.startswith(text) and len(text) < len(full) for text in texts), texts  # type: ignore[union-attr]
 
 
 async def test_without_resolve_support_only_checked_fixes_are_offered(scripted: Any) -> None:
