@@ -43,7 +43,7 @@ async def client(lsp_client: LanguageClient, tiny_checkpoint: Path, tmp_path_fac
             "model": {"backend": "local", "path": str(tiny_checkpoint)},
             "completion": {"debounceMs": 0, "multilineMaxTokens": 64},
             "repair": {"maxRounds": 1, "returnUnclean": True},
-            "budgets": {"requestTimeoutMs": 60000},
+            "budgets": {"requestTimeoutMs": 60000, "completionMs": 60000},
         },
     ))
     deadline = time.monotonic() + 120
