@@ -187,6 +187,21 @@ async def test_a_repeated_request_is_answered_from_the_cache(client: LanguageCli
     assert time.perf_counter() - started < 1.0
 
 
+async def test_typing_the_suggestion_keeps_the_rest_without_the_model(client: LanguageClient, scripted: Any) -> None:
+    text, cursor = load_doc("sorted_call.py")
+    uri = open_doc(client, "typed_through.py", text=text)
+    assert [i.insert_text for i in await inline(client, uri, cursor)] == ["values"]
+    calls = len(scripted.records)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=cursor, end=cursor), text="va")],
+    ))
+    here = types.Position(line=cursor.line, character=cursor.character + 2)
+    items = await inline(client, uri, here)
+    assert [i.insert_text for i in items] == ["lues"] and items[0].range == types.Range(start=here, end=here)
+    assert len(scripted.records) == calls, "typing through the suggestion reached the model"
+
+
 # ---- cancellation and supersession -----------------------------------------------------------
 
 

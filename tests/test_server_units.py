@@ -205,3 +205,21 @@ def test_warming_an_opened_file_indexes_the_packages_it_imports(tmp_path: Path) 
     found = shared.engine.apidocs.search(["dedent"], 3)
     assert any(chunk.name == "dedent" for chunk, _ in found)
     assert shared.warm(path) == 0  # already there
+
+
+def test_typing_through_a_suggestion_keeps_its_rest() -> None:
+    from glm5_lsp.server.cache import TypedThrough
+
+    shown = TypedThrough()
+    document = "x = sorted(\nprint(x)\n"
+    cursor = document.index("\nprint")
+    shown.remember("k", document, cursor, "values)")
+    typed = document[:cursor] + "val" + document[cursor:]
+    assert shown.rest("k", typed, cursor + 3) == "ues)"
+    assert shown.rest("k", typed.replace("val", "vel"), cursor + 3) is None  # typed something else
+    assert shown.rest("k", document[:cursor] + "values)" + document[cursor:], cursor + 7) is None  # all of it
+    assert shown.rest("k", typed.replace("print", "pront"), cursor + 3) is None  # the rest of the file changed
+    assert shown.rest("k", "# new\n" + typed, cursor + 9) is None  # and so did what came before
+    assert shown.rest("other", typed, cursor + 3) is None
+    shown.remember("k", document, cursor, "")
+    assert shown.rest("k", typed, cursor + 3) is None  # nothing shown: nothing to type through

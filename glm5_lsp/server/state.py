@@ -31,7 +31,7 @@ from glm5_lsp import __version__
 from glm5_lsp.context.languages import detect_language, supported_languages
 from glm5_lsp.pipeline import Pipeline, PipelineResult
 from glm5_lsp.server import convert
-from glm5_lsp.server.cache import LRUCache
+from glm5_lsp.server.cache import LRUCache, TypedThrough
 from glm5_lsp.server.checks import check_edit, diagnose
 from glm5_lsp.server.engine import Engine
 from glm5_lsp.server.jobs import CancelToken, Supersession
@@ -66,6 +66,7 @@ class Glm5Server(LanguageServer):
         self.settings = Settings()
         self.engine = Engine(self.settings, None)
         self.cache: LRUCache[str] = LRUCache(self.settings.completion.cache_size)
+        self.typed_through = TypedThrough()
         self.supersession = Supersession()
         # One model worker: the model is CPU-bound, so requests run one at a time, newest wins.
         self.model_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glm5-model")
@@ -192,8 +193,12 @@ class Glm5Server(LanguageServer):
                target.language)
         token = self.supersession.begin((target.uri, kind))  # even a cache hit makes older requests stale
         cached = self.cache.get(key)
+        shown = (target.uri, kind, multiline)
+        if cached is None:  # typing the suggestion's first characters: the rest is still the answer
+            cached = self.typed_through.rest(shown, target.text, target.offset)
         if cached is not None:
             self.supersession.finish((target.uri, kind), token)
+            self.typed_through.remember(shown, target.text, target.offset, cached)
             return cached
         try:
             debounce = self.settings.completion.debounce_ms / 1000
@@ -224,6 +229,7 @@ class Glm5Server(LanguageServer):
         else:
             text = await self.cleaned(target, result, multiline)
         self.cache.put(key, text)
+        self.typed_through.remember(shown, target.text, target.offset, text)
         return text
 
     async def cleaned(self, target: Target, result: PipelineResult, multiline: bool) -> str:
