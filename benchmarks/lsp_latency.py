@@ -10,6 +10,11 @@ not measured. glm5-lsp runs with its default settings and the default model unle
     python benchmarks/lsp_latency.py                      # default model, 3 files x 20 positions
     python benchmarks/lsp_latency.py --model PATH --positions 40 --timeout 5
     python benchmarks/lsp_latency.py --settings '{"repair": {"monitor": false, "maxRounds": 1}}'
+    python benchmarks/lsp_latency.py --typing 4   # and then 4 keystrokes typed at each position
+
+With ``--typing N`` every position is followed by N keystrokes that type the line's own next
+characters, each one a whole-document change and a request to both servers, as an editor sends
+them while the user types (no debounce on the client side: every keystroke is measured).
 """
 
 from __future__ import annotations
@@ -196,7 +201,7 @@ async def main(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     print(f"files: {', '.join(args.files)} (stdlib {STDLIB}); {args.positions} positions each; "
           f"timeout {args.timeout}s; model: {args.model or 'default'}; settings: {args.settings or 'defaults'}; "
-          f"torch threads for glm5-lsp: {args.threads}")
+          f"torch threads for glm5-lsp: {args.threads}; keystrokes typed after each position: {args.typing}")
     await ours.start(root)
     await jedi.start(root)
     try:
@@ -212,11 +217,17 @@ async def main(args: argparse.Namespace) -> int:
             print(f"  {name}: {text.count(chr(10)) + 1} lines")
             for server in (ours, jedi):
                 server.open(uri, text)
+            lines = text.split("\n")
             for index, (document, line, column) in enumerate(cases):
-                for server in (ours, jedi):
-                    server.replace(uri, document)
-                    tally = tallies[server.name] if index >= args.warmup else None
-                    await measure(server, uri, line, column, tally, args.timeout)
+                # --typing N: then the line's next N characters, one keystroke (change + request) each
+                rest = lines[line][column:column + args.typing]
+                for typed in range(len(rest) + 1 if args.typing else 1):
+                    edited = document if not typed else "\n".join(
+                        lines[:line] + [lines[line][:column + typed]] + lines[line + 1:])
+                    for server in (ours, jedi):
+                        server.replace(uri, edited)
+                        tally = tallies[server.name] if index >= args.warmup else None
+                        await measure(server, uri, line, column + typed, tally, args.timeout)
     finally:
         await ours.stop()
         await jedi.stop()
@@ -257,6 +268,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--load-timeout", type=float, default=300.0, help="seconds to wait for the model to load")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for glm5-lsp (glm5-lsp serve --threads)")
     parser.add_argument("--settings", default="", help='glm5-lsp initializationOptions as JSON, e.g. \'{"repair": {"monitor": false}}\'')
+    parser.add_argument("--typing", type=int, default=0,
+                        help="after each position, type the line's next N characters, a request per keystroke")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
