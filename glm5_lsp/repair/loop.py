@@ -23,23 +23,20 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 from glm5_lsp.backends.base import Backend, BackendError, CompletionRequest, LogitsProcessor
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.introduced import Judgement, Splice, judge
 from glm5_lsp.repair.providers import DiagnosticRunner, default_runner
+from glm5_lsp.repair.providers.runner import in_background
 from glm5_lsp.repair.repair_prompt import RepairContext, build_repair_prompt, hint_lines
 from glm5_lsp.repair.truncate import cut_points
 from glm5_lsp.spans import Prompt
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass
@@ -124,20 +121,6 @@ def _empty(text: str, forced: str) -> bool:
     return not (text[len(forced):] if forced and text.startswith(forced) else text).strip()
 
 
-def _in_background(fn: Callable[..., T], *args: object) -> Future[T]:
-    """``fn(*args)`` on a daemon thread; its result (or exception) through the returned future."""
-    future: Future[T] = Future()
-
-    def work() -> None:
-        try:
-            future.set_result(fn(*args))
-        except BaseException as error:  # noqa: BLE001 - handed to whoever asks for the result
-            future.set_exception(error)
-
-    threading.Thread(target=work, name="repair-baseline", daemon=True).start()
-    return future
-
-
 class RepairLoop:
     """Regenerate-before-returning for one backend; reusable across requests."""
 
@@ -168,7 +151,8 @@ class RepairLoop:
         # The document's own diagnostics are needed only to judge the first candidate: they are
         # computed while the model writes it (checkers are C code or subprocesses, torch releases
         # the GIL in its kernels, so the two overlap on a second core).
-        baseline_job = _in_background(runner.diagnose, target.document, target.path, target.language)
+        baseline_job = in_background(runner.diagnose, target.document, target.path, target.language,
+                                     name="repair-baseline")
         candidates: list[Candidate] = []
         tokens = 0
         current = request

@@ -10,12 +10,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from glm5_lsp.repair.diagnostics import Diagnostic, DiagnosticProvider, sort_diagnostics
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -38,11 +42,10 @@ class DiagnosticRunner:
         in-process ones), each within ``timeout_s`` of the start; results in provider order."""
         report = DiagnosisReport()
         started = time.monotonic()
-        running = [(provider, _start(provider, text, path, language))
+        running = [(provider, in_background(_diagnostics_of, provider, text, path, language, name=f"diagnose-{provider.name}"))
                    for provider in self.providers if language in provider.languages]
-        for provider, (worker, box) in running:
-            worker.join(max(0.0, started + self.timeout_s - time.monotonic()))
-            found, why = _outcome(worker, box, self.timeout_s)
+        for provider, job in running:
+            found, why = _outcome(job, max(0.0, started + self.timeout_s - time.monotonic()), self.timeout_s)
             if why is not None:
                 log.warning("diagnostic provider %s skipped: %s", provider.name, why)
                 report.skipped.append(f"{provider.name}: {why}")
@@ -52,28 +55,31 @@ class DiagnosticRunner:
         return report
 
 
-def _start(provider: DiagnosticProvider, text: str, path: str, language: str
-           ) -> tuple[threading.Thread, dict[str, object]]:
-    """The provider running on a daemon thread, and the box its result or error will land in."""
-    box: dict[str, object] = {}
+def in_background(fn: Callable[..., T], *args: object, name: str = "background") -> Future[T]:
+    """``fn(*args)`` on a daemon thread (abandoned, not joined, if nobody waits for it); its result
+    or exception through the returned future."""
+    future: Future[T] = Future()
 
     def work() -> None:
         try:
-            box["result"] = list(provider.diagnose(text, path, language))
-        except BaseException as exc:  # noqa: BLE001 -- any failure of a checker is reported, never raised
-            box["error"] = exc
+            future.set_result(fn(*args))
+        except BaseException as error:  # noqa: BLE001 -- handed to whoever asks for the result
+            future.set_exception(error)
 
-    worker = threading.Thread(target=work, name=f"diagnose-{provider.name}", daemon=True)
-    worker.start()
-    return worker, box
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return future
 
 
-def _outcome(worker: threading.Thread, box: dict[str, object], timeout_s: float
-             ) -> tuple[list[Diagnostic], str | None]:
+def _diagnostics_of(provider: DiagnosticProvider, text: str, path: str, language: str) -> list[Diagnostic]:
+    return list(provider.diagnose(text, path, language))
+
+
+def _outcome(job: Future[list[Diagnostic]], wait_s: float, timeout_s: float) -> tuple[list[Diagnostic], str | None]:
     """``(diagnostics, None)`` on success, ``([], reason)`` when it raised or ran out of time."""
-    if worker.is_alive():
+    try:
+        error = job.exception(timeout=wait_s)  # any failure of a checker is reported, never raised
+    except FutureTimeout:
         return [], f"timed out after {timeout_s:g}s"
-    if "error" in box:
-        exc = box["error"]
-        return [], f"{type(exc).__name__}: {exc}"
-    return box["result"], None  # type: ignore[return-value]
+    if error is not None:
+        return [], f"{type(error).__name__}: {error}"
+    return job.result(), None
