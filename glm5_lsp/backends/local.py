@@ -56,6 +56,21 @@ def _character_roles(prompt: Prompt) -> list[int]:
     return roles
 
 
+_BY_FIRST: list[tuple[Sequence[str], dict[str, list[int]]]] = []  # the last vocabulary, held: its id stays its own
+
+
+def _tokens_by_first_char(token_strings: Sequence[str]) -> dict[str, list[int]]:
+    """Token ids by their text's first character, built once per vocabulary list (``token_strings()``
+    returns the tokenizer's own cached list) rather than once per request."""
+    if not _BY_FIRST or _BY_FIRST[0][0] is not token_strings:
+        index: dict[str, list[int]] = {}
+        for token_id, piece in enumerate(token_strings):
+            if piece:
+                index.setdefault(piece[0], []).append(token_id)
+        _BY_FIRST[:] = [(token_strings, index)]
+    return _BY_FIRST[0][1]
+
+
 class ForcedPrefix:
     """A logits processor that makes generation begin with ``text`` (token healing).
 
@@ -70,10 +85,7 @@ class ForcedPrefix:
         self.text = text
         self.strings = token_strings
         self.inner = inner
-        self._by_first: dict[str, list[int]] = {}
-        for token_id, piece in enumerate(token_strings):
-            if piece:
-                self._by_first.setdefault(piece[0], []).append(token_id)
+        self._by_first = _tokens_by_first_char(token_strings)
 
     def __call__(self, generated_ids: Sequence[int], logits: Any) -> Any:
         import torch
