@@ -88,3 +88,29 @@ def test_batched_forward_matches_single_rows() -> None:
         both = model(ids)
         one = model(ids[1:])
     assert (both[1:] - one).abs().max().item() < TOL
+
+
+def test_decoding_under_the_policy_selects_what_a_full_forward_selects() -> None:
+    """The single-token decoding path (no causal mask, the policy's bias added to one row) keeps
+    exactly the keys the full forward keeps for that row, and gives its logits."""
+    from glm5_lsp.model.glm5 import selection_mask
+
+    model = tiny_model(index_topk=8)
+    policy = AttentionPolicy.from_config()
+    ids = _ids(40, seed=5)
+    roles = torch.full((1, 40), int(Role.CODE))
+    roles[0, 4:12] = int(Role.API_DOC)
+    roles[0, 20:27] = int(Role.CURRENT_BLOCK)
+    with torch.no_grad():
+        full, full_sel = model(ids, roles=roles, policy=policy, return_selections=True)
+        cache = KVCache(model.config)
+        model(ids[:, :30], cache=cache, roles=roles[:, :30], policy=policy)
+        for t in range(30, 40):
+            logits, sel = model(ids[:, t : t + 1], cache=cache, roles=roles[:, t : t + 1], policy=policy,
+                                return_selections=True)
+            assert (logits[0, -1] - full[0, t]).abs().max().item() < TOL
+            for layer, (one, every) in enumerate(zip(sel, full_sel)):
+                got = selection_mask(one, 1, 1, t + 1, t, ids.device)[0, 0]
+                want = selection_mask(every, 1, 40, 40, 0, ids.device)[0, t, : t + 1]
+                assert torch.equal(got, want), f"layer {layer}, position {t}"
+                assert int(got.sum()) == policy.topk(8)  # the budget is spent, not the whole context

@@ -75,6 +75,7 @@ class Selection:
     kend: int  # keys 0 .. kend - 1 exist for this chunk
     idx: torch.Tensor | None = None
     dense_rows: torch.Tensor | None = None
+    all_valid: bool = False  # every entry of ``idx`` names a key (no -1): the mask can be skipped
 
     @property
     def valid(self) -> torch.Tensor:
@@ -180,6 +181,25 @@ class Indexer(nn.Module):
         return out
 
 
+    @torch.no_grad()
+    def select_one(self, q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor, step: Step) -> list[Selection]:
+        """``select`` for one new token of one sequence (decoding) without forced keys.
+
+        Every cached key is causal for the newest query, so no mask is built, and ReLU scores are
+        never -inf, so every selected index is valid. Same sets as ``select`` (tests check it).
+        """
+        kend = step.start + 1
+        if kend <= step.topk:
+            return [Selection(0, 1, kend)]
+        per_head = torch.mm(q[0, 0].float(), keys[0, :kend].float().t()).mul_(self.scale).relu_()  # [Hi, Tk]
+        s = torch.mv(per_head.t(), weights[0, 0])  # [Tk]
+        if step.key_bias is not None:
+            std = s.std(correction=0)
+            s = s + step.key_bias[0, :kend] * (std if bool(std > 0) else 1.0)
+        idx = s.topk(step.topk, sorted=False)[1]
+        return [Selection(0, 1, kend, idx.view(1, 1, -1), all_valid=True)]
+
+
 def _row_std(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """Standard deviation of each row's allowed scores: ``[B, Tq, 1]`` (1 where undefined)."""
     mask = allowed.to(scores.dtype)
@@ -280,15 +300,20 @@ class MLAttention(nn.Module):
         if step.stage is not None:
             return self._forward_train(x, q_resid, q_nope, q_rope, latents, idx_keys, step, prev)
 
+        one = fused and bsz == 1 and t == 1 and step.forced_keys is None  # plain decoding: the lean path
         selections = prev
         if step.needs_selection and self.indexer is not None:
             if iq is None:
                 iq, iw = self.indexer.queries(x, q_resid, step.cos, step.sin)
-            selections = self.indexer.select(iq, iw, idx_keys, step)
+            select = self.indexer.select_one if one else self.indexer.select
+            selections = select(iq, iw, idx_keys, step)
         if step.needs_selection and selections is None:
             raise ValueError(f"layer {self.layer_idx} is 'shared' but no earlier layer ran the indexer")
 
-        if step.reference:
+        if one:
+            sel = selections[0] if selections else Selection(0, 1, step.start + 1)
+            out = self._attend_one(q_nope, q_rope, latents, sel)
+        elif step.reference:
             out = self._attend_reference(q_nope, q_rope, latents, step, selections)
         else:
             out = self._attend_fast(q_nope, q_rope, latents, step, selections)
@@ -411,6 +436,31 @@ class MLAttention(nn.Module):
             out[:, rows] = torch.einsum("bthl,hvl->bthv", o_lat, w_uv)
         flush()
         return out
+
+    def _attend_one(self, q_nope, q_rope, latents, sel: Selection) -> torch.Tensor:
+        """One query of one sequence over its selected keys (all causal keys when ``sel.idx`` is None),
+        as plain 2-D products on contiguous weights: ``-> [1, 1, H, dv]``."""
+        w_uk, w_uv_t = self._absorbed_weights()
+        q_lat = torch.bmm(q_nope.reshape(self.n_heads, 1, self.nope_dim), w_uk)  # [H, 1, L]
+        q_cat = torch.cat([q_lat.view(self.n_heads, self.kv_rank), q_rope.reshape(self.n_heads, self.rope_dim)], dim=-1)
+        keys = latents[0, : sel.kend]
+        if sel.idx is not None:
+            keys = keys.index_select(0, sel.idx.reshape(-1).long().clamp(min=0))  # [K, L + R]
+        scores = torch.mm(q_cat, keys.t()).mul_(self.scale)  # [H, K]
+        if sel.idx is not None and not sel.all_valid:
+            scores = scores.masked_fill(~sel.valid.reshape(1, -1), float("-inf"))
+        o_lat = torch.mm(torch.softmax(scores, dim=-1), keys[:, : self.kv_rank])  # [H, L]
+        return torch.bmm(o_lat.view(self.n_heads, 1, self.kv_rank), w_uv_t).view(1, 1, self.n_heads, self.v_dim)
+
+    def _absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``W_uk [H, dn, L]`` and ``W_uv`` transposed ``[H, L, dv]``, contiguous, for decoding (no autograd)."""
+        w = self.kv_b_proj.weight
+        key = (w.data_ptr(), w._version)
+        if getattr(self, "_absorbed_key", None) != key:
+            w_uk, w_uv = self._kv_b()
+            self._absorbed = (w_uk.detach().contiguous(), w_uv.detach().transpose(1, 2).contiguous())
+            self._absorbed_key = key
+        return self._absorbed
 
     def _absorb(self, q_nope: torch.Tensor, q_rope: torch.Tensor, w_uk: torch.Tensor) -> torch.Tensor:
         """Queries in latent space: ``[B, Tq, H, L + R]``."""
