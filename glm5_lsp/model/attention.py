@@ -52,22 +52,25 @@ def eager_attention(
 
 
 def latent_attention_gathered(
-    q_cat: torch.Tensor, latents: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor, scale: float, value_dim: int
+    q_cat: torch.Tensor, latents: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor | None, scale: float,
+    value_dim: int,
 ) -> torch.Tensor:
     """Absorbed MLA over gathered keys.
 
     ``q_cat: [B, Tq, H, L + R]`` (``W_uk``-absorbed nope part, then the rope part), ``latents:
-    [B, Tk, L + R]`` (normalised ``c_kv`` then rotated ``k_rope``), ``idx/valid: [B, Tq, K]``.
+    [B, Tk, L + R]`` (normalised ``c_kv`` then rotated ``k_rope``), ``idx/valid: [B, Tq, K]``
+    (``valid`` None: every index names a key, so nothing is masked and no index needs clamping).
     Returns the attended latent ``[B, Tq, H, L]`` (``value_dim`` = L); ``W_uv`` is applied by the caller.
     """
     bsz, tk, width = latents.shape
     tq, kk = idx.shape[1], idx.shape[2]
     offsets = (torch.arange(bsz, device=idx.device) * tk).view(bsz, 1, 1)
-    flat = (idx.long().clamp(min=0) + offsets).reshape(-1)
+    flat = ((idx.long() if valid is None else idx.long().clamp(min=0)) + offsets).reshape(-1)
     picked = latents.reshape(bsz * tk, width).index_select(0, flat).view(bsz * tq, kk, width)  # [B*Tq, K, L+R]
     q = q_cat.reshape(bsz * tq, q_cat.shape[2], width)  # [B*Tq, H, L+R]
     scores = torch.bmm(q, picked.transpose(1, 2)) * scale  # [B*Tq, H, K]
-    scores = scores.masked_fill(~valid.reshape(bsz * tq, 1, kk), float("-inf"))
+    if valid is not None:
+        scores = scores.masked_fill(~valid.reshape(bsz * tq, 1, kk), float("-inf"))
     probs = torch.softmax(scores, dim=-1)  # every row has a valid key: a query always keeps >= 1 causal key
     out = torch.bmm(probs, picked[:, :, :value_dim])  # [B*Tq, H, L]
     return out.view(bsz, tq, q_cat.shape[2], value_dim)

@@ -172,12 +172,15 @@ class Indexer(nn.Module):
             if forced is not None:
                 s = s.masked_fill(forced[:, None, :], float("-inf"))  # chosen below, outside the budget
             vals, idx = s.topk(min(step.topk, kend), dim=-1, sorted=False)  # a set: order is not needed
-            idx = idx.masked_fill(vals == float("-inf"), -1)
+            # Every row has at least top-k causal keys and none is masked out otherwise: no -inf is picked.
+            all_valid = forced is None and step.start + q0 + 1 >= step.topk
+            if not all_valid:
+                idx = idx.masked_fill(vals == float("-inf"), -1)
             dense_rows = None
             if forced is not None and bool(forced.any()):
                 idx = _append_forced(idx, forced, allowed)
                 dense_rows = step.forced_rows[:, q0:q1]
-            out.append(Selection(q0, q1, kend, idx.to(torch.int32), dense_rows))  # int32: half the memory
+            out.append(Selection(q0, q1, kend, idx.to(torch.int32), dense_rows, all_valid))  # int32: half the memory
         return out
 
 
@@ -418,12 +421,12 @@ class MLAttention(nn.Module):
             rows = slice(sel.q0, sel.q1)
             q_cat = self._absorb(q_nope[:, rows], q_rope[:, rows], w_uk)
             keys = latents[:, : sel.kend]
-            valid = sel.valid
+            valid = None if sel.all_valid else sel.valid
             o_lat = torch.cat(
                 [
                     latent_attention_gathered(
                         q_cat[:, a : a + GATHER_CHUNK], keys, sel.idx[:, a : a + GATHER_CHUNK],
-                        valid[:, a : a + GATHER_CHUNK], self.scale, self.kv_rank,
+                        None if valid is None else valid[:, a : a + GATHER_CHUNK], self.scale, self.kv_rank,
                     )
                     for a in range(0, sel.q1 - sel.q0, GATHER_CHUNK)
                 ],
