@@ -21,7 +21,7 @@ comments.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 # Special token strings of the GLM-5 code tokenizer; none of them may reach the user.
 SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>")
@@ -120,6 +120,21 @@ def code_chars(text: str, language: str | None = None) -> Iterator[tuple[int, st
     the language's line comment (``#`` or ``//``; both when ``language`` is ``None``) and, for
     ``//`` languages, ``/* ... */``. A comment's start is yielded once as ``(index, COMMENT)``.
     """
+    yield from _scan(text, language)
+
+
+def ends_in_code(text: str, language: str | None = None) -> bool:
+    """Whether the end of ``text`` is code: not inside a string or a comment (the same scanner)."""
+    scanner = _scan(text, language)
+    while True:
+        try:
+            next(scanner)
+        except StopIteration as done:
+            return done.value == "code"
+
+
+def _scan(text: str, language: str | None) -> Generator[tuple[int, str], None, str]:
+    """:func:`code_chars`'s scanner; returns where the text ends: ``"code"``, ``"string"`` or ``"comment"``."""
     if language is None:
         line_comments: tuple[str, ...] = ("#", "//")
     else:
@@ -150,15 +165,20 @@ def code_chars(text: str, language: str | None = None) -> Iterator[tuple[int, st
         if block_comments and text.startswith("/*", i):
             yield i, COMMENT
             end = text.find("*/", i + 2)
-            i = n if end == -1 else end + 2
+            if end == -1:
+                return "comment"
+            i = end + 2
             continue
         if any(text.startswith(marker, i) for marker in line_comments):
             yield i, COMMENT
             end = text.find("\n", i)
-            i = n if end == -1 else end
+            if end == -1:
+                return "comment"
+            i = end
             continue
         yield i, ch
         i += 1
+    return "string" if quote else "code"
 
 
 def open_brackets(text: str, language: str | None = None) -> list[str]:

@@ -101,6 +101,22 @@ def test_the_bracket_scanner_skips_strings_and_comments(text: str, language: str
                                                    if c in "()[]{}")
 
 
+@pytest.mark.parametrize("text, language, expected", [
+    ("x = foo.", "python", True),
+    ('x = "foo.', "python", False),  # inside a string
+    ('x = "a" + b.', "python", True),  # the string closed
+    ("x = 1  # see foo.", "python", False),  # inside a comment
+    ('s = """doc\nmore foo.', "python", False),  # a triple-quoted string spans lines
+    ("it's\nfoo.", "python", True),  # a one-quote string ends at its line's end
+    ("x = a // foo.", "python", True),  # floor division, not a comment
+    ("x = a // foo.", "javascript", False),
+    ("/* open\nfoo.", "c", False),
+    ("/* closed */ foo.", "c", True),
+])
+def test_the_scanner_tells_where_a_text_ends(text: str, language: str, expected: bool) -> None:
+    assert pp.ends_in_code(text, language) is expected
+
+
 @pytest.mark.parametrize("text, prefix, language, expected", [
     ("max(len(a), len(b)", "x = ", "python", "max(len(a), len(b))"),
     ("return 1)]", "def f():\n    ", "python", "return 1"),

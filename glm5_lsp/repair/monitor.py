@@ -39,6 +39,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from glm5_lsp.postprocess import ends_in_code
+
 log = logging.getLogger(__name__)
 
 AttributeProvider = Callable[[str], Sequence[str]]  # text ending with "." -> attribute names valid there
@@ -178,23 +180,9 @@ def _is_number_dot(before: str) -> bool:
 
 
 def _in_comment_or_string(text: str) -> bool:
-    """A cheap test on the current line: an odd number of quotes or a ``#`` outside quotes."""
-    line = text[text.rfind("\n") + 1:]
-    quote: str | None = None
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#":
-            return True
-        i += 1
-    return quote is not None
+    """Whether the end of ``text``'s last line is inside a string or a comment (earlier lines are not
+    read: a docstring the cursor is in is :func:`open_triple_quote`'s concern)."""
+    return not ends_in_code(text[text.rfind("\n") + 1:], "python")
 
 
 _TRIPLE = re.compile(r"\"\"\"|\'\'\'")
