@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from glm5_lsp.model import GlmMoeDsaForCausalLM
-from glm5_lsp.model.attention import apply_rope
+from glm5_lsp.model.attention import eager_attention
 from glm5_lsp.model.glm5 import MLAttention, causal_allowed, selection_mask
 
 
@@ -49,23 +49,17 @@ def perplexity(model: GlmMoeDsaForCausalLM, rows: np.ndarray, dense: bool, batch
 
 
 def dense_attention_probs(attn: MLAttention, x: torch.Tensor, step) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's dense causal attention ``[B, H, T, T]`` and its query latent, recomputed from its input.
+    """The layer's dense causal attention ``[B, H, T, T]`` and its query latent, from its input.
 
-    Mirrors ``MLAttention.forward`` without a cache; ``test_train_loop`` checks it reproduces the
-    layer's own output, so a change in the runtime cannot silently skew the recall.
+    Uses the layer's own projections (``_project``, ``_expand``) and the dense reference kernel;
+    ``test_train_loop`` checks the result reproduces the layer's output.
     """
-    bsz, t, _ = x.shape
-    q_resid = attn.q_a_layernorm(attn.q_a_proj(x))
-    q = attn.q_b_proj(q_resid).view(bsz, t, attn.n_heads, attn.q_dim)  # [B, T, H, dq]
-    q_nope, q_rope = q.split([attn.nope_dim, attn.rope_dim], dim=-1)
-    q_rope = apply_rope(q_rope, step.cos, step.sin)
-    c_kv, k_rope = attn.kv_a_proj_with_mqa(x).split([attn.kv_rank, attn.rope_dim], dim=-1)
-    latents = torch.cat([attn.kv_a_layernorm(c_kv), apply_rope(k_rope, step.cos, step.sin)], dim=-1)
-    k, _ = attn._expand(latents)  # [B, H, T, dq]
-    qh = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)  # [B, H, T, dq]
-    scores = torch.matmul(qh.float(), k.float().transpose(-1, -2)) * attn.scale
-    allowed = causal_allowed(0, t, t, x.device)
-    probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    t = x.shape[1]
+    q_resid, q_nope, q_rope, latents, *_ = attn._project(x, step)
+    k, v = attn._expand(latents)  # [B, H, T, dq], [B, H, T, dv]
+    q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)  # [B, H, T, dq]
+    allowed = causal_allowed(0, t, t, x.device)[None, None]
+    _, probs = eager_attention(q.float(), k.float(), v.float(), allowed, attn.scale)
     return probs, q_resid
 
 
