@@ -10,7 +10,8 @@ in prefill, and decode is each library's own generation API (our ``Generator.gen
 transformers' ``generate``) timed from the first new token to the last (a streamer's timestamps
 for transformers), so neither prefill is in it. Part 2, our runtime only, 16,384-token context: DSA (top-k 512) against dense attention
 (top-k covering the sequence): decode-step time and prefill peak memory (each prefill in a fresh
-subprocess, peak RSS above the loaded model).
+subprocess, peak RSS above the loaded model). Beside part 1, the decode floor: the weights one step
+reads, streamed as bare matrix-vector products, which no fp32 runtime on this machine can beat.
 
     python benchmarks/runtime.py                 # everything (about 10-15 minutes on 2 cores)
     python benchmarks/runtime.py --part reference --context 1024   # a quicker look
@@ -124,6 +125,41 @@ def reference_prefill_and_decode(path: Path, ids: torch.Tensor, new_tokens: int)
     return ids.shape[1] / prefill, new_tokens / (tokens[-1] - tokens[0])
 
 
+def decode_weight_floor(path: Path, repeats: int = 20) -> tuple[float, float]:
+    """The weights one decode step must read, streamed as bare matrix-vector products (no attention,
+    no cache, no other operation): ``(milliseconds per step, MiB read)``. No fp32 implementation of
+    this model decodes faster than this on this machine; it bounds the decode ratio any runtime can reach."""
+    import torch.nn.functional as F
+
+    model = load_model(path)
+    mats: list[torch.Tensor] = []
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        mats += [attn.q_a_proj.weight, attn.q_b_proj.weight, attn.kv_a_proj_with_mqa.weight,
+                 attn.kv_b_proj.weight, attn.o_proj.weight]
+        if attn.indexer is not None:
+            mats += [attn.indexer.wq_b.weight, attn.indexer.wk.weight, attn.indexer.weights_proj.weight]
+        mlp = layer.mlp
+        if hasattr(mlp, "experts"):  # the router, top-k routed experts and the shared expert
+            k = model.config.num_experts_per_tok
+            mats += [mlp.gate.weight, *mlp.experts.gate_up_proj[:k], *mlp.experts.down_proj[:k],
+                     mlp.shared_experts.gate_proj.weight, mlp.shared_experts.up_proj.weight,
+                     mlp.shared_experts.down_proj.weight]
+        else:
+            mats += [mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+    mats.append(model.lm_head.weight)
+    inputs = [torch.randn(1, w.shape[1]) for w in mats]
+    with torch.inference_mode():
+        for w, x in zip(mats, inputs):
+            F.linear(x, w)
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            for w, x in zip(mats, inputs):
+                F.linear(x, w)
+        ms = (time.perf_counter() - t0) / repeats * 1000
+    return ms, sum(w.numel() * w.element_size() for w in mats) / 2**20
+
+
 def long_context_child(path: Path, context: int, steps: int, threads: int) -> dict[str, float]:
     """In a fresh subprocess: prefill ``context`` tokens (peak RSS growth above the loaded model and its
     cache, from Linux's resettable high-water mark),
@@ -177,9 +213,14 @@ def main() -> None:
             ids = prompt(args.context)
             o_pre, o_dec = ours_prefill_and_decode(sparse, ids, args.new_tokens)
             r_pre, r_dec = reference_prefill_and_decode(sparse, ids, args.new_tokens)
-            results.update(ours_prefill=o_pre, ref_prefill=r_pre, ours_decode=o_dec, ref_decode=r_dec)
+            floor_ms, floor_mib = decode_weight_floor(sparse)
+            results.update(ours_prefill=o_pre, ref_prefill=r_pre, ours_decode=o_dec, ref_decode=r_dec,
+                           floor_step_ms=floor_ms)
             print(f"context {args.context}: prefill tokens/s ours {o_pre:.0f} vs transformers {r_pre:.0f} -> {o_pre / r_pre:.1f}x")
             print(f"context {args.context}: decode tokens/s ours {o_dec:.1f} vs transformers {r_dec:.2f} -> {o_dec / r_dec:.1f}x")
+            print(f"decode floor: streaming a step's {floor_mib:.0f} MiB of weights alone takes {floor_ms:.1f} ms "
+                  f"-> at most {1000 / floor_ms:.0f} tokens/s, {1000 / floor_ms / r_dec:.1f}x the reference "
+                  f"(ours reaches {o_dec * floor_ms / 1000:.0%} of it)")
         if args.part in ("all", "dsa"):
             dense = build_checkpoint(Path(tmp) / "dense", index_topk=args.long_context + 64)
             n = args.long_context
