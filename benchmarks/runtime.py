@@ -15,6 +15,7 @@ reads, streamed as bare matrix-vector products, which no fp32 runtime on this ma
 
     python benchmarks/runtime.py                 # everything (about 10-15 minutes on 2 cores)
     python benchmarks/runtime.py --part reference --context 1024   # a quicker look
+    python benchmarks/runtime.py --part steps    # decode-step times alone, to compare two versions
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ from pathlib import Path
 
 import torch
 
-from glm5_lsp.model import GenerationConfig, Generator, GlmMoeDsaConfig, GlmMoeDsaForCausalLM, load_model, save_model
+from glm5_lsp.model import (
+    GenerationConfig,
+    Generator,
+    GlmMoeDsaConfig,
+    GlmMoeDsaForCausalLM,
+    KVCache,
+    default_model_path,
+    load_model,
+    save_model,
+)
 
 SIZES = dict(
     vocab_size=16384,
@@ -195,9 +205,30 @@ print(json.dumps(dict(peak_mib=peak, step_ms=step_ms)))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def decode_steps(path: Path, context: int, steps: int = 13, rounds: int = 3) -> float:
+    """One decode step after a ``context``-token prefill, in ms: the best of ``rounds`` runs of ``steps``."""
+    model = load_model(path)
+    ids = torch.randint(0, model.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(0))
+    cache = KVCache(model.config, capacity=context + rounds * steps + 8)
+    token = torch.tensor([[7]])
+    best = float("inf")
+    with torch.inference_mode():
+        model(ids, cache=cache, last_only=True)
+        for _ in range(3):
+            model(token, cache=cache)
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                model(token, cache=cache)
+            best = min(best, (time.perf_counter() - t0) / steps * 1000)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["all", "reference", "dsa"], default="all")
+    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps"], default="all",
+                        help="steps: decode-step times only (the benchmark model at 4k and 16k, DSA and dense, "
+                             "and the embedded model at 400 tokens), for comparing two versions of the runtime")
     parser.add_argument("--context", type=int, default=4096, help="context for the reference comparison")
     parser.add_argument("--long-context", type=int, default=16384, help="context for DSA vs dense")
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -209,6 +240,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sparse = build_checkpoint(Path(tmp) / "dsa")
         print(f"checkpoint: {sum(p.stat().st_size for p in sparse.glob('*.safetensors')) / 2**20:.0f} MiB, threads {args.threads}")
+        if args.part == "steps":
+            dense = build_checkpoint(Path(tmp) / "dense", index_topk=args.long_context + 64)
+            rows = [("benchmark model, 4,096 tokens, DSA", sparse, args.context),
+                    (f"benchmark model, {args.long_context:,} tokens, DSA", sparse, args.long_context),
+                    (f"benchmark model, {args.long_context:,} tokens, dense", dense, args.long_context),
+                    ("embedded model, 400 tokens", Path(default_model_path()), 400)]
+            for label, path, context in rows:
+                ms = decode_steps(path, context)
+                results[label] = ms
+                print(f"decode step, {label}: {ms:.2f} ms")
         if args.part in ("all", "reference"):
             ids = prompt(args.context)
             o_pre, o_dec = ours_prefill_and_decode(sparse, ids, args.new_tokens)
