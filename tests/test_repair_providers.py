@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import textwrap
 import time
 from pathlib import Path
 
@@ -162,3 +163,35 @@ def test_providers_run_at_once_and_report_in_order() -> None:
     report = runner.diagnose("x = 1\n", "a.py", "python")
     assert time.monotonic() - started < 1.0  # one after another would take 1.2 s
     assert [d.message for d in report.diagnostics] == ["first", "second", "third"]
+
+
+@pytest.mark.parametrize("language, source", [
+    ("python", Path(textwrap.__file__).read_text()),  # a real module, valid
+    ("python", Path(textwrap.__file__).read_text().replace("def dedent(text):", "def dedent(text:", 1)),  # broken
+    ("javascript", (Path(__file__).parent / "data" / "context" / "ws" / "web" / "app.js").read_text() * 3),
+], ids=["python", "python-broken", "javascript"])
+def test_tree_sitter_reparses_incrementally_with_the_same_findings(language: str, source: str) -> None:
+    """The provider re-parses a text from a recent tree; its findings equal a fresh parse's on random edits."""
+    import random
+
+    warm, fresh = TreeSitterProvider(), TreeSitterProvider(recent_trees=0)
+    assert warm.diagnose(source, "", language) == fresh.diagnose(source, "", language)
+    rng = random.Random(7)
+    pieces = ["(", ")", "x = ", "def f(:\n", "\n    return 1\n", "'''", "if x", "]", "a.b(", "\n", "'", "{", "}", "é"]
+    for _ in range(60):
+        i = rng.randrange(len(source))
+        j = min(len(source), i + rng.choice([0, 0, 1, 7, 40]))
+        edited = source[:i] + rng.choice(pieces) * rng.choice([1, 2]) + source[j:]
+        assert warm.diagnose(edited, "", language) == fresh.diagnose(edited, "", language), (i, j)
+    assert warm.trees.incremental >= 55  # nearly every check started from an earlier tree
+
+
+def test_common_prefix_and_suffix() -> None:
+    from glm5_lsp.repair.providers.tree_sitter_errors import common_prefix, common_suffix
+
+    assert common_prefix(b"abcdef", b"abcxef") == 3
+    assert common_prefix(b"", b"abc") == 0
+    assert common_prefix(b"abc", b"abc") == 3
+    assert common_suffix(b"abcdef", b"abcxef", 6 - 3) == 2
+    assert common_suffix(b"aaa", b"aaaa", 3 - 3) == 0  # bounded: never overlaps the common prefix
+    assert common_suffix(b"xab", b"yab", 3) == 2
