@@ -187,7 +187,7 @@ def test_tree_sitter_reparses_incrementally_with_the_same_findings(language: str
 
 
 def test_common_prefix_and_suffix() -> None:
-    from glm5_lsp.repair.providers.tree_sitter_errors import common_prefix, common_suffix
+    from glm5_lsp.textdiff import common_prefix, common_suffix
 
     assert common_prefix(b"abcdef", b"abcxef") == 3
     assert common_prefix(b"", b"abc") == 0
@@ -195,3 +195,4 @@ def test_common_prefix_and_suffix() -> None:
     assert common_suffix(b"abcdef", b"abcxef", 6 - 3) == 2
     assert common_suffix(b"aaa", b"aaaa", 3 - 3) == 0  # bounded: never overlaps the common prefix
     assert common_suffix(b"xab", b"yab", 3) == 2
+    assert common_suffix("héllo", "jéllo", 9) == 4  # str too

@@ -14,10 +14,11 @@ from glm5_lsp.postprocess import tidy
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.server import convert
 from glm5_lsp.server.cache import LRUCache
-from glm5_lsp.server.checks import check_edit, diagnose, diff_region
+from glm5_lsp.server.checks import check_edit, diagnose
 from glm5_lsp.server.jobs import Supersession
 from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.syntax import empty_bodies, wants_multiline
+from glm5_lsp.textdiff import diff_region
 
 DATA = Path(__file__).resolve().parent / "data" / "server"
 CURSOR = "‸"

@@ -137,11 +137,16 @@ class RepairLoop:
         self.monitor_factory = monitor_factory
         self.postprocess = postprocess
         self.clock = clock
+        self._runners: dict[str, DiagnosticRunner] = {}  # per language, kept: providers keep recent parses
 
     def runner_for(self, language: str) -> DiagnosticRunner:
         if self._runner is not None:
             return self._runner
-        return default_runner(language, self.settings.provider_timeout_s, self.settings.use_external_checkers)
+        runner = self._runners.get(language)
+        if runner is None:
+            runner = default_runner(language, self.settings.provider_timeout_s, self.settings.use_external_checkers)
+            self._runners[language] = runner
+        return runner
 
     def run(self, request: CompletionRequest, target: RepairTarget) -> RepairResult:
         settings = self.settings

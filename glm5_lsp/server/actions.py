@@ -10,11 +10,12 @@ from lsprotocol import types
 
 from glm5_lsp.pipeline import PipelineResult
 from glm5_lsp.server import convert
-from glm5_lsp.server.checks import check_edit, diagnose, diff_region
+from glm5_lsp.server.checks import check_edit, diagnose
 from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.progress import WorkProgress
 from glm5_lsp.server.state import Glm5Server, Target, guarded, log
 from glm5_lsp.server.syntax import empty_bodies
+from glm5_lsp.textdiff import diff_region
 
 FIX_TITLE = "Fix with GLM-5"
 BODY_TITLE = "Generate body with GLM-5"

@@ -18,18 +18,6 @@ PERF_SOURCE = "perf"  # the ``source`` of performance hints published as informa
 _OUR_SOURCES = frozenset({"compile", "tree-sitter", "pyflakes", "ruff", "gcc", "g++", "node", "go vet"})
 
 
-def diff_region(old: str, new: str) -> tuple[int, int, str]:
-    """``(start, end, text)``: the smallest single replacement of ``old[start:end]`` giving ``new``."""
-    limit = min(len(old), len(new))
-    start = 0
-    while start < limit and old[start] == new[start]:
-        start += 1
-    tail = 0
-    while tail < limit - start and old[len(old) - 1 - tail] == new[len(new) - 1 - tail]:
-        tail += 1
-    return start, len(old) - tail, new[start : len(new) - tail]
-
-
 @functools.cache
 def runner_for(language: str) -> DiagnosticRunner:
     """The diagnostic providers for a language (external tools included when installed)."""

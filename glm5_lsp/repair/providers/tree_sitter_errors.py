@@ -20,6 +20,7 @@ from tree_sitter import Node, Parser, Tree
 from glm5_lsp.context.languages import grammar_language_ids, tree_sitter_language
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.providers.positions import byte_col_to_char
+from glm5_lsp.textdiff import common_prefix, common_suffix
 
 
 class TreeSitterProvider:
@@ -103,30 +104,6 @@ class RecentTrees:
         with self._lock:
             self.entries.append((language, source, tree))
         return tree
-
-
-def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix (a binary search over C-speed slice comparisons)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def common_suffix(a: bytes, b: bytes, limit: int) -> int:
-    """Length of the longest common suffix, at most ``limit`` (so it never overlaps the prefix)."""
-    lo, hi = 0, max(limit, 0)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[len(a) - mid:] == b[len(b) - mid:]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def _point(source: bytes, offset: int) -> tuple[int, int]:
