@@ -117,7 +117,8 @@ def test_monitor_with_jedi_attributes(strings: list[str]) -> None:
 
 
 def test_free_names_are_biased_not_masked(strings: list[str]) -> None:
-    monitor = NameMonitor(TokenIndex(strings), fake_attributes, "value = 1\nresult = val",
+    """At a statement's start a new name may be bound: known names are favoured, nothing is masked."""
+    monitor = NameMonitor(TokenIndex(strings), fake_attributes, "value = 1\nval",
                           MonitorSettings(free_name_bias=3.0))
     logits = torch.zeros(len(strings))
     out = monitor([], logits)
@@ -295,3 +296,92 @@ def test_module_paths_in_an_import_are_asked_about(strings: list[str]) -> None:
 
     monitor = NameMonitor(TokenIndex(strings), provider, "x = 1\nfrom os.", known_names=["x"])
     assert torch.isinf(monitor([], torch.zeros(len(strings)))).any() and asked == ["x = 1\nfrom os."]
+
+
+def test_a_name_that_is_only_read_must_become_a_known_name(strings: list[str]) -> None:
+    """After ``=``/an operator/``if``..., a name nobody binds is undefined: tokens that would end the
+    name early or lead it astray are masked while it can still become a known one."""
+    context = "value = 1\nresult = 2\nx = result + val"
+    monitor = NameMonitor(TokenIndex(strings), fake_attributes, context, MonitorSettings())
+    out = monitor([], torch.zeros(len(strings)))
+    assert monitor.name_masked_steps == 1
+    for i, token in enumerate(strings):
+        if not torch.isfinite(out[i]):
+            continue
+        ident = re.match(r"[A-Za-z0-9_]*", token).group()
+        name = "val" + ident
+        if ident == token:  # the name goes on: it must still lead to a known name
+            assert "value".startswith(name) or any(n.startswith(name) for n in dir(__builtins__)), token
+        else:  # the token ends the name: it must then be complete
+            assert name in {"value", "vars"} or name in dir(__builtins__), token
+    # Greedy decoding that favours an unknown name ends up spelling a known one.
+    written = greedy(NameMonitor(TokenIndex(strings), fake_attributes, context, MonitorSettings()), strings, "vald)\n", 4)
+    assert not re.match(r"vald\b", written) and re.match(r"(ue|ars)\b", written), written
+
+
+@pytest.mark.parametrize("context", [
+    "val",  # a statement's start: ``value = ...`` or a new name
+    "for val",  # a loop variable
+    "def f(val",  # a parameter
+    "f = lambda val",
+    "from os import val",
+    "a, val",  # tuple targets
+])
+def test_a_name_that_may_be_bound_is_not_masked(strings: list[str], context: str) -> None:
+    monitor = NameMonitor(TokenIndex(strings), fake_attributes, "value = 1\n" + context, MonitorSettings())
+    out = monitor([], torch.zeros(len(strings)))
+    assert monitor.name_masked_steps == 0
+    assert torch.isfinite(out[[i for i, s in enumerate(strings) if "." not in s]]).all()
+
+
+def test_a_call_argument_may_be_a_keyword_name(strings: list[str]) -> None:
+    """Inside a call an unknown name may be a keyword argument: only ending it otherwise is masked."""
+    index = TokenIndex(strings)
+    monitor = NameMonitor(index, fake_attributes, "value = 1\nprint(value, val", MonitorSettings())
+    out = monitor([], torch.zeros(len(strings)))
+    assert monitor.name_masked_steps == 1
+    assert all(torch.isfinite(out[i]) for i in index.whole_ids)  # the name may grow into anything ...
+    assert all(torch.isfinite(out[i]) for i in index.keyword_enders)  # ... and end as ``key=``
+    enders = [i for i, s in enumerate(strings) if s[:1] in ")," and i not in index.keyword_enders]
+    assert enders and not any(torch.isfinite(out[i]) for i in enders)  # ``val)`` would be undefined
+
+
+def test_names_the_completion_bound_count_as_known(strings: list[str]) -> None:
+    """A name the completion itself bound earlier (``for item in ...: ... item``) may be read later."""
+    index = TokenIndex(strings)
+    monitor = NameMonitor(index, fake_attributes, "value = 1\n", MonitorSettings())
+    written = [strings.index(ch) for ch in "parts = 1\nx = par"]  # one token per character
+    out = monitor(written, torch.zeros(len(strings)))
+    assert monitor.name_masked_steps == 1  # "par" can only become "parts", which the completion bound
+    assert any(torch.isfinite(out[i]) and strings[i].startswith("ts") for i in range(len(strings)))
+
+
+def test_a_star_import_turns_the_name_check_off(strings: list[str]) -> None:
+    monitor = NameMonitor(TokenIndex(strings), fake_attributes, "from os import *\nx = val", MonitorSettings())
+    monitor([], torch.zeros(len(strings)))
+    assert monitor.name_masked_steps == 0
+
+
+@pytest.mark.parametrize("before, expected", [
+    ("x = ", "load"), ("x = a + ", "load"), ("    if ", "load"), ("    return ", "load"), ("x[", "load"),
+    ("if a == ", "load"), ("raise E from ", "load"), ("@", "load"),
+    ("f(", "argument"), ("foo(a, ", "argument"),
+    ("    ", "free"), ("a, ", "free"), ("def f(a, ", "free"), ("for ", "free"), ("[y for ", "free"),
+    ("g = lambda ", "free"), ("with open(p) as ", "free"), ("from x import ", "free"), ("x.y ", "free"),
+])
+def test_name_context(before: str, expected: str) -> None:
+    from glm5_lsp.repair.monitor import name_context
+
+    assert name_context("value = 1\n" + before) == expected
+
+
+def test_an_unknown_call_argument_can_only_end_as_a_keyword(strings: list[str]) -> None:
+    """Once an argument's name has left every known name, ending it with ``)`` would read an undefined
+    name: only ``=`` (a keyword argument) or more of the name may follow."""
+    index = TokenIndex(strings)
+    monitor = NameMonitor(index, fake_attributes, "value = 1\nprint(value, zq", MonitorSettings())
+    out = monitor([], torch.zeros(len(strings)))
+    assert monitor.name_masked_steps == 1
+    closers = [i for i, s in enumerate(strings) if s[:1] == ")"]
+    assert closers and not any(torch.isfinite(out[i]) for i in closers)
+    assert all(torch.isfinite(out[i]) for i in index.keyword_enders)

@@ -8,9 +8,15 @@ document up to the cursor plus the decoded tokens) and decides where decoding st
   receiver. When it knows any, every token that cannot continue ``p`` into one of them is masked
   (``-inf``): a token is kept if its identifier characters extend ``p`` to a prefix of a valid name
   and, when the token goes on past the name (``append(``), only if the name is then complete.
-- **inside a free name** (``p`` not after a dot): binding a new name is legal, so nothing is masked;
-  tokens that continue a name already known (identifiers of the document, builtins, keywords) get
-  ``free_name_bias`` added.
+- **inside a free name** (``p`` not after a dot): where a new name may be bound (a statement's start,
+  after ``for``/``as``/``import``/``def``..., a ``lambda``'s or a ``def``'s line), nothing is masked;
+  tokens that continue a name already known (identifiers of the document or of the completion so
+  far, builtins, keywords) get ``free_name_bias`` added. Where the name can only be *read*
+  (:func:`name_context`: after an operator, ``=``, ``[``, ``return``, ``if``, ``in``...), a name
+  that appears nowhere is undefined for sure, so while ``p`` can still become a known name, tokens
+  that would end it anywhere else are masked (``undefined_names``). Inside a call's brackets (after
+  ``(`` or ``,``) an unknown name may still be a keyword argument: there it may grow into anything,
+  but unless it is known it can only end with ``=``. A document with a star import is left alone.
 - **tokens that open an attribute themselves** (``.append``, ``).strip``, in any state): the
   ``check_top_k`` likeliest such tokens within ``check_margin`` of the step's best logit are each
   checked against their receiver's attributes, for at most ``check_receivers`` distinct receivers
@@ -39,7 +45,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from glm5_lsp.postprocess import ends_in_code
+from glm5_lsp.postprocess import ends_in_code, open_brackets
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +53,9 @@ AttributeProvider = Callable[[str], Sequence[str]]  # text ending with "." -> at
 
 _IDENT = re.compile(r"[A-Za-z0-9_]*")
 _DOTTED_RECEIVER = re.compile(r"(?<![\w.)\]])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.$")
-_IDENT_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+_IDENT_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b(?![\'\"])")  # not a string prefix (r'', b'')
 _DOT_NAME = re.compile(r"\.(?=[A-Za-z_])")
+_STAR_IMPORT = re.compile(r"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Regexes anchored at the end still scan from the start of the string: they get this much of the
 # text (a receiver or a partial name longer than that is not one anybody writes).
 TAIL_CHARS = 512
@@ -70,6 +77,7 @@ class MonitorSettings:
     check_margin: float = 8.0  # ... and so are those this far below the step's best logit (p < e^-8 of it)
     check_receivers: int = 2  # distinct receivers asked about per step; openers of further ones are masked
     provider_seconds: float = 0.2  # attribute-provider time per request; past it, new receivers go unchecked
+    undefined_names: bool = True  # where a name is only read, mask tokens that would end it as an unknown name
 
 
 class NameTrie:
@@ -136,6 +144,13 @@ class TokenIndex:
             else:
                 self.ending.setdefault(run, []).append(token_id)
         self.opening_ids = [entry[0] for entry in self.opening]
+        self.whole_ids: set[int] = {i for ids in self.whole.values() for i in ids}
+        # A name's end then ``=`` (not ``==``): a keyword argument ``key=`` whatever ``key`` is.
+        self.keyword_enders: set[int] = {
+            i for run, ids in self.ending.items() for i in ids
+            if self.strings[i][len(run):].lstrip(" ").startswith("=")
+            and not self.strings[i][len(run):].lstrip(" ").startswith("==")
+        }
 
     def continuing(self, partial: str, trie: NameTrie) -> set[int]:
         """Tokens that keep ``partial`` on the way to (or exactly at the end of) a name in ``trie``."""
@@ -173,6 +188,39 @@ def _in_import(text: str) -> bool:
     which the document need not have bound)."""
     line = text[text.rfind("\n") + 1:].lstrip()
     return line.startswith(("import ", "from "))
+
+
+EXPRESSION_KEYWORDS = frozenset({"None", "True", "False", "not", "lambda", "await", "yield"})  # may start an operand
+STATEMENT_KEYWORDS = frozenset(keyword.kwlist) - EXPRESSION_KEYWORDS
+MODULE_NAMES = frozenset({"__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__", "__path__",
+                          "__builtins__", "__annotations__", "__class__", "__debug__"})  # bound without a binding
+# Keywords after which a name is read (``for x``, ``as x``, ``global x`` bind one instead).
+LOAD_KEYWORDS = frozenset({"return", "if", "elif", "while", "in", "not", "and", "or", "is", "assert", "yield",
+                           "await", "raise", "else", "del", "except", "from"})
+BINDING_LINES = ("def ", "async def ", "class ", "import ", "from ", "global ", "nonlocal ")
+_LAST_WORD = re.compile(r"(?<![A-Za-z0-9_.])([A-Za-z_][A-Za-z0-9_]*)\s*$")
+
+
+def name_context(before: str) -> str:
+    """What a name starting at the end of ``before`` can be: ``"load"`` (only read, so it must exist),
+    ``"argument"`` (read, or a keyword argument's name) or ``"free"`` (it may bind a new name).
+
+    Decided on the current line: its start, a ``def``/``class``/``lambda``/import on it, and the code
+    just before the name. Anything unclear is ``"free"``: the monitor only masks where it is sure.
+    """
+    line = before[before.rfind("\n") + 1:]
+    head = line.lstrip()
+    if not head or head.startswith(BINDING_LINES) or "lambda" in _IDENT_WORD.findall(line):
+        return "free"  # a statement's start (or a continuation line), a definition, an import, a lambda
+    word = _LAST_WORD.search(line)
+    if word is not None:  # the name follows a word: a keyword that reads it, or anything else
+        return "load" if word.group(1) in LOAD_KEYWORDS else "free"
+    last = line.rstrip()[-1]
+    if last in "=+-*/%&|^~<>![{@":
+        return "load"  # an operand, an assignment's or a keyword argument's value, an item, a decorator
+    if last in "(,":
+        return "argument" if open_brackets(line, "python") else "free"  # ``a, b = ...``: targets
+    return "free"
 
 
 def _is_number_dot(before: str) -> bool:
@@ -218,12 +266,18 @@ class NameMonitor:
             known_names = _IDENT_WORD.findall(context[: typed.start()] if typed else context)
         free = set(known_names)
         self.free_trie = NameTrie(free | set(dir(builtins)) | set(keyword.kwlist))
+        # Where a name is read, it is an operand: a statement keyword (``while``, ``def``) cannot be one.
+        self.read_trie = NameTrie((free | set(dir(builtins)) | MODULE_NAMES | EXPRESSION_KEYWORDS) - STATEMENT_KEYWORDS)
         self._cache: OrderedDict[str, NameTrie | None] = OrderedDict()
         self._cache_size = cache_size
         self.masked_steps = 0  # steps where an attribute mask was applied (for reports and tests)
         self.provider_seconds = 0.0  # time spent in the attribute provider so far
         self.provider_skipped = 0  # receivers left unchecked because that time ran out
         self._context_quote = open_triple_quote(context)  # a docstring the cursor is inside, if any
+        self._star_import = bool(_STAR_IMPORT.search(context))  # ``from x import *``: any name may exist
+        self._generated_text = ""
+        self._generated_names = NameTrie(())
+        self.name_masked_steps = 0  # steps where a read name was kept to known names
 
     def __call__(self, generated_ids: Sequence[int], logits: object) -> object:
         import torch
@@ -243,13 +297,40 @@ class NameMonitor:
             if trie is not None and trie.has_prefix(state.partial):
                 keep = self.index.continuing(state.partial, trie)
                 self._restrict(out, keep)
-        elif state.kind == "name" and self.settings.free_name_bias:
-            keep = self.index.continuing(state.partial, self.free_trie)
-            if keep:
-                ids = torch.tensor(sorted(i for i in keep if i < out.shape[-1]), dtype=torch.long)
-                out[ids] += self.settings.free_name_bias
+        elif state.kind == "name":
+            self._check_name(out, text, generated, state.partial)
         self._check_openers(out, text, state)
         return out
+
+    def _check_name(self, logits: object, text: str, generated: str, partial: str) -> None:
+        """A free name: masked to known names where it can only be read, else biased towards them."""
+        import torch
+
+        assert isinstance(logits, torch.Tensor)
+        context = name_context(text[: len(text) - len(partial)])
+        read = context != "free" and self.settings.undefined_names and not self._star_import
+        tries = [self.read_trie if read else self.free_trie, self._generated_trie(generated, partial)]
+        keep: set[int] = set()
+        for trie in tries:
+            keep |= self.index.continuing(partial, trie)
+        if read and context == "argument":  # ``key=``: a keyword argument's name need not be known,
+            keep |= self.index.whole_ids | self.index.keyword_enders  # but then it must end with ``=``
+            self._restrict(logits, keep)
+            self.name_masked_steps += 1
+        elif read and any(trie.has_prefix(partial) for trie in tries):  # else it is undefined already
+            self._restrict(logits, keep)
+            self.name_masked_steps += 1
+        elif keep and self.settings.free_name_bias:
+            ids = torch.tensor(sorted(i for i in keep if i < logits.shape[-1]), dtype=torch.long)
+            logits[ids] += self.settings.free_name_bias
+
+    def _generated_trie(self, generated: str, partial: str) -> NameTrie:
+        """Names the completion itself has written so far (a loop variable it bound, ...)."""
+        done = generated[: len(generated) - len(partial)]
+        if done != self._generated_text:
+            self._generated_text = done
+            self._generated_names = NameTrie(set(_IDENT_WORD.findall(done)) - set(keyword.kwlist))
+        return self._generated_names
 
     def _restrict(self, logits: object, keep: set[int]) -> None:
         import torch
