@@ -277,6 +277,9 @@ class Pipeline:
             multiline = infer_multiline(before, after)
         whole_lines = (not before or before.endswith("\n")) and after[:1] not in ("", "\n", "\r")
         heal = partial_word(before, after) if self._can_heal() else ""
+        # The candidate replaces the word typed at the cursor in the document as it is, so it is judged
+        # against what the user has (not the document without the word, which breaks differently).
+        target = RepairTarget(text, offset - len(heal), offset, path or default_path(language), language)
         if heal:  # the model sees the document without the word and writes it again (forced)
             before = before[: -len(heal)]
             text, offset = before + after, offset - len(heal)
@@ -285,7 +288,7 @@ class Pipeline:
         settings = self.settings
         task = _Task(
             prompt=self._build_prompt(text, offset, path=path, language=language),
-            target=RepairTarget(text, offset, offset, path or default_path(language), language),
+            target=target,
             multiline=multiline, stop=[] if multiline else ["\n"],
             max_tokens=settings.multiline_max_tokens if multiline else settings.max_tokens, block_prefix=before,
             forced_prefix=heal, truncations=settings.truncations, time_budget_s=time_budget_s,

@@ -288,6 +288,20 @@ def test_the_word_at_the_cursor_is_healed() -> None:
     assert "".join(streamed) == "lues)"  # the healed word is not streamed again
 
 
+def test_a_healed_word_is_judged_against_the_document_as_typed() -> None:
+    """The cursor ends an unfinished ``if me``: the document already fails with "expected ':'". The
+    healed candidate ``message`` replaces the typed ``me`` and leaves that same error, moved along
+    the line: nothing new, so it is clean. (Judged against the document without the word, ``if``
+    alone, it would have looked like a new error.)"""
+    backend = HealingBackend("message")
+    document = "def f(message):\n    if me\n"
+    cursor = document.index("me\n") + 2
+    result = Pipeline(backend).complete(document, cursor)
+    assert backend.requests[0].forced_prefix == "me"
+    assert result.text == "ssage" and result.clean, result
+    assert result.diagnostics_before  # the document's own error was there all along
+
+
 def test_no_healing_without_backend_support_or_inside_a_word() -> None:
     document = "def f(values):\n    return len(va\n"
     cursor = document.index("va\n") + 2

@@ -385,3 +385,43 @@ def test_an_unknown_call_argument_can_only_end_as_a_keyword(strings: list[str]) 
     closers = [i for i, s in enumerate(strings) if s[:1] == ")"]
     assert closers and not any(torch.isfinite(out[i]) for i in closers)
     assert all(torch.isfinite(out[i]) for i in index.keyword_enders)
+
+
+def test_the_word_at_the_cursor_is_kept_to_the_names_in_scope(strings: list[str]) -> None:
+    """The word the user was typing, where it is read, can only become a name visible there (the
+    provider, jedi in the server, is asked once): a name bound in another function is not enough."""
+    context = "def f():\n    values = 1\n\n\ndef g(value):\n    if val"
+    asked: list[str] = []
+
+    def scope(text: str) -> list[str]:
+        asked.append(text)
+        return ["value", "vars"] if text.endswith("if val") else []
+
+    monitor = NameMonitor(TokenIndex(strings), scope, context, MonitorSettings())
+    written = greedy(monitor, strings, "ues:\n", 3)
+    assert re.match(r"ue\b", written), written  # "values" is another function's local
+    assert asked == [context]  # asked once, for the cursor's word
+    # Without the provider's answer the document's names are used: "values" would pass.
+    loose = NameMonitor(TokenIndex(strings), lambda text: [], context, MonitorSettings())
+    assert greedy(loose, strings, "ues:\n", 3).startswith("ues")
+
+
+def test_the_healed_word_is_checked_as_it_is_written_again(strings: list[str]) -> None:
+    """With token healing the typed word (``va``) is cut off the prompt and written again: a token
+    that agrees with it but makes a name nobody binds (``value`` where only ``val`` exists) is masked
+    where the name is read."""
+    index = TokenIndex(strings)
+    monitor = NameMonitor(index, fake_attributes, "val = 1\nx = 2 + ", MonitorSettings())
+    monitor.expect_word("va")
+    out = monitor([], torch.zeros(len(strings)))
+    agreeing = [i for i, s in enumerate(strings)  # (tokens with an attribute in them: the opener check's)
+                if s and (s.startswith("va") or "va".startswith(s)) and "." not in s]
+    known = ("val", "vars")
+    for i in agreeing:
+        run = re.match(r"[A-Za-z0-9_]*", strings[i]).group()
+        ok = any(n.startswith(run) for n in known) if run == strings[i] else run in known
+        assert bool(torch.isfinite(out[i])) == ok, strings[i]
+    assert any(not torch.isfinite(out[i]) for i in agreeing)  # "value..." tokens: nobody binds that
+    free = NameMonitor(index, fake_attributes, "val = 1\n", MonitorSettings())  # a statement's start
+    free.expect_word("va")
+    assert torch.isfinite(free([], torch.zeros(len(strings)))[agreeing]).all()

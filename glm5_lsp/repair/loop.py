@@ -206,6 +206,8 @@ class RepairLoop:
         processor = request.logits_processor
         if processor is None and self.monitor_factory is not None and self.settings.monitor_on(target.language):
             processor = self.monitor_factory(target)
+            if processor is not None and request.forced_prefix and hasattr(processor, "expect_word"):
+                processor.expect_word(request.forced_prefix)  # the healed word is checked as a name too
         return replace(request, should_cancel=should_cancel, logits_processor=processor)
 
     def _judge_with_rewrites(self, text: str, target: RepairTarget, runner: DiagnosticRunner,

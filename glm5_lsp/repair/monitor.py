@@ -145,12 +145,20 @@ class TokenIndex:
                 self.ending.setdefault(run, []).append(token_id)
         self.opening_ids = [entry[0] for entry in self.opening]
         self.whole_ids: set[int] = {i for ids in self.whole.values() for i in ids}
+        self._by_first: dict[str, list[int]] = {}
+        for token_id, text in enumerate(self.strings):
+            if text:
+                self._by_first.setdefault(text[0], []).append(token_id)
         # A name's end then ``=`` (not ``==``): a keyword argument ``key=`` whatever ``key`` is.
         self.keyword_enders: set[int] = {
             i for run, ids in self.ending.items() for i in ids
             if self.strings[i][len(run):].lstrip(" ").startswith("=")
             and not self.strings[i][len(run):].lstrip(" ").startswith("==")
         }
+
+    def starting_with(self, char: str) -> list[int]:
+        """Tokens whose text starts with ``char``."""
+        return self._by_first.get(char, [])
 
     def continuing(self, partial: str, trie: NameTrie) -> set[int]:
         """Tokens that keep ``partial`` on the way to (or exactly at the end of) a name in ``trie``."""
@@ -278,6 +286,8 @@ class NameMonitor:
         self._generated_text = ""
         self._generated_names = NameTrie(())
         self.name_masked_steps = 0  # steps where a read name was kept to known names
+        self._scope: NameTrie | None | bool = False  # names in scope at the cursor (False: not asked yet)
+        self.pending_word = ""  # see expect_word
 
     def __call__(self, generated_ids: Sequence[int], logits: object) -> object:
         import torch
@@ -292,7 +302,9 @@ class NameMonitor:
         text = self.context + generated
         state = decoding_state(text)
         out = logits.clone()
-        if state.kind == "attribute":
+        if self.pending_word.startswith(generated) and len(generated) < len(self.pending_word):
+            self._check_pending_word(out, text, generated)  # the typed word being written again
+        elif state.kind == "attribute":
             trie = self._attribute_trie(state.receiver)
             if trie is not None and trie.has_prefix(state.partial):
                 keep = self.index.continuing(state.partial, trie)
@@ -310,6 +322,10 @@ class NameMonitor:
         context = name_context(text[: len(text) - len(partial)])
         read = context != "free" and self.settings.undefined_names and not self._star_import
         tries = [self.read_trie if read else self.free_trie, self._generated_trie(generated, partial)]
+        if read and _IDENT.fullmatch(generated) and (self.pending_word or self.context[-1:].isidentifier()):
+            scope = self._scope_trie()  # the word the user was typing: the names visible there
+            if scope is not None:
+                tries = [scope]
         keep: set[int] = set()
         for trie in tries:
             keep |= self.index.continuing(partial, trie)
@@ -323,6 +339,43 @@ class NameMonitor:
         elif keep and self.settings.free_name_bias:
             ids = torch.tensor(sorted(i for i in keep if i < logits.shape[-1]), dtype=torch.long)
             logits[ids] += self.settings.free_name_bias
+
+    def expect_word(self, word: str) -> None:
+        """Decoding starts by writing ``word`` again (token healing: the word typed at the cursor was
+        cut off the prompt). Its first tokens are checked as the start of a name."""
+        self.pending_word = word
+
+    def _check_pending_word(self, logits: object, text: str, generated: str) -> None:
+        """While the typed word is rewritten, a token that agrees with it but would make a name
+        nobody can read here (``if it`` + ``ition``) is masked, where the name can only be read."""
+        import torch
+
+        assert isinstance(logits, torch.Tensor)
+        word_start = len(self.context)
+        if name_context(text[:word_start]) == "free" or not self.settings.undefined_names or self._star_import:
+            return
+        trie = self._scope_trie() or self.read_trie
+        rest = self.pending_word[len(generated):]
+        agreeing = [i for i in self.index.starting_with(rest[0]) if i < logits.shape[-1]
+                    and (self.index.strings[i].startswith(rest) or rest.startswith(self.index.strings[i]))]
+        banned = []
+        for token_id in agreeing:
+            token = self.index.strings[token_id]
+            run = _IDENT.match(token).group()  # type: ignore[union-attr]
+            word = generated + run
+            if not (trie.has_prefix(word) if run == token else trie.has_name(word)):
+                banned.append(token_id)
+        if banned and len(banned) < len(agreeing):  # never ban every way to write the word
+            logits[torch.tensor(banned, dtype=torch.long)] = float("-inf")
+            self.name_masked_steps += 1
+
+    def _scope_trie(self) -> NameTrie | None:
+        """Names in scope at the cursor that continue the word typed there (jedi's completion of the
+        document up to the cursor; asked once per request, within the provider's time)."""
+        if self._scope is False:
+            names = self._ask(self.context + self.pending_word)
+            self._scope = None if names is None else NameTrie(set(names) - STATEMENT_KEYWORDS) if names else None
+        return self._scope  # type: ignore[return-value]
 
     def _generated_trie(self, generated: str, partial: str) -> NameTrie:
         """Names the completion itself has written so far (a loop variable it bound, ...)."""
@@ -409,6 +462,16 @@ class NameMonitor:
             return self._cache[key]
         if dotted is not None and not self.free_trie.has_name(key.split(".", 1)[0]) and not _in_import(receiver):
             return None  # a name the document never binds (``variate.``): nothing to look up
+        names = self._ask(receiver)
+        trie = NameTrie(names) if names else None
+        self._cache[key] = trie
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return trie
+
+
+    def _ask(self, text: str) -> list[str] | None:
+        """The provider's names at the end of ``text``; None once its time is used up (unchecked)."""
         if self.provider_seconds >= self.settings.provider_seconds:
             self.provider_skipped += 1
             if self.provider_skipped == 1:
@@ -416,17 +479,12 @@ class NameMonitor:
             return None
         started = time.perf_counter()
         try:
-            names = [n for n in self.attributes(receiver) if n.isidentifier()]
+            return [n for n in self.attributes(text) if n.isidentifier()]
         except Exception:
             log.warning("attribute provider failed; not restricting here", exc_info=True)
-            names = []
+            return []
         finally:
             self.provider_seconds += time.perf_counter() - started
-        trie = NameTrie(names) if names else None
-        self._cache[key] = trie
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-        return trie
 
 
 class JediAttributes:
