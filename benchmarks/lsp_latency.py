@@ -12,6 +12,11 @@ not measured. glm5-lsp runs with its default settings and the default model unle
     python benchmarks/lsp_latency.py --settings '{"repair": {"monitor": false, "maxRounds": 1}}'
     python benchmarks/lsp_latency.py --typing 4   # and then 4 keystrokes typed at each position
 
+Besides latency and the share of non-empty answers, "right word" is the share of requests whose
+answer finishes the cut identifier exactly as the file has it: for glm5-lsp the inline text starts
+with the identifier's rest and the name ends there; for jedi-language-server the identifier is one
+of its items (any rank, so its figure is an upper bound on what a user would pick).
+
 With ``--typing N`` every position is followed by N keystrokes that type the line's own next
 characters, each one a whole-document change and a request to both servers, as an editor sends
 them while the user types (no debounce on the client side: every keystroke is measured).
@@ -53,6 +58,7 @@ class Tally:
     errors: int = 0
     timeouts: int = 0
     non_empty: int = 0
+    right_word: int = 0  # answers that finish the cut identifier exactly as the file has it
     requests: int = 0
 
     def row(self, name: str) -> str:
@@ -60,15 +66,17 @@ class Tally:
         p50 = statistics.median(ms)
         p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
         share = self.non_empty / max(self.requests, 1)
+        right = self.right_word / max(self.requests, 1)
         return (f"{name:<22} {p50:8.1f} {p95:8.1f} {statistics.fmean(ms):8.1f} {self.errors:7d} "
-                f"{self.timeouts:9d} {share:10.1%} {self.requests:9d}")
+                f"{self.timeouts:9d} {share:10.1%} {right:11.1%} {self.requests:9d}")
 
     def p50(self) -> float:
         return statistics.median(self.seconds) if self.seconds else float("nan")
 
 
 def cursor_cases(text: str, count: int, rng: random.Random) -> list[tuple[str, int, int]]:
-    """``count`` (document, line, column) cases: a line cut 2 characters into one of its identifiers."""
+    """``count`` (document, line, column) cases: a line cut 2 characters into one of its identifiers.
+    The identifier is the one at the column in the original line (``word_at``)."""
     lines = text.split("\n")
     candidates = []
     for number, line in enumerate(lines):
@@ -85,6 +93,29 @@ def cursor_cases(text: str, count: int, rng: random.Random) -> list[tuple[str, i
         edited = lines[:number] + [lines[number][:column]] + lines[number + 1:]
         cases.append(("\n".join(edited), number, column))
     return cases
+
+
+def word_start(line: str, column: int) -> int:
+    """Where the identifier that reaches ``column`` of ``line`` starts."""
+    start = column
+    while start > 0 and (line[start - 1].isalnum() or line[start - 1] == "_"):
+        start -= 1
+    return start
+
+
+def word_at(line: str, column: int) -> str:
+    """The identifier that the cut at ``column`` of the original ``line`` went into (its whole text)."""
+    start = word_start(line, column)
+    end = column
+    while end < len(line) and (line[end].isalnum() or line[end] == "_"):
+        end += 1
+    return line[start:end]
+
+
+def finishes_word(answer: str, rest: str) -> bool:
+    """An inline answer finishes the identifier when it starts with the identifier's rest and the
+    name ends there (``rgs`` or ``rgs == X`` for ``na|rgs``, not ``rgsx``)."""
+    return answer.startswith(rest) and not (answer[len(rest):len(rest) + 1].isalnum() or answer[len(rest):len(rest) + 1] == "_")
 
 
 class Server:
@@ -134,8 +165,9 @@ class Server:
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
             content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
 
-    async def request(self, uri: str, line: int, column: int) -> bool:
-        """One completion request; True when the answer is non-empty."""
+    async def request(self, uri: str, line: int, column: int, word: str, typed: int) -> tuple[bool, bool]:
+        """One completion request: (the answer is non-empty, it finishes ``word`` of which ``typed``
+        characters are typed). Ours: the inline answer. jedi-language-server: ``word`` among its items."""
         position = types.Position(line=line, character=column)
         document = types.TextDocumentIdentifier(uri=uri)
         if self.name == "glm5-lsp":
@@ -143,11 +175,12 @@ class Server:
                 context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
                 text_document=document, position=position))
             items = result.items if isinstance(result, types.InlineCompletionList) else (result or [])
-            return any(str(getattr(item, "insert_text", "")).strip() for item in items)
+            texts = [str(getattr(item, "insert_text", "")) for item in items]
+            return any(t.strip() for t in texts), any(finishes_word(t, word[typed:]) for t in texts if t.strip())
         result = await self.client.text_document_completion_async(
             types.CompletionParams(text_document=document, position=position))
         items = result.items if isinstance(result, types.CompletionList) else (result or [])
-        return bool(items)
+        return bool(items), any(item.label == word or (item.insert_text or "") == word for item in items)
 
     async def stop(self) -> None:
         try:
@@ -166,10 +199,11 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
-async def measure(server: Server, uri: str, line: int, column: int, tally: Tally | None, timeout: float) -> None:
+async def measure(server: Server, uri: str, line: int, column: int, word: tuple[str, int], tally: Tally | None,
+                  timeout: float) -> None:
     started = time.perf_counter()
     try:
-        non_empty = await asyncio.wait_for(server.request(uri, line, column), timeout)
+        non_empty, right = await asyncio.wait_for(server.request(uri, line, column, *word), timeout)
     except asyncio.TimeoutError:
         if tally is not None:
             tally.requests += 1
@@ -185,6 +219,7 @@ async def measure(server: Server, uri: str, line: int, column: int, tally: Tally
         tally.requests += 1
         tally.seconds.append(time.perf_counter() - started)
         tally.non_empty += int(non_empty)
+        tally.right_word += int(right)
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -221,20 +256,22 @@ async def main(args: argparse.Namespace) -> int:
             for index, (document, line, column) in enumerate(cases):
                 # --typing N: then the line's next N characters, one keystroke (change + request) each
                 rest = lines[line][column:column + args.typing]
+                word = word_at(lines[line], column)
                 for typed in range(len(rest) + 1 if args.typing else 1):
                     edited = document if not typed else "\n".join(
                         lines[:line] + [lines[line][:column + typed]] + lines[line + 1:])
                     for server in (ours, jedi):
                         server.replace(uri, edited)
                         tally = tallies[server.name] if index >= args.warmup else None
-                        await measure(server, uri, line, column + typed, tally, args.timeout)
+                        typed_chars = column + typed - word_start(lines[line], column)
+                        await measure(server, uri, line, column + typed, (word, typed_chars), tally, args.timeout)
     finally:
         await ours.stop()
         await jedi.stop()
         shutil.rmtree(root, ignore_errors=True)
     print()
     print(f"{'server':<22} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'errors':>7} {'timeouts':>9} "
-          f"{'non-empty':>10} {'requests':>9}")
+          f"{'non-empty':>10} {'right word':>11} {'requests':>9}")
     for name, tally in tallies.items():
         print(tally.row(name))
     ratio = tallies[ours.name].p50() / tallies[jedi.name].p50()
