@@ -2,8 +2,8 @@
 
 Both searches compare slices, so the character work runs at C speed (a binary search of about
 log2(n) slice comparisons) instead of a Python loop over every character; they work on ``str`` and
-``bytes`` alike. Used by the tree-sitter provider (to re-parse from an earlier tree) and by the
-server (the edit a fix makes to a document).
+``bytes`` alike. Used by the context engine and the tree-sitter provider (to re-parse from an
+earlier tree) and by the server (the edit a fix makes to a document).
 """
 
 from __future__ import annotations

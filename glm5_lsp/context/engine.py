@@ -24,6 +24,7 @@ from glm5_lsp.context.summary import SymbolInfo
 from glm5_lsp.context.symbols import IndexStats, SymbolTable
 from glm5_lsp.context.tokens import TokenCounter
 from glm5_lsp.spans import Prompt
+from glm5_lsp.textdiff import common_prefix, common_suffix
 
 log = logging.getLogger(__name__)
 
@@ -220,23 +221,8 @@ def _diff_edit(doc: Document, new: str) -> Edit | None:
     old = doc.text
     if old == new:
         return None
-    limit = min(len(old), len(new))
-    lo, hi = 0, limit  # longest common prefix by bisection over C-level slice comparisons
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if old[:mid] == new[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    prefix = lo
-    lo, hi = 0, limit - prefix
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if old[len(old) - mid :] == new[len(new) - mid :]:
-            lo = mid
-        else:
-            hi = mid - 1
-    suffix = lo
+    prefix = common_prefix(old, new)
+    suffix = common_suffix(old, new, min(len(old), len(new)) - prefix)
     start_line, start_col = doc.position(prefix)
     end_line, end_col = doc.position(len(old) - suffix)
     return Edit(start_line, start_col, end_line, end_col, new[prefix : len(new) - suffix])
