@@ -335,7 +335,8 @@ def test_a_name_that_may_be_bound_is_not_masked(strings: list[str], context: str
 
 
 def test_a_call_argument_may_be_a_keyword_name(strings: list[str]) -> None:
-    """Inside a call an unknown name may be a keyword argument: only ending it otherwise is masked."""
+    """Inside a call an unknown name may be a keyword argument (or a generator's variable): only ending
+    it otherwise than with ``=`` or a space is masked."""
     index = TokenIndex(strings)
     monitor = NameMonitor(index, fake_attributes, "value = 1\nprint(value, val", MonitorSettings())
     out = monitor([], torch.zeros(len(strings)))
@@ -363,9 +364,9 @@ def test_a_star_import_turns_the_name_check_off(strings: list[str]) -> None:
 
 
 @pytest.mark.parametrize("before, expected", [
-    ("x = ", "load"), ("x = a + ", "load"), ("    if ", "load"), ("    return ", "load"), ("x[", "load"),
+    ("x = ", "load"), ("x = a + ", "load"), ("    if ", "load"), ("    return ", "load"), ("x[", "argument"),
     ("if a == ", "load"), ("raise E from ", "load"), ("@", "load"),
-    ("f(", "argument"), ("foo(a, ", "argument"),
+    ("f(", "argument"), ("foo(a, ", "argument"), ("x = [", "argument"), ("{", "argument"),
     ("    ", "free"), ("a, ", "free"), ("def f(a, ", "free"), ("for ", "free"), ("[y for ", "free"),
     ("g = lambda ", "free"), ("with open(p) as ", "free"), ("from x import ", "free"), ("x.y ", "free"),
 ])
@@ -377,7 +378,7 @@ def test_name_context(before: str, expected: str) -> None:
 
 def test_an_unknown_call_argument_can_only_end_as_a_keyword(strings: list[str]) -> None:
     """Once an argument's name has left every known name, ending it with ``)`` would read an undefined
-    name: only ``=`` (a keyword argument) or more of the name may follow."""
+    name: only ``=`` (a keyword argument), a space (``x for x in ...``) or more of the name may follow."""
     index = TokenIndex(strings)
     monitor = NameMonitor(index, fake_attributes, "value = 1\nprint(value, zq", MonitorSettings())
     out = monitor([], torch.zeros(len(strings)))
@@ -425,3 +426,15 @@ def test_the_healed_word_is_checked_as_it_is_written_again(strings: list[str]) -
     free = NameMonitor(index, fake_attributes, "val = 1\n", MonitorSettings())  # a statement's start
     free.expect_word("va")
     assert torch.isfinite(free([], torch.zeros(len(strings)))[agreeing]).all()
+
+
+def test_a_comprehension_variable_may_be_used_before_it_is_bound(strings: list[str]) -> None:
+    """``[item for item in items]`` reads ``item`` before the ``for`` binds it: ending the unknown name
+    with a space stays possible just inside a bracket, and ``]`` does not."""
+    index = TokenIndex(strings)
+    monitor = NameMonitor(index, fake_attributes, "values = 1\nx = [zq", MonitorSettings())
+    out = monitor([], torch.zeros(len(strings)))
+    spaced = [i for i in index.keyword_enders if strings[i][len(re.match(r"[A-Za-z0-9_]*", strings[i]).group()):][:1] == " "]
+    assert spaced and all(torch.isfinite(out[i]) for i in spaced)
+    closers = [i for i, s in enumerate(strings) if s[:1] == "]"]
+    assert closers and not any(torch.isfinite(out[i]) for i in closers)

@@ -14,9 +14,10 @@ document up to the cursor plus the decoded tokens) and decides where decoding st
   far, builtins, keywords) get ``free_name_bias`` added. Where the name can only be *read*
   (:func:`name_context`: after an operator, ``=``, ``[``, ``return``, ``if``, ``in``...), a name
   that appears nowhere is undefined for sure, so while ``p`` can still become a known name, tokens
-  that would end it anywhere else are masked (``undefined_names``). Inside a call's brackets (after
-  ``(`` or ``,``) an unknown name may still be a keyword argument: there it may grow into anything,
-  but unless it is known it can only end with ``=``. A document with a star import is left alone.
+  that would end it anywhere else are masked (``undefined_names``). Just inside brackets (after
+  ``(``, ``[``, ``{`` or a ``,`` in them) an unknown name may still be a keyword argument (``key=``)
+  or a comprehension's variable (``[item for item in ...]``): there it may grow into anything, but
+  unless it is known it can only end with ``=`` or a space. A document with a star import is left alone.
 - **tokens that open an attribute themselves** (``.append``, ``).strip``, in any state): the
   ``check_top_k`` likeliest such tokens within ``check_margin`` of the step's best logit are each
   checked against their receiver's attributes, for at most ``check_receivers`` distinct receivers
@@ -149,12 +150,14 @@ class TokenIndex:
         for token_id, text in enumerate(self.strings):
             if text:
                 self._by_first.setdefault(text[0], []).append(token_id)
-        # A name's end then ``=`` (not ``==``): a keyword argument ``key=`` whatever ``key`` is.
-        self.keyword_enders: set[int] = {
-            i for run, ids in self.ending.items() for i in ids
-            if self.strings[i][len(run):].lstrip(" ").startswith("=")
-            and not self.strings[i][len(run):].lstrip(" ").startswith("==")
-        }
+        # A name's end then ``=`` (not ``==``): a keyword argument ``key=`` whatever ``key`` is; or then a
+        # space: ``item for`` (a comprehension's variable, bound after it is used).
+        self.keyword_enders: set[int] = set()
+        for run, ids in self.ending.items():
+            for i in ids:
+                rest = self.strings[i][len(run):]
+                if rest[:1] == " " or (rest.lstrip(" ").startswith("=") and not rest.lstrip(" ").startswith("==")):
+                    self.keyword_enders.add(i)
 
     def starting_with(self, char: str) -> list[int]:
         """Tokens whose text starts with ``char``."""
@@ -211,7 +214,8 @@ _LAST_WORD = re.compile(r"(?<![A-Za-z0-9_.])([A-Za-z_][A-Za-z0-9_]*)\s*$")
 
 def name_context(before: str) -> str:
     """What a name starting at the end of ``before`` can be: ``"load"`` (only read, so it must exist),
-    ``"argument"`` (read, or a keyword argument's name) or ``"free"`` (it may bind a new name).
+    ``"argument"`` (read, or a keyword argument's or a comprehension variable's name) or ``"free"``
+    (it may bind a new name).
 
     Decided on the current line: its start, a ``def``/``class``/``lambda``/import on it, and the code
     just before the name. Anything unclear is ``"free"``: the monitor only masks where it is sure.
@@ -224,10 +228,11 @@ def name_context(before: str) -> str:
     if word is not None:  # the name follows a word: a keyword that reads it, or anything else
         return "load" if word.group(1) in LOAD_KEYWORDS else "free"
     last = line.rstrip()[-1]
-    if last in "=+-*/%&|^~<>![{@":
-        return "load"  # an operand, an assignment's or a keyword argument's value, an item, a decorator
-    if last in "(,":
-        return "argument" if open_brackets(line, "python") else "free"  # ``a, b = ...``: targets
+    if last in "=+-*/%&|^~<>!@":
+        return "load"  # an operand, an assignment's or a keyword argument's value, a decorator
+    if last in "([{" or (last == "," and open_brackets(line, "python")):
+        return "argument"  # an item or argument, or a keyword argument's or comprehension variable's name
+    return "free"  # ``a, b = ...``: targets
     return "free"
 
 
@@ -329,8 +334,8 @@ class NameMonitor:
         keep: set[int] = set()
         for trie in tries:
             keep |= self.index.continuing(partial, trie)
-        if read and context == "argument":  # ``key=``: a keyword argument's name need not be known,
-            keep |= self.index.whole_ids | self.index.keyword_enders  # but then it must end with ``=``
+        if read and context == "argument":  # ``key=`` or ``item for``: the name need not be known,
+            keep |= self.index.whole_ids | self.index.keyword_enders  # but then ``=`` or a space follows
             self._restrict(logits, keep)
             self.name_masked_steps += 1
         elif read and any(trie.has_prefix(partial) for trie in tries):  # else it is undefined already
