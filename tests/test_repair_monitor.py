@@ -438,3 +438,33 @@ def test_a_comprehension_variable_may_be_used_before_it_is_bound(strings: list[s
     assert spaced and all(torch.isfinite(out[i]) for i in spaced)
     closers = [i for i, s in enumerate(strings) if s[:1] == "]"]
     assert closers and not any(torch.isfinite(out[i]) for i in closers)
+
+
+def test_names_in_scope_are_remembered_per_word_and_serve_longer_words() -> None:
+    """While the user types ``if na``, ``if nam``, ``if name``, the names in scope are asked once and
+    the longer words are answered from the first answer, filtered."""
+    from glm5_lsp.repair.monitor import RememberedAttributes
+
+    asked: list[str] = []
+
+    def provider(text: str) -> list[str]:
+        asked.append(text)
+        return ["name", "names", "namespace", "nargs"]
+
+    memory = RememberedAttributes(ttl_s=10.0, clock=lambda: 0.0)
+    code = "def f(name, nargs):\n    if na"
+    assert memory.bind(provider, "a.py")(code) == ["name", "names", "namespace", "nargs"]
+    assert memory.bind(provider, "a.py")(code + "m") == ["name", "names", "namespace"]
+    assert memory.bind(provider, "a.py")(code + "mes") == ["names", "namespace"]
+    assert len(asked) == 1
+    memory.bind(provider, "a.py")("def g():\n    if na")  # another function: asked again
+    assert len(asked) == 2
+
+
+def test_a_local_typed_after_a_remembered_answer_still_counts(strings: list[str]) -> None:
+    """The provider's answer may predate a local the user just typed; the enclosing function's own
+    words are added to it, so that local is not masked."""
+    context = "def g():\n    values = 1\n    x = 2 + val"
+    monitor = NameMonitor(TokenIndex(strings), lambda text: ["valid"], context, MonitorSettings())  # stale
+    written = greedy(monitor, strings, "ues\n", 3)
+    assert written.startswith("ues"), written

@@ -56,6 +56,7 @@ _IDENT = re.compile(r"[A-Za-z0-9_]*")
 _DOTTED_RECEIVER = re.compile(r"(?<![\w.)\]])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.$")
 _IDENT_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b(?![\'\"])")  # not a string prefix (r'', b'')
 _DOT_NAME = re.compile(r"\.(?=[A-Za-z_])")
+_TRAILING_WORD = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*$")  # a free name being typed
 _STAR_IMPORT = re.compile(r"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Regexes anchored at the end still scan from the start of the string: they get this much of the
 # text (a receiver or a partial name longer than that is not one anybody writes).
@@ -379,7 +380,12 @@ class NameMonitor:
         document up to the cursor; asked once per request, within the provider's time)."""
         if self._scope is False:
             names = self._ask(self.context + self.pending_word)
-            self._scope = None if names is None else NameTrie(set(names) - STATEMENT_KEYWORDS) if names else None
+            if names:  # plus the enclosing function's own words: a local typed a moment ago, which a
+                # remembered answer may predate, counts even where the provider's answer is stale
+                typed = _TRAILING_WORD.search(self.context)
+                body = self.context[_enclosing_def_start(self.context): typed.start() if typed else len(self.context)]
+                names = set(names) | set(_IDENT_WORD.findall(body))
+            self._scope = NameTrie(set(names) - STATEMENT_KEYWORDS) if names else None
         return self._scope  # type: ignore[return-value]
 
     def _generated_trie(self, generated: str, partial: str) -> NameTrie:
@@ -530,30 +536,38 @@ class RememberedAttributes:
     same receivers (``self.``, ``os.path.``) over and over, and jedi answers in tens of milliseconds.
 
     An answer is kept for ``ttl_s`` under (file, the enclosing ``class`` and ``def`` header lines,
-    the dotted receiver): the same expression in the same scope names the same kind of object. A
-    receiver that is not a dotted name (``f(x).``) is always asked afresh. The time-to-live bounds
-    how long an edit to a class can go unseen.
+    the dotted receiver): the same expression in the same scope names the same kind of object. The
+    names in scope that continue a free word (``if na``) are kept the same way per word, and serve
+    the longer words it grows into (``nam``, ``name``) while the user types. A receiver that is not a
+    dotted name (``f(x).``) is always asked afresh. The time-to-live bounds how long an edit to a
+    class or a function can go unseen (the monitor adds the enclosing function's own words anyway).
     """
 
     def __init__(self, ttl_s: float = 30.0, size: int = 512, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
         self.size = size
         self.clock = clock
-        self._memory: OrderedDict[tuple[str, str, str, str], tuple[float, list[str]]] = OrderedDict()
+        self._memory: OrderedDict[tuple[str, ...], tuple[float, list[str]]] = OrderedDict()
 
     def bind(self, provider: AttributeProvider, path: str) -> AttributeProvider:
         """``provider`` for one file, answering from the memory where it can."""
 
         def ask(text: str) -> Sequence[str]:
             dotted = _dotted_receiver(text)
-            if dotted is None:
+            word = _TRAILING_WORD.search(text)
+            if dotted is not None:
+                key = (path, *_scope(text), dotted.group(0))
+            elif word is not None:  # the names in scope that continue a word: kept per word prefix
+                key = (path, *_scope(text), "", word.group(0))
+            else:
                 return provider(text)
-            key = (path, *_scope(text), dotted.group(0))
             now = self.clock()
-            kept = self._memory.get(key)
-            if kept is not None and now - kept[0] <= self.ttl_s:
-                self._memory.move_to_end(key)
-                return kept[1]
+            shorter = [key[:-1] + (key[-1][:n],) for n in range(len(key[-1]), 0, -1)] if dotted is None else [key]
+            for known in shorter:  # a word's names are among those of any prefix of it
+                kept = self._memory.get(known)
+                if kept is not None and now - kept[0] <= self.ttl_s:
+                    self._memory.move_to_end(known)
+                    return kept[1] if known == key else [n for n in kept[1] if n.startswith(key[-1])]
             names = list(provider(text))
             self._memory[key] = (now, names)
             self._memory.move_to_end(key)
@@ -562,6 +576,15 @@ class RememberedAttributes:
             return names
 
         return ask
+
+
+def _enclosing_def_start(text: str) -> int:
+    """Where the nearest ``def`` header before the end of ``text`` starts (0 when none)."""
+    start = 0
+    for match in _SCOPE_HEADER.finditer(text, max(0, len(text) - 200_000)):
+        if match.group(1) == "def":
+            start = match.start()
+    return start
 
 
 def _scope(text: str) -> tuple[str, str]:
