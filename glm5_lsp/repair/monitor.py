@@ -202,8 +202,11 @@ def _in_import(text: str) -> bool:
     return line.startswith(("import ", "from "))
 
 
+_KEYWORDS = frozenset(keyword.kwlist)
 EXPRESSION_KEYWORDS = frozenset({"None", "True", "False", "not", "lambda", "await", "yield"})  # may start an operand
-STATEMENT_KEYWORDS = frozenset(keyword.kwlist) - EXPRESSION_KEYWORDS
+STATEMENT_KEYWORDS = _KEYWORDS - EXPRESSION_KEYWORDS
+_KEYWORD_TRIE = NameTrie(_KEYWORDS)
+_EXPRESSION_KEYWORD_TRIE = NameTrie(EXPRESSION_KEYWORDS)
 MODULE_NAMES = frozenset({"__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__", "__path__",
                           "__builtins__", "__annotations__", "__class__", "__debug__"})  # bound without a binding
 # Keywords after which a name is read (``for x``, ``as x``, ``global x`` bind one instead).
@@ -234,7 +237,6 @@ def name_context(before: str) -> str:
     if last in "([{" or (last == "," and open_brackets(line, "python")):
         return "argument"  # an item or argument, or a keyword argument's or comprehension variable's name
     return "free"  # ``a, b = ...``: targets
-    return "free"
 
 
 def _is_number_dot(before: str) -> bool:
@@ -278,10 +280,11 @@ class NameMonitor:
         if known_names is None:  # the document's identifiers, less the one being typed at the cursor
             typed = re.search(r"[A-Za-z0-9_]*$", context)
             known_names = _IDENT_WORD.findall(context[: typed.start()] if typed else context)
-        free = set(known_names)
-        self.free_trie = NameTrie(free | set(dir(builtins)) | set(keyword.kwlist))
-        # Where a name is read, it is an operand: a statement keyword (``while``, ``def``) cannot be one.
-        self.read_trie = NameTrie((free | set(dir(builtins)) | MODULE_NAMES | EXPRESSION_KEYWORDS) - STATEMENT_KEYWORDS)
+        # What the document and Python bind; keywords apart: where a name is only read it is an
+        # operand, and a statement keyword (``while``, ``def``) cannot be one.
+        self.name_trie = NameTrie((set(known_names) - _KEYWORDS) | set(dir(builtins)) | MODULE_NAMES)
+        self.free_tries = [self.name_trie, _KEYWORD_TRIE]
+        self.read_tries = [self.name_trie, _EXPRESSION_KEYWORD_TRIE]
         self._cache: OrderedDict[str, NameTrie | None] = OrderedDict()
         self._cache_size = cache_size
         self.masked_steps = 0  # steps where an attribute mask was applied (for reports and tests)
@@ -327,7 +330,7 @@ class NameMonitor:
         assert isinstance(logits, torch.Tensor)
         context = name_context(text[: len(text) - len(partial)])
         read = context != "free" and self.settings.undefined_names and not self._star_import
-        tries = [self.read_trie if read else self.free_trie, self._generated_trie(generated, partial)]
+        tries = [*(self.read_tries if read else self.free_tries), self._generated_trie(generated, partial)]
         if read and _IDENT.fullmatch(generated) and (self.pending_word or self.context[-1:].isidentifier()):
             scope = self._scope_trie()  # the word the user was typing: the names visible there
             if scope is not None:
@@ -360,7 +363,8 @@ class NameMonitor:
         word_start = len(self.context)
         if name_context(text[:word_start]) == "free" or not self.settings.undefined_names or self._star_import:
             return
-        trie = self._scope_trie() or self.read_trie
+        scope = self._scope_trie()
+        tries = [scope] if scope is not None else self.read_tries
         rest = self.pending_word[len(generated):]
         agreeing = [i for i in self.index.starting_with(rest[0]) if i < logits.shape[-1]
                     and (self.index.strings[i].startswith(rest) or rest.startswith(self.index.strings[i]))]
@@ -369,7 +373,7 @@ class NameMonitor:
             token = self.index.strings[token_id]
             run = _IDENT.match(token).group()  # type: ignore[union-attr]
             word = generated + run
-            if not (trie.has_prefix(word) if run == token else trie.has_name(word)):
+            if not any(trie.has_prefix(word) if run == token else trie.has_name(word) for trie in tries):
                 banned.append(token_id)
         if banned and len(banned) < len(agreeing):  # never ban every way to write the word
             logits[torch.tensor(banned, dtype=torch.long)] = float("-inf")
@@ -385,7 +389,7 @@ class NameMonitor:
                 typed = _TRAILING_WORD.search(self.context)
                 body = self.context[_enclosing_def_start(self.context): typed.start() if typed else len(self.context)]
                 names = set(names) | set(_IDENT_WORD.findall(body))
-            self._scope = NameTrie(set(names) - STATEMENT_KEYWORDS) if names else None
+            self._scope = NameTrie(set(names) - STATEMENT_KEYWORDS) if names else None  # (jedi lists keywords)
         return self._scope  # type: ignore[return-value]
 
     def _generated_trie(self, generated: str, partial: str) -> NameTrie:
@@ -393,7 +397,7 @@ class NameMonitor:
         done = generated[: len(generated) - len(partial)]
         if done != self._generated_text:
             self._generated_text = done
-            self._generated_names = NameTrie(set(_IDENT_WORD.findall(done)) - set(keyword.kwlist))
+            self._generated_names = NameTrie(set(_IDENT_WORD.findall(done)) - _KEYWORDS)
         return self._generated_names
 
     def _restrict(self, logits: object, keep: set[int]) -> None:
@@ -471,7 +475,7 @@ class NameMonitor:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        if dotted is not None and not self.free_trie.has_name(key.split(".", 1)[0]) and not _in_import(receiver):
+        if dotted is not None and not self.name_trie.has_name(key.split(".", 1)[0]) and not _in_import(receiver):
             return None  # a name the document never binds (``variate.``): nothing to look up
         names = self._ask(receiver)
         trie = NameTrie(names) if names else None
@@ -479,7 +483,6 @@ class NameMonitor:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return trie
-
 
     def _ask(self, text: str) -> list[str] | None:
         """The provider's names at the end of ``text``; None once its time is used up (unchecked)."""
@@ -578,21 +581,24 @@ class RememberedAttributes:
         return ask
 
 
+def _headers(text: str) -> dict[str, re.Match[str] | None]:
+    """The nearest ``class`` and ``def`` header lines before the end of ``text`` (None when none)."""
+    found: dict[str, re.Match[str] | None] = {"class": None, "def": None}
+    for match in _SCOPE_HEADER.finditer(text, max(0, len(text) - 200_000)):
+        found[match.group(1)] = match
+    return found
+
+
 def _enclosing_def_start(text: str) -> int:
     """Where the nearest ``def`` header before the end of ``text`` starts (0 when none)."""
-    start = 0
-    for match in _SCOPE_HEADER.finditer(text, max(0, len(text) - 200_000)):
-        if match.group(1) == "def":
-            start = match.start()
-    return start
+    match = _headers(text)["def"]
+    return match.start() if match else 0
 
 
 def _scope(text: str) -> tuple[str, str]:
     """The nearest ``class`` and ``def`` header lines before the end of ``text`` ("" when none)."""
-    found = {"class": "", "def": ""}
-    for match in _SCOPE_HEADER.finditer(text, max(0, len(text) - 200_000)):
-        found[match.group(1)] = match.group(0).strip()
-    return found["class"], found["def"]
+    found = _headers(text)
+    return tuple(m.group(0).strip() if m else "" for m in (found["class"], found["def"]))  # type: ignore[return-value]
 
 
 def python_monitor_factory(token_strings: Sequence[str], settings: MonitorSettings | None = None,
