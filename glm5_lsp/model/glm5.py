@@ -183,7 +183,6 @@ class Indexer(nn.Module):
             out.append(Selection(q0, q1, kend, idx.to(torch.int32), dense_rows, all_valid))  # int32: half the memory
         return out
 
-
     @torch.no_grad()
     def select_one(self, q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor, step: Step) -> list[Selection]:
         """``select`` for one new token of one sequence (decoding) without forced keys.
@@ -197,8 +196,8 @@ class Indexer(nn.Module):
         per_head = torch.mm(q[0, 0].float(), keys[0, :kend].float().t()).mul_(self.scale).relu_()  # [Hi, Tk]
         s = torch.mv(per_head.t(), weights[0, 0])  # [Tk]
         if step.key_bias is not None:
-            std = s.std(correction=0)
-            s = s + step.key_bias[0, :kend] * (std if bool(std > 0) else 1.0)
+            std = s.std(correction=0)  # ``_row_std`` of a row with every key allowed
+            s = s + step.key_bias[0, :kend] * torch.where(std > 0, std, torch.ones_like(std))
         idx = s.topk(step.topk, sorted=False)[1]
         return [Selection(0, 1, kend, idx.view(1, 1, -1), all_valid=True)]
 
