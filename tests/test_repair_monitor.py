@@ -73,6 +73,16 @@ def greedy(monitor: NameMonitor, strings: list[str], wanted: str, steps: int = 1
     return produced
 
 
+def spell(strings: list[str], text: str) -> list[int]:
+    """Token ids that spell ``text``, longest token first."""
+    ids: list[int] = []
+    while text:
+        token = max((i for i, s in enumerate(strings) if s and text.startswith(s)), key=lambda i: len(strings[i]))
+        ids.append(token)
+        text = text[len(strings[token]):]
+    return ids
+
+
 def attributes_written(text: str) -> list[tuple[str, str]]:
     return re.findall(r"(os\.path|os|items)\.([A-Za-z_][A-Za-z0-9_]*)", text)
 
@@ -277,14 +287,20 @@ def test_receivers_the_document_never_binds_are_not_asked(strings: list[str]) ->
         asked.append(text)
         return OS_NAMES
 
-    # ``variate`` came from the model, not the document (the known names are the document's)
-    monitor = NameMonitor(TokenIndex(strings), provider, "import os\nvalue = variate.", known_names=["os", "value"])
+    # ``variate`` came from the model: nothing in the document binds it
+    monitor = NameMonitor(TokenIndex(strings), provider, "import os\nvalue = ")
     logits = torch.randn(len(strings))
-    out = monitor([], logits)
+    out = monitor(spell(strings, "variate."), logits)
     assert not any(text.endswith("variate.") for text in asked)
     assert torch.isfinite(out[[i for i, s in enumerate(strings) if "." not in s]]).all()  # nothing masked
-    monitor.context = "import os\nvalue = os."
-    assert torch.isinf(monitor([], logits)).any() and asked[-1].endswith("os.")  # a bound name is asked
+    assert torch.isinf(monitor(spell(strings, "os."), logits)).any() and asked[-1].endswith("os.")  # bound: asked
+    # a name the completion bound before it is asked about too
+    assert torch.isinf(monitor(spell(strings, "os\nfor variate in x:\n    variate."), logits)).any()
+    assert asked[-1].endswith("    variate.")
+    # another function's local is not in scope here
+    elsewhere = NameMonitor(TokenIndex(strings), provider, "def f():\n    variate = 1\n\ndef g():\n    return ")
+    elsewhere(spell(strings, "variate."), logits)
+    assert not asked[-1].endswith("return variate.")
 
 
 def test_module_paths_in_an_import_are_asked_about(strings: list[str]) -> None:
@@ -389,22 +405,22 @@ def test_an_unknown_call_argument_can_only_end_as_a_keyword(strings: list[str]) 
 
 
 def test_the_word_at_the_cursor_is_kept_to_the_names_in_scope(strings: list[str]) -> None:
-    """The word the user was typing, where it is read, can only become a name visible there (the
-    provider, jedi in the server, is asked once): a name bound in another function is not enough."""
+    """The word the user was typing, where it is read, can only become a name visible there (worked
+    out from the text, the attribute provider is not asked): a name bound in another function is
+    not enough, while one bound further down the module is."""
     context = "def f():\n    values = 1\n\n\ndef g(value):\n    if val"
     asked: list[str] = []
 
-    def scope(text: str) -> list[str]:
+    def provider(text: str) -> list[str]:
         asked.append(text)
-        return ["value", "vars"] if text.endswith("if val") else []
+        return []
 
-    monitor = NameMonitor(TokenIndex(strings), scope, context, MonitorSettings())
+    monitor = NameMonitor(TokenIndex(strings), provider, context, MonitorSettings())
     written = greedy(monitor, strings, "ues:\n", 3)
     assert re.match(r"ue\b", written), written  # "values" is another function's local
-    assert asked == [context]  # asked once, for the cursor's word
-    # Without the provider's answer the document's names are used: "values" would pass.
-    loose = NameMonitor(TokenIndex(strings), lambda text: [], context, MonitorSettings())
-    assert greedy(loose, strings, "ues:\n", 3).startswith("ues")
+    assert asked == []
+    later = NameMonitor(TokenIndex(strings), provider, context, MonitorSettings(), after="\n\n\nvalues = 2\n")
+    assert greedy(later, strings, "ues:\n", 3).startswith("ues")  # a module global, defined below
 
 
 def test_the_healed_word_is_checked_as_it_is_written_again(strings: list[str]) -> None:
@@ -440,31 +456,9 @@ def test_a_comprehension_variable_may_be_used_before_it_is_bound(strings: list[s
     assert closers and not any(torch.isfinite(out[i]) for i in closers)
 
 
-def test_names_in_scope_are_remembered_per_word_and_serve_longer_words() -> None:
-    """While the user types ``if na``, ``if nam``, ``if name``, the names in scope are asked once and
-    the longer words are answered from the first answer, filtered."""
-    from glm5_lsp.repair.monitor import RememberedAttributes
-
-    asked: list[str] = []
-
-    def provider(text: str) -> list[str]:
-        asked.append(text)
-        return ["name", "names", "namespace", "nargs"]
-
-    memory = RememberedAttributes(ttl_s=10.0, clock=lambda: 0.0)
-    code = "def f(name, nargs):\n    if na"
-    assert memory.bind(provider, "a.py")(code) == ["name", "names", "namespace", "nargs"]
-    assert memory.bind(provider, "a.py")(code + "m") == ["name", "names", "namespace"]
-    assert memory.bind(provider, "a.py")(code + "mes") == ["names", "namespace"]
-    assert len(asked) == 1
-    memory.bind(provider, "a.py")("def g():\n    if na")  # another function: asked again
-    assert len(asked) == 2
-
-
-def test_a_local_typed_after_a_remembered_answer_still_counts(strings: list[str]) -> None:
-    """The provider's answer may predate a local the user just typed; the enclosing function's own
-    words are added to it, so that local is not masked."""
-    context = "def g():\n    values = 1\n    x = 2 + val"
-    monitor = NameMonitor(TokenIndex(strings), lambda text: ["valid"], context, MonitorSettings())  # stale
+def test_a_local_of_an_enclosing_function_counts(strings: list[str]) -> None:
+    """A local of the function (and of the function around it) is in scope for the cursor's word."""
+    context = "def g():\n    values = 1\n    def h():\n        x = 2 + val"
+    monitor = NameMonitor(TokenIndex(strings), lambda text: [], context, MonitorSettings())
     written = greedy(monitor, strings, "ues\n", 3)
     assert written.startswith("ues"), written

@@ -17,7 +17,10 @@ document up to the cursor plus the decoded tokens) and decides where decoding st
   that would end it anywhere else are masked (``undefined_names``). Just inside brackets (after
   ``(``, ``[``, ``{`` or a ``,`` in them) an unknown name may still be a keyword argument (``key=``)
   or a comprehension's variable (``[item for item in ...]``): there it may grow into anything, but
-  unless it is known it can only end with ``=`` or a space. A document with a star import is left alone.
+  unless it is known it can only end with ``=`` or a space. The word the user was typing at the
+  cursor is held to a narrower set there: the names visible at the cursor
+  (:func:`~glm5_lsp.repair.scope.names_in_scope`, read from the text in milliseconds), so ``if na``
+  does not become another function's local. A document with a star import is left alone.
 - **tokens that open an attribute themselves** (``.append``, ``).strip``, in any state): the
   ``check_top_k`` likeliest such tokens within ``check_margin`` of the step's best logit are each
   checked against their receiver's attributes, for at most ``check_receivers`` distinct receivers
@@ -47,6 +50,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from glm5_lsp.postprocess import ends_in_code, open_brackets
+from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, names_in_scope
 
 log = logging.getLogger(__name__)
 
@@ -207,8 +211,6 @@ EXPRESSION_KEYWORDS = frozenset({"None", "True", "False", "not", "lambda", "awai
 STATEMENT_KEYWORDS = _KEYWORDS - EXPRESSION_KEYWORDS
 _KEYWORD_TRIE = NameTrie(_KEYWORDS)
 _EXPRESSION_KEYWORD_TRIE = NameTrie(EXPRESSION_KEYWORDS)
-MODULE_NAMES = frozenset({"__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__", "__path__",
-                          "__builtins__", "__annotations__", "__class__", "__debug__"})  # bound without a binding
 # Keywords after which a name is read (``for x``, ``as x``, ``global x`` bind one instead).
 LOAD_KEYWORDS = frozenset({"return", "if", "elif", "while", "in", "not", "and", "or", "is", "assert", "yield",
                            "await", "raise", "else", "del", "except", "from"})
@@ -272,17 +274,18 @@ class NameMonitor:
 
     def __init__(self, index: TokenIndex, attributes: AttributeProvider, context: str,
                  settings: MonitorSettings | None = None, known_names: Iterable[str] | None = None,
-                 cache_size: int = 128) -> None:
+                 cache_size: int = 128, after: str = "") -> None:
         self.index = index
         self.attributes = attributes
         self.context = context
+        self.after = after  # the document after the cursor (its module-level names are in scope too)
         self.settings = settings or MonitorSettings()
         if known_names is None:  # the document's identifiers, less the one being typed at the cursor
             typed = re.search(r"[A-Za-z0-9_]*$", context)
             known_names = _IDENT_WORD.findall(context[: typed.start()] if typed else context)
         # What the document and Python bind; keywords apart: where a name is only read it is an
         # operand, and a statement keyword (``while``, ``def``) cannot be one.
-        self.name_trie = NameTrie((set(known_names) - _KEYWORDS) | set(dir(builtins)) | MODULE_NAMES)
+        self.name_trie = NameTrie((set(known_names) - _KEYWORDS) | set(dir(builtins)) | MODULE_ATTRIBUTES)
         self.free_tries = [self.name_trie, _KEYWORD_TRIE]
         self.read_tries = [self.name_trie, _EXPRESSION_KEYWORD_TRIE]
         self._cache: OrderedDict[str, NameTrie | None] = OrderedDict()
@@ -295,7 +298,7 @@ class NameMonitor:
         self._generated_text = ""
         self._generated_names = NameTrie(())
         self.name_masked_steps = 0  # steps where a read name was kept to known names
-        self._scope: NameTrie | None | bool = False  # names in scope at the cursor (False: not asked yet)
+        self._scope: NameTrie | bool = False  # names in scope at the cursor (False: not worked out yet)
         self.pending_word = ""  # see expect_word
 
     def __call__(self, generated_ids: Sequence[int], logits: object) -> object:
@@ -332,9 +335,7 @@ class NameMonitor:
         read = context != "free" and self.settings.undefined_names and not self._star_import
         tries = [*(self.read_tries if read else self.free_tries), self._generated_trie(generated, partial)]
         if read and _IDENT.fullmatch(generated) and (self.pending_word or self.context[-1:].isidentifier()):
-            scope = self._scope_trie()  # the word the user was typing: the names visible there
-            if scope is not None:
-                tries = [scope]
+            tries = [self._scope_trie()]  # the word the user was typing: the names visible there
         keep: set[int] = set()
         for trie in tries:
             keep |= self.index.continuing(partial, trie)
@@ -363,8 +364,7 @@ class NameMonitor:
         word_start = len(self.context)
         if name_context(text[:word_start]) == "free" or not self.settings.undefined_names or self._star_import:
             return
-        scope = self._scope_trie()
-        tries = [scope] if scope is not None else self.read_tries
+        tries = [self._scope_trie()]
         rest = self.pending_word[len(generated):]
         agreeing = [i for i in self.index.starting_with(rest[0]) if i < logits.shape[-1]
                     and (self.index.strings[i].startswith(rest) or rest.startswith(self.index.strings[i]))]
@@ -379,17 +379,13 @@ class NameMonitor:
             logits[torch.tensor(banned, dtype=torch.long)] = float("-inf")
             self.name_masked_steps += 1
 
-    def _scope_trie(self) -> NameTrie | None:
-        """Names in scope at the cursor that continue the word typed there (jedi's completion of the
-        document up to the cursor; asked once per request, within the provider's time)."""
+    def _scope_trie(self) -> NameTrie:
+        """Names in scope at the cursor (:func:`scope.names_in_scope`, read from the document's text
+        in a few milliseconds; worked out once per request)."""
         if self._scope is False:
-            names = self._ask(self.context + self.pending_word)
-            if names:  # plus the enclosing function's own words: a local typed a moment ago, which a
-                # remembered answer may predate, counts even where the provider's answer is stale
-                typed = _TRAILING_WORD.search(self.context)
-                body = self.context[_enclosing_def_start(self.context): typed.start() if typed else len(self.context)]
-                names = set(names) | set(_IDENT_WORD.findall(body))
-            self._scope = NameTrie(set(names) - STATEMENT_KEYWORDS) if names else None  # (jedi lists keywords)
+            typed = _TRAILING_WORD.search(self.context)
+            before = self.context[: typed.start()] if typed else self.context
+            self._scope = NameTrie(names_in_scope(before, self.after) - STATEMENT_KEYWORDS)
         return self._scope  # type: ignore[return-value]
 
     def _generated_trie(self, generated: str, partial: str) -> NameTrie:
@@ -475,14 +471,22 @@ class NameMonitor:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        if dotted is not None and not self.name_trie.has_name(key.split(".", 1)[0]) and not _in_import(receiver):
-            return None  # a name the document never binds (``variate.``): nothing to look up
+        if dotted is not None and not _in_import(receiver) and not self._readable(key.split(".", 1)[0],
+                                                                                receiver[: len(receiver) - len(key)]):
+            return None  # a name nothing in sight binds (``variate.``): nothing to look up
         names = self._ask(receiver)
         trie = NameTrie(names) if names else None
         self._cache[key] = trie
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return trie
+
+    def _readable(self, name: str, text: str) -> bool:
+        """Whether ``name`` may be read right after ``text`` (the context plus generated text): in scope
+        at the cursor or written earlier by the completion (after a star import: any document name)."""
+        if self._star_import:
+            return self.name_trie.has_name(name)
+        return self._scope_trie().has_name(name) or name in _IDENT_WORD.findall(text, min(len(self.context), len(text)))
 
     def _ask(self, text: str) -> list[str] | None:
         """The provider's names at the end of ``text``; None once its time is used up (unchecked)."""
@@ -539,11 +543,9 @@ class RememberedAttributes:
     same receivers (``self.``, ``os.path.``) over and over, and jedi answers in tens of milliseconds.
 
     An answer is kept for ``ttl_s`` under (file, the enclosing ``class`` and ``def`` header lines,
-    the dotted receiver): the same expression in the same scope names the same kind of object. The
-    names in scope that continue a free word (``if na``) are kept the same way per word, and serve
-    the longer words it grows into (``nam``, ``name``) while the user types. A receiver that is not a
-    dotted name (``f(x).``) is always asked afresh. The time-to-live bounds how long an edit to a
-    class or a function can go unseen (the monitor adds the enclosing function's own words anyway).
+    the dotted receiver): the same expression in the same scope names the same kind of object. A
+    receiver that is not a dotted name (``f(x).``) is always asked afresh. The time-to-live bounds how
+    long an edit to a class or a function can go unseen.
     """
 
     def __init__(self, ttl_s: float = 30.0, size: int = 512, clock: Callable[[], float] = time.monotonic) -> None:
@@ -557,20 +559,14 @@ class RememberedAttributes:
 
         def ask(text: str) -> Sequence[str]:
             dotted = _dotted_receiver(text)
-            word = _TRAILING_WORD.search(text)
-            if dotted is not None:
-                key = (path, *_scope(text), dotted.group(0))
-            elif word is not None:  # the names in scope that continue a word: kept per word prefix
-                key = (path, *_scope(text), "", word.group(0))
-            else:
+            if dotted is None:
                 return provider(text)
+            key = (path, *_scope(text), dotted.group(0))
             now = self.clock()
-            shorter = [key[:-1] + (key[-1][:n],) for n in range(len(key[-1]), 0, -1)] if dotted is None else [key]
-            for known in shorter:  # a word's names are among those of any prefix of it
-                kept = self._memory.get(known)
-                if kept is not None and now - kept[0] <= self.ttl_s:
-                    self._memory.move_to_end(known)
-                    return kept[1] if known == key else [n for n in kept[1] if n.startswith(key[-1])]
+            kept = self._memory.get(key)
+            if kept is not None and now - kept[0] <= self.ttl_s:
+                self._memory.move_to_end(key)
+                return kept[1]
             names = list(provider(text))
             self._memory[key] = (now, names)
             self._memory.move_to_end(key)
@@ -581,24 +577,12 @@ class RememberedAttributes:
         return ask
 
 
-def _headers(text: str) -> dict[str, re.Match[str] | None]:
-    """The nearest ``class`` and ``def`` header lines before the end of ``text`` (None when none)."""
-    found: dict[str, re.Match[str] | None] = {"class": None, "def": None}
-    for match in _SCOPE_HEADER.finditer(text, max(0, len(text) - 200_000)):
-        found[match.group(1)] = match
-    return found
-
-
-def _enclosing_def_start(text: str) -> int:
-    """Where the nearest ``def`` header before the end of ``text`` starts (0 when none)."""
-    match = _headers(text)["def"]
-    return match.start() if match else 0
-
-
 def _scope(text: str) -> tuple[str, str]:
     """The nearest ``class`` and ``def`` header lines before the end of ``text`` ("" when none)."""
-    found = _headers(text)
-    return tuple(m.group(0).strip() if m else "" for m in (found["class"], found["def"]))  # type: ignore[return-value]
+    found = {"class": "", "def": ""}
+    for match in _SCOPE_HEADER.finditer(text, max(0, len(text) - 200_000)):
+        found[match.group(1)] = match.group(0).strip()
+    return found["class"], found["def"]
 
 
 def python_monitor_factory(token_strings: Sequence[str], settings: MonitorSettings | None = None,
@@ -614,6 +598,6 @@ def python_monitor_factory(token_strings: Sequence[str], settings: MonitorSettin
         document, start = target.document, target.start  # type: ignore[attr-defined]
         path = getattr(target, "path", None) or None
         provider = memory.bind(JediAttributes(path=path), path or "")
-        return NameMonitor(index, provider, document[:start], settings)
+        return NameMonitor(index, provider, document[:start], settings, after=document[target.end:])  # type: ignore[attr-defined]
 
     return make
