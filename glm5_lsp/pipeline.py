@@ -267,8 +267,9 @@ class Pipeline:
         """The text to insert at character ``offset`` of the document ``text``.
 
         ``time_budget_s`` replaces the repair loop's for this request (as-you-type completions are
-        worth less the later they come).
+        worth less the later they come); it counts from this call, the prompt's building included.
         """
+        started = time.perf_counter()
         if not 0 <= offset <= len(text):
             raise ValueError(f"offset {offset} outside the document (length {len(text)})")
         language = language or guess_language(path)
@@ -293,6 +294,8 @@ class Pipeline:
             max_tokens=settings.multiline_max_tokens if multiline else settings.max_tokens, block_prefix=before,
             forced_prefix=heal, truncations=settings.truncations, time_budget_s=time_budget_s,
         )
+        if time_budget_s is not None:  # what building the prompt took is gone from the budget
+            task.time_budget_s = max(1e-3, time_budget_s - (time.perf_counter() - started))
         if whole_lines:
             task.wrap = _end_line  # the cursor starts a line before existing code: the answer is whole lines
         result = self._run(task, on_text=on_text, should_cancel=should_cancel)

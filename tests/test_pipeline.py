@@ -7,6 +7,7 @@ here is what the pipeline does with the model's text, not the model.
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from glm5_lsp.pipeline import (
     strip_suffix_overlap,
 )
 from glm5_lsp.repair.loop import RepairSettings
+from glm5_lsp.spans import Prompt
 
 _spec = importlib.util.spec_from_file_location(
     "scripted_backend", Path(__file__).parent / "data" / "batch" / "scripted_backend.py")
@@ -332,3 +334,21 @@ def test_a_completion_time_budget_stops_the_repair_rounds() -> None:
     answers = iter(["undefined_thing + 1", "count + 1"])
     backend = scripted.ScriptedBackend(lambda request: next(answers), delay=0.2)
     assert Pipeline(backend).complete(document, len(document)).text == "count + 1"  # the loop's own budget
+
+
+def test_the_time_budget_counts_from_the_request_prompt_building_included() -> None:
+    """A context engine that takes 0.3 s of a 0.4 s budget leaves too little for a second round
+    (each generation here takes 0.15 s): the budget is the request's, not the repair loop's alone."""
+    class Slow:
+        def build_prompt(self, text: str, offset: int, **_: object) -> Prompt:
+            time.sleep(0.3)
+            return Prompt(text[:offset], text[offset:])
+
+    document = "count = 1\ntotal = "
+    answers = iter(["undefined_thing + 1", "count + 1"])
+    backend = scripted.ScriptedBackend(lambda request: next(answers), delay=0.15)
+    result = Pipeline(backend, context=Slow()).complete(document, len(document), time_budget_s=0.4)  # type: ignore[arg-type]
+    assert len(backend.requests) == 1 and result.text == ""
+    answers = iter(["undefined_thing + 1", "count + 1"])
+    backend = scripted.ScriptedBackend(lambda request: next(answers), delay=0.15)
+    assert Pipeline(backend).complete(document, len(document), time_budget_s=0.4).text == "count + 1"  # fast prompt

@@ -128,6 +128,19 @@ def test_time_budget_stops_the_loop_and_cancels_generation() -> None:
     assert backend.requests[-1].should_cancel is not None and backend.requests[-1].should_cancel()
 
 
+def test_past_the_deadline_only_the_first_word_is_tried_as_a_clean_prefix() -> None:
+    """A broken candidate is cut back to a clean prefix, longest first; each try checks the whole
+    document, so once the time is up only the shortest (the first word) is still tried."""
+    on_time = RepairLoop(ScriptedBackend(["math.pi * radius ** ("]), RepairSettings(max_rounds=1, max_truncations=4),
+                         RUNNER).run(request(), target())
+    assert on_time.text == "math.pi * radius"
+    clock = FakeClock()
+    late = RepairLoop(ScriptedBackend(["math.pi * radius ** ("], seconds_per_call=2.0, clock=clock),
+                      RepairSettings(max_rounds=1, max_truncations=4, time_budget_s=1.0), RUNNER, clock=clock)
+    result = late.run(request(), target())
+    assert result.text == "math" and result.clean
+
+
 def test_caller_cancellation_stops_further_rounds() -> None:
     backend = ScriptedBackend(["radius +", "radius * 2"])
     cancelled = request()

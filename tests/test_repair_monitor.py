@@ -21,6 +21,7 @@ from glm5_lsp.repair.monitor import (
     TokenIndex,
     decoding_state,
     python_monitor_factory,
+    warm_jedi,
 )
 
 CORPUS = (Path(__file__).parent / "data" / "repair" / "monitor_corpus.py").read_text()
@@ -120,7 +121,7 @@ def test_monitor_never_lets_an_invalid_attribute_through(strings: list[str], con
 
 def test_monitor_with_jedi_attributes(strings: list[str]) -> None:
     context = "import os\n\nvalue = os."
-    monitor = NameMonitor(TokenIndex(strings), JediAttributes(), context)
+    monitor = NameMonitor(TokenIndex(strings), JediAttributes(), context, MonitorSettings(provider_seconds=60.0))  # cold jedi
     produced = greedy(monitor, strings, "pathx\n", steps=6)
     name = re.match(r"[A-Za-z_]\w*", produced).group()
     assert name in dir(__import__("os")) and name != "pathx", produced
@@ -462,3 +463,29 @@ def test_a_local_of_an_enclosing_function_counts(strings: list[str]) -> None:
     monitor = NameMonitor(TokenIndex(strings), lambda text: [], context, MonitorSettings())
     written = greedy(monitor, strings, "ues\n", 3)
     assert written.startswith("ues"), written
+
+
+def test_warm_jedi_loads_the_imported_modules_but_not_relative_ones() -> None:
+    code = "import os\nimport json.decoder\nfrom . import sibling\nfrom os import path\n\nvalue = os.path\n"
+    assert warm_jedi(code) == 2  # os and json.decoder, each once
+    assert "join" in JediAttributes()(code + "os.path.")
+
+
+def test_a_lookup_still_running_at_the_request_deadline_is_stopped(strings: list[str]) -> None:
+    """The provider's time is also bounded by the request's (``time_left``, set by the repair loop):
+    a lookup that would run on is stopped there and its receiver left unchecked."""
+    def slow(text: str) -> list[str]:
+        end = time.perf_counter() + 2.0
+        while time.perf_counter() < end:
+            pass
+        return OS_NAMES
+
+    monitor = NameMonitor(TokenIndex(strings), slow, "import os\nvalue = os.", MonitorSettings(provider_seconds=5.0))
+    deadline = time.perf_counter() + 0.05
+    monitor.time_left = lambda: deadline - time.perf_counter()
+    logits = torch.randn(len(strings))
+    started = time.perf_counter()
+    out = monitor([], logits)
+    assert time.perf_counter() - started < 1.0
+    plain = [i for i, s in enumerate(strings) if "." not in s]  # (openers such as ``.x`` have their own rule)
+    assert torch.equal(out[plain], logits[plain]) and monitor.provider_skipped >= 1  # unchecked: no mask

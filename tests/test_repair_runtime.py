@@ -15,7 +15,7 @@ from glm5_lsp.backends.base import CompletionRequest
 from glm5_lsp.backends.local import LocalBackend
 from glm5_lsp.repair.assemble import standard_loop
 from glm5_lsp.repair.loop import RepairSettings, RepairTarget
-from glm5_lsp.repair.monitor import JediAttributes, python_monitor_factory
+from glm5_lsp.repair.monitor import JediAttributes, MonitorSettings, python_monitor_factory
 from glm5_lsp.spans import Prompt
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,8 @@ def backend(tiny_checkpoint: Path) -> LocalBackend:
 def test_sampled_attributes_are_always_valid_with_the_monitor(backend: LocalBackend, context: str) -> None:
     valid = JediAttributes()(context[: context.rindex(".") + 1])
     assert valid
-    factory = python_monitor_factory(backend.tokenizer.token_strings())
+    # (a cold jedi lookup may take longer than a request's provider time, which would leave it unchecked)
+    factory = python_monitor_factory(backend.tokenizer.token_strings(), MonitorSettings(provider_seconds=60.0))
     target = RepairTarget(context, len(context), len(context), "", "python")
     typed = context[context.rindex(".") + 1:]
     for seed in range(2):

@@ -82,13 +82,12 @@ def test_every_name_jedi_completes_at_a_read_position_is_in_scope(module: str) -
         pytest.skip(f"{path} is not on this machine")
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")
-    spots = [(n, m.start()) for n, line in enumerate(lines)
+    spots = [(n, m.start(1)) for n, line in enumerate(lines)
              for m in re.finditer(r"(?:= |\(|return )([A-Za-z_]\w{2,})", line)]
     rng = random.Random(7)
     checked = 0
     for number, start in rng.sample(spots, 8):
-        column = lines[number].index(" ", start) + 1 if not lines[number][start] == "(" else start + 1
-        column += 2
+        column = start + 2
         before = "\n".join(lines[:number] + [lines[number][:column]])
         word = before[-2:]
         if not _IDENT.fullmatch(word):

@@ -67,9 +67,10 @@ class LineIndex:
     def __init__(self, text: str) -> None:
         self.text = text
         self.starts = [0]
-        for i, ch in enumerate(text):
-            if ch == "\n":
-                self.starts.append(i + 1)
+        newline = text.find("\n")
+        while newline != -1:  # (str.find: a character loop costs 20 ms on a 100 KB file, every judgement)
+            self.starts.append(newline + 1)
+            newline = text.find("\n", newline + 1)
 
     def offset(self, line: int, col: int) -> int:
         if line >= len(self.starts):

@@ -187,7 +187,8 @@ class RepairLoop:
             candidates.append(candidate)
             if not candidate.rank(settings.reject_empty)[0]:
                 break
-            shorter = self._shorten(candidate, target, runner, before, baseline.skipped, request.forced_prefix)
+            shorter = self._shorten(candidate, target, runner, before, baseline.skipped, request.forced_prefix,
+                                    deadline)
             if shorter is not None:
                 candidates.append(shorter)
                 break
@@ -208,6 +209,8 @@ class RepairLoop:
             processor = self.monitor_factory(target)
             if processor is not None and request.forced_prefix and hasattr(processor, "expect_word"):
                 processor.expect_word(request.forced_prefix)  # the healed word is checked as a name too
+            if processor is not None and hasattr(processor, "time_left"):  # its lookups end by the deadline
+                processor.time_left = lambda: deadline - self.clock()
         return replace(request, should_cancel=should_cancel, logits_processor=processor)
 
     def _judge_with_rewrites(self, text: str, target: RepairTarget, runner: DiagnosticRunner,
@@ -227,9 +230,11 @@ class RepairLoop:
         return text, verdict
 
     def _shorten(self, candidate: Candidate, target: RepairTarget, runner: DiagnosticRunner,
-                 before: list[Diagnostic], before_skipped: list[str], forced: str) -> Candidate | None:
+                 before: list[Diagnostic], before_skipped: list[str], forced: str,
+                 deadline: float = math.inf) -> Candidate | None:
         """The longest clean prefix among ``max_truncations`` of the candidate's cut points: the
-        longest ones and the shortest (the first word)."""
+        longest ones and the shortest (the first word). Past the ``deadline`` only the first word is
+        still tried (each try is a whole check of the document)."""
         if candidate.empty or self.settings.max_truncations <= 0:
             return None
         minimum = len(forced) + 1 if candidate.text.startswith(forced) else 1
@@ -237,7 +242,9 @@ class RepairLoop:
         budget = self.settings.max_truncations
         if len(points) > budget:  # the longest ones, and the first word (most often right)
             points = points[: budget - 1] + points[-1:]
-        for length in points:
+        for number, length in enumerate(points):
+            if number < len(points) - 1 and self.clock() >= deadline:
+                continue
             text = candidate.text[:length]
             verdict = judge(Splice(target.document, target.start, target.end, text), runner, target.path,
                             target.language, before, before_skipped)

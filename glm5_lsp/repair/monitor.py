@@ -29,8 +29,9 @@ document up to the cursor plus the decoded tokens) and decides where decoding st
   An opener whose receiver is not a dotted name (``).strip`` after a call) is masked unasked: its
   receiver text would be new at every step. Inside a string or a comment they are left alone.
 - **a time bound**: the provider may spend ``provider_seconds`` per request (jedi takes tens of
-  milliseconds a receiver on a large file); receivers first met after that go unchecked, so the
-  monitor never costs a completion more than that.
+  milliseconds a receiver on a large file, now and then a second); a lookup still running when that
+  time is spent is stopped (:func:`~glm5_lsp.deadline.call_with_timeout`) and receivers met after
+  it go unchecked, so the monitor never costs a completion more than that.
 
 Valid names are matched through a character trie (:class:`NameTrie`) walked against an index of the
 vocabulary's token strings (``Tokenizer.token_strings()``), so a step costs in the number of valid
@@ -49,6 +50,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.postprocess import ends_in_code, open_brackets
 from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, names_in_scope
 
@@ -300,6 +302,7 @@ class NameMonitor:
         self.name_masked_steps = 0  # steps where a read name was kept to known names
         self._scope: NameTrie | bool = False  # names in scope at the cursor (False: not worked out yet)
         self.pending_word = ""  # see expect_word
+        self.time_left: Callable[[], float] = lambda: float("inf")  # the request's (set by the repair loop)
 
     def __call__(self, generated_ids: Sequence[int], logits: object) -> object:
         import torch
@@ -496,8 +499,14 @@ class NameMonitor:
                 log.debug("attribute provider used %.0f ms; later receivers go unchecked", self.provider_seconds * 1e3)
             return None
         started = time.perf_counter()
-        try:
-            return [n for n in self.attributes(text) if n.isidentifier()]
+        limit = min(self.settings.provider_seconds - self.provider_seconds, self.time_left())
+        try:  # stopped where it stands when the request's provider time (or the request's) runs out
+            names = call_with_timeout(lambda: self.attributes(text), limit)
+            return [n for n in names if n.isidentifier()]
+        except TimeoutError:
+            self.provider_skipped += 1
+            log.debug("attribute provider stopped after %.0f ms; receiver left unchecked", limit * 1e3)
+            return None
         except Exception:
             log.warning("attribute provider failed; not restricting here", exc_info=True)
             return []
@@ -519,8 +528,50 @@ class JediAttributes:
         import jedi
 
         lines = text.split("\n")
-        script = jedi.Script(text, path=self.path)
+        script = jedi.Script(text, path=self.path, environment=in_process_environment())
         return [c.name for c in script.complete(len(lines), len(lines[-1]))]
+
+
+def in_process_environment() -> object:
+    """jedi's environment for this interpreter: compiled modules are inspected here, with no helper
+    process. Faster than the default (no round trips), and a lookup stopped midway
+    (:func:`~glm5_lsp.deadline.call_with_timeout`) cannot leave a pipe to that process half read."""
+    from jedi.api.environment import InterpreterEnvironment
+
+    global _ENVIRONMENT
+    if _ENVIRONMENT is None:
+        _ENVIRONMENT = InterpreterEnvironment()
+    return _ENVIRONMENT
+
+
+_ENVIRONMENT: object | None = None
+
+
+_IMPORTED = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.MULTILINE)
+
+
+def warm_jedi(text: str, path: str | None = None, modules: int = 12) -> int:
+    """Pay jedi's start-up before the first request does: Python's builtins, the modules ``text``
+    imports (at most ``modules``) and the parse of ``text`` itself (kept per ``path``, so later
+    lookups re-parse only what changed). The first of each costs 0.3-1 s, more than a request's
+    provider time, and a lookup stopped at that time would never get to keep it. Returns the modules
+    loaded."""
+    import jedi
+
+    environment = in_process_environment()
+    jedi.Script("''.", environment=environment).complete(1, 3)
+    names = list(dict.fromkeys(m.group(1) or m.group(2) for m in _IMPORTED.finditer(text)))
+    loaded = 0
+    for module in names[:modules]:
+        if module.startswith("."):
+            continue
+        try:
+            jedi.Script(f"import {module}\n{module}.", environment=environment).complete(2, len(module) + 1)
+            loaded += 1
+        except Exception:  # an odd module must not stop the rest
+            log.debug("jedi could not load %s", module, exc_info=True)
+    jedi.Script(text, path=path, environment=environment).get_names()
+    return loaded
 
 
 _INDEXES: dict[int, TokenIndex] = {}

@@ -14,6 +14,7 @@ from lsprotocol import types
 from pygls.uris import to_fs_path
 
 from glm5_lsp import __version__
+from glm5_lsp.repair.monitor import warm_jedi
 from glm5_lsp.server import actions, commands, completions
 from glm5_lsp.server.commands import COMMANDS
 from glm5_lsp.server.state import Glm5Server
@@ -60,6 +61,11 @@ def build_server() -> Glm5Server:
                     log.info("indexed the API docs of %d package(s) %s imports", added, path)
             except Exception:  # the index stays as it was; completions go on without those docs
                 log.exception("could not index the packages %s imports", path)
+        if document.language_id == "python" and ls.engine.settings.repair.monitor:
+            try:  # the decoding monitor's jedi lookups then fit in a request's time from the first one
+                await asyncio.to_thread(warm_jedi, document.text, to_fs_path(document.uri) or None)
+            except Exception:
+                log.exception("jedi could not read %s", document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: Glm5Server, params: types.DidChangeTextDocumentParams) -> None:

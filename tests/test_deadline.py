@@ -1,0 +1,59 @@
+"""call_with_timeout: a pure-Python call stopped in its own thread once its time is up."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from glm5_lsp.deadline import call_with_timeout
+
+
+def spin(seconds: float) -> int:
+    end = time.perf_counter() + seconds
+    count = 0
+    while time.perf_counter() < end:
+        count += 1
+    return count
+
+
+def test_a_call_within_its_time_returns_its_value() -> None:
+    assert call_with_timeout(lambda: 6 * 7, 1.0) == 42
+
+
+def test_a_long_call_is_stopped_near_its_limit() -> None:
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        call_with_timeout(lambda: spin(5.0), 0.05)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_the_stop_is_not_swallowed_by_except_exception() -> None:
+    def stubborn() -> str:
+        while True:
+            try:
+                spin(0.01)
+            except Exception:  # noqa: BLE001 - the point of the test
+                return "swallowed"
+
+    with pytest.raises(TimeoutError):
+        call_with_timeout(stubborn, 0.05)
+
+
+def test_a_timer_firing_as_the_call_returns_never_leaks_into_later_code() -> None:
+    """Calls that end right at their limit: whichever wins, nothing is raised after the call."""
+    outcomes = set()
+    for attempt in range(200):
+        limit = 0.0005 + (attempt % 10) * 0.0002
+        try:
+            call_with_timeout(lambda: spin(0.001), limit)
+            outcomes.add("returned")
+        except TimeoutError:
+            outcomes.add("stopped")
+        spin(0.002)  # a withdrawn exception would surface here, outside the call
+    assert outcomes  # (either outcome is fine; an escaped Overrun would have failed the test)
+
+
+def test_no_time_left_raises_at_once() -> None:
+    with pytest.raises(TimeoutError):
+        call_with_timeout(lambda: 1, 0.0)
