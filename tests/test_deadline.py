@@ -57,3 +57,20 @@ def test_a_timer_firing_as_the_call_returns_never_leaks_into_later_code() -> Non
 def test_no_time_left_raises_at_once() -> None:
     with pytest.raises(TimeoutError):
         call_with_timeout(lambda: 1, 0.0)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_stop_swallowed_by_a_finalizer_is_raised_again() -> None:
+    """Python swallows an exception raised inside ``__del__``; the stop comes again until it lands."""
+    class SlowToDie:
+        def __del__(self) -> None:
+            spin(0.2)  # the first stop lands here and is only printed
+
+    def work() -> None:
+        SlowToDie()  # freed at once: its finalizer runs in this thread
+        spin(5.0)
+
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        call_with_timeout(work, 0.05)
+    assert time.perf_counter() - started < 1.5

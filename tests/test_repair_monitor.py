@@ -5,6 +5,8 @@ attributes are known."""
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import re
 import time
 from pathlib import Path
@@ -128,8 +130,8 @@ def test_monitor_with_jedi_attributes(strings: list[str]) -> None:
 
 
 def test_free_names_are_biased_not_masked(strings: list[str]) -> None:
-    """At a statement's start a new name may be bound: known names are favoured, nothing is masked."""
-    monitor = NameMonitor(TokenIndex(strings), fake_attributes, "value = 1\nval",
+    """Where a new name may be bound (a loop variable): known names are favoured, nothing is masked."""
+    monitor = NameMonitor(TokenIndex(strings), fake_attributes, "value = 1\nfor val",
                           MonitorSettings(free_name_bias=3.0))
     logits = torch.zeros(len(strings))
     out = monitor([], logits)
@@ -137,6 +139,29 @@ def test_free_names_are_biased_not_masked(strings: list[str]) -> None:
     # "val" continues to "value" (from the document) and to builtins such as "vars"... no: only "value"
     assert boosted and all("ue".startswith(s) or s.startswith("ue") for s in boosted), boosted
     assert torch.isfinite(out[[i for i, s in enumerate(strings) if "." not in s]]).all()  # no name masked
+
+
+def test_at_a_statement_start_an_unknown_name_can_only_be_bound(strings: list[str]) -> None:
+    """``val`` at a statement's start is read (``value(...)``, ``value.x = ``) or bound (``valx = ``):
+    ending it as an unknown name any other way (``valx(``) is masked; ``value(`` and ``valx =`` are not."""
+    index = TokenIndex(strings)
+    monitor = NameMonitor(index, fake_attributes, "value = 1\nval", MonitorSettings())
+    out = monitor([], torch.zeros(len(strings)))
+    assert monitor.name_masked_steps == 1
+    known = {"value"} | set(dir(builtins)) | set(keyword.kwlist)
+    verdicts = set()
+    for token_id, token in enumerate(strings):
+        run = re.match(r"[A-Za-z0-9_]*", token).group()  # type: ignore[union-attr]
+        rest = token[len(run):]
+        if not token or not rest or "." in token:
+            continue  # a name still growing, or an attribute opener (their own rule)
+        name = "val" + run
+        binds = rest[:1] == " " or rest.lstrip(" ")[:1] in (",", ":") or \
+            (rest.lstrip(" ").startswith("=") and not rest.lstrip(" ").startswith("=="))
+        allowed = name in known or binds
+        assert bool(torch.isfinite(out[token_id])) == allowed, token
+        verdicts.add(allowed)
+    assert verdicts == {True, False}
 
 
 def two_attributes(token: str) -> bool:
@@ -337,7 +362,6 @@ def test_a_name_that_is_only_read_must_become_a_known_name(strings: list[str]) -
 
 
 @pytest.mark.parametrize("context", [
-    "val",  # a statement's start: ``value = ...`` or a new name
     "for val",  # a loop variable
     "def f(val",  # a parameter
     "f = lambda val",
@@ -384,7 +408,8 @@ def test_a_star_import_turns_the_name_check_off(strings: list[str]) -> None:
     ("x = ", "load"), ("x = a + ", "load"), ("    if ", "load"), ("    return ", "load"), ("x[", "argument"),
     ("if a == ", "load"), ("raise E from ", "load"), ("@", "load"),
     ("f(", "argument"), ("foo(a, ", "argument"), ("x = [", "argument"), ("{", "argument"),
-    ("    ", "free"), ("a, ", "free"), ("def f(a, ", "free"), ("for ", "free"), ("[y for ", "free"),
+    ("    ", "target"), ("x = 1\n", "target"), ("f(a,\n    ", "free"), ("x = 1 + \\\n    ", "free"),
+    ("a, ", "free"), ("def f(a, ", "free"), ("for ", "free"), ("[y for ", "free"),
     ("g = lambda ", "free"), ("with open(p) as ", "free"), ("from x import ", "free"), ("x.y ", "free"),
 ])
 def test_name_context(before: str, expected: str) -> None:

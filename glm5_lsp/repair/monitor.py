@@ -165,6 +165,10 @@ class TokenIndex:
                 rest = self.strings[i][len(run):]
                 if rest[:1] == " " or (rest.lstrip(" ").startswith("=") and not rest.lstrip(" ").startswith("==")):
                     self.keyword_enders.add(i)
+        # At a statement's start a new name can only be bound: ``x = ``, ``x, y = ``, ``x: int``, ``x =``.
+        self.target_enders: set[int] = set(self.keyword_enders)
+        for run, ids in self.ending.items():
+            self.target_enders.update(i for i in ids if self.strings[i][len(run):].lstrip(" ")[:1] in (",", ":"))
 
     def starting_with(self, char: str) -> list[int]:
         """Tokens whose text starts with ``char``."""
@@ -222,16 +226,18 @@ _LAST_WORD = re.compile(r"(?<![A-Za-z0-9_.])([A-Za-z_][A-Za-z0-9_]*)\s*$")
 
 def name_context(before: str) -> str:
     """What a name starting at the end of ``before`` can be: ``"load"`` (only read, so it must exist),
-    ``"argument"`` (read, or a keyword argument's or a comprehension variable's name) or ``"free"``
-    (it may bind a new name).
+    ``"argument"`` (read, or a keyword argument's or a comprehension variable's name), ``"target"`` (a
+    statement's start: read, or bound by an assignment) or ``"free"`` (it may bind a new name).
 
     Decided on the current line: its start, a ``def``/``class``/``lambda``/import on it, and the code
     just before the name. Anything unclear is ``"free"``: the monitor only masks where it is sure.
     """
     line = before[before.rfind("\n") + 1:]
     head = line.lstrip()
+    if not head and not before.rstrip(" \t\n").endswith("\\") and not open_brackets(before[-2000:], "python"):
+        return "target"  # a statement's start: a name read, or a new one bound (then ``=``, ``,``, ``:``)
     if not head or head.startswith(BINDING_LINES) or "lambda" in _IDENT_WORD.findall(line):
-        return "free"  # a statement's start (or a continuation line), a definition, an import, a lambda
+        return "free"  # a continuation line, a definition, an import, a lambda
     word = _LAST_WORD.search(line)
     if word is not None:  # the name follows a word: a keyword that reads it, or anything else
         return "load" if word.group(1) in LOAD_KEYWORDS else "free"
@@ -336,14 +342,18 @@ class NameMonitor:
         assert isinstance(logits, torch.Tensor)
         context = name_context(text[: len(text) - len(partial)])
         read = context != "free" and self.settings.undefined_names and not self._star_import
-        tries = [*(self.read_tries if read else self.free_tries), self._generated_trie(generated, partial)]
+        statement = context == "target"  # statement keywords are names' neighbours here
+        tries = [*(self.free_tries if statement or not read else self.read_tries), self._generated_trie(generated, partial)]
         if read and _IDENT.fullmatch(generated) and (self.pending_word or self.context[-1:].isidentifier()):
             tries = [self._scope_trie()]  # the word the user was typing: the names visible there
+            if statement:
+                tries.append(_KEYWORD_TRIE)
         keep: set[int] = set()
         for trie in tries:
             keep |= self.index.continuing(partial, trie)
-        if read and context == "argument":  # ``key=`` or ``item for``: the name need not be known,
-            keep |= self.index.whole_ids | self.index.keyword_enders  # but then ``=`` or a space follows
+        if read and context in ("argument", "target"):  # ``key=``, ``item for``, ``new = ``: the name need
+            # not be known, but then ``=`` or a space (or at a statement's start ``,`` or ``:``) follows
+            keep |= self.index.whole_ids | (self.index.target_enders if statement else self.index.keyword_enders)
             self._restrict(logits, keep)
             self.name_masked_steps += 1
         elif read and any(trie.has_prefix(partial) for trie in tries):  # else it is undefined already
@@ -365,9 +375,11 @@ class NameMonitor:
 
         assert isinstance(logits, torch.Tensor)
         word_start = len(self.context)
-        if name_context(text[:word_start]) == "free" or not self.settings.undefined_names or self._star_import:
+        context = name_context(text[:word_start])
+        if context == "free" or not self.settings.undefined_names or self._star_import:
             return
-        tries = [self._scope_trie()]
+        statement = context == "target"  # where an unknown name may still be bound (``new = ...``)
+        tries = [self._scope_trie(), _KEYWORD_TRIE] if statement else [self._scope_trie()]
         rest = self.pending_word[len(generated):]
         agreeing = [i for i in self.index.starting_with(rest[0]) if i < logits.shape[-1]
                     and (self.index.strings[i].startswith(rest) or rest.startswith(self.index.strings[i]))]
@@ -376,6 +388,8 @@ class NameMonitor:
             token = self.index.strings[token_id]
             run = _IDENT.match(token).group()  # type: ignore[union-attr]
             word = generated + run
+            if statement and (run == token or token_id in self.index.target_enders):
+                continue  # still on its way to a name, or a new one bound
             if not any(trie.has_prefix(word) if run == token else trie.has_name(word) for trie in tries):
                 banned.append(token_id)
         if banned and len(banned) < len(agreeing):  # never ban every way to write the word
