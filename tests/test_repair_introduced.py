@@ -106,3 +106,15 @@ def test_provider_skipped_on_the_document_is_ignored_on_the_candidate() -> None:
     verdict = judge(Splice("x = 1\n", 0, 0, "y = 2\n"), runner, "a.py", "python", before=[],
                     before_skipped=["flaky: timed out after 5s"])
     assert verdict.introduced == [] and verdict.skipped == ["flaky: timed out after 5s"]
+
+
+def test_a_problem_at_the_typed_word_that_stays_at_its_start_is_not_new() -> None:
+    """The user typed ``help=he`` inside a call (the comma still to come): a candidate that rewrites
+    the word (``help``) keeps the document's "forgot a comma?" where it was, which is not new; one
+    that breaks the line further (``help)``) adds problems."""
+    document = "def f(help, metavar):\n    return dict(\n        help=he\n        metavar=metavar)\n"
+    start = document.index("he\n")
+    assert judge(Splice(document, start, start + 2, "help"), RUNNER, "a.py", "python").introduced == []
+    assert judge(Splice(document, start, start + 2, "help)"), RUNNER, "a.py", "python").introduced
+    assert Splice(document, start, start + 2, "help").map_offset(start) == start
+    assert Splice(document, start, start, "help").map_offset(start) == start + 4  # an insertion pushes it on

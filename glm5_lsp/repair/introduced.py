@@ -49,8 +49,11 @@ class Splice:
         return self.document[: self.start] + self.text + self.document[self.end:]
 
     def map_offset(self, offset: int) -> int | None:
-        """Where a document offset lands in the spliced text; None if the candidate replaced it."""
-        if offset < self.start:
+        """Where a document offset lands in the spliced text; None if the candidate replaced it. The
+        start of a replaced range stays where it is: a problem reported at the word the user typed
+        (``help=he`` + a newline: "forgot a comma?") is the same problem if it stays at the start of
+        the word the candidate writes there (``help``)."""
+        if offset < self.start or (offset == self.start < self.end):
             return offset
         if offset >= self.end:
             return offset + len(self.text) - (self.end - self.start)
