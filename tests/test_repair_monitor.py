@@ -156,8 +156,7 @@ def test_at_a_statement_start_an_unknown_name_can_only_be_bound(strings: list[st
         if not token or not rest or "." in token:
             continue  # a name still growing, or an attribute opener (their own rule)
         name = "val" + run
-        binds = rest[:1] == " " or rest.lstrip(" ")[:1] in (",", ":") or \
-            (rest.lstrip(" ").startswith("=") and not rest.lstrip(" ").startswith("=="))
+        binds = not rest.strip(" ") or bool(re.match(r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|[,:]", rest.lstrip(" ")))
         allowed = name in known or binds
         assert bool(torch.isfinite(out[token_id])) == allowed, token
         verdicts.add(allowed)
@@ -408,7 +407,7 @@ def test_a_star_import_turns_the_name_check_off(strings: list[str]) -> None:
     ("x = ", "load"), ("x = a + ", "load"), ("    if ", "load"), ("    return ", "load"), ("x[", "argument"),
     ("if a == ", "load"), ("raise E from ", "load"), ("@", "load"),
     ("f(", "argument"), ("foo(a, ", "argument"), ("x = [", "argument"), ("{", "argument"),
-    ("    ", "target"), ("x = 1\n", "target"), ("f(a,\n    ", "free"), ("x = 1 + \\\n    ", "free"),
+    ("    ", "target"), ("x = 1\n", "target"), ("y = x[1:", "load"), ("d = {k: ", "load"), ("if x: ", "free"), ("f(a,\n    ", "free"), ("x = 1 + \\\n    ", "free"),
     ("a, ", "free"), ("def f(a, ", "free"), ("for ", "free"), ("[y for ", "free"),
     ("g = lambda ", "free"), ("with open(p) as ", "free"), ("from x import ", "free"), ("x.y ", "free"),
 ])

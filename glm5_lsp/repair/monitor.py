@@ -62,6 +62,7 @@ _IDENT = re.compile(r"[A-Za-z0-9_]*")
 _DOTTED_RECEIVER = re.compile(r"(?<![\w.)\]])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.$")
 _IDENT_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b(?![\'\"])")  # not a string prefix (r'', b'')
 _DOT_NAME = re.compile(r"\.(?=[A-Za-z_])")
+_BINDS = re.compile(r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|[,:]")  # what may follow a name being bound
 _TRAILING_WORD = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*$")  # a free name being typed
 _STAR_IMPORT = re.compile(r"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Regexes anchored at the end still scan from the start of the string: they get this much of the
@@ -165,10 +166,14 @@ class TokenIndex:
                 rest = self.strings[i][len(run):]
                 if rest[:1] == " " or (rest.lstrip(" ").startswith("=") and not rest.lstrip(" ").startswith("==")):
                     self.keyword_enders.add(i)
-        # At a statement's start a new name can only be bound: ``x = ``, ``x, y = ``, ``x: int``, ``x =``.
-        self.target_enders: set[int] = set(self.keyword_enders)
+        # At a statement's start a new name can only be bound: ``x = ``, ``x += ``, ``x, y = ``, ``x: int``
+        # (the name's end, then spaces and one of those, or spaces only, with the operator still to come).
+        self.target_enders: set[int] = set()
         for run, ids in self.ending.items():
-            self.target_enders.update(i for i in ids if self.strings[i][len(run):].lstrip(" ")[:1] in (",", ":"))
+            for i in ids:
+                rest = self.strings[i][len(run):].lstrip(" ")
+                if not rest or _BINDS.match(rest):
+                    self.target_enders.add(i)
 
     def starting_with(self, char: str) -> list[int]:
         """Tokens whose text starts with ``char``."""
@@ -242,8 +247,8 @@ def name_context(before: str) -> str:
     if word is not None:  # the name follows a word: a keyword that reads it, or anything else
         return "load" if word.group(1) in LOAD_KEYWORDS else "free"
     last = line.rstrip()[-1]
-    if last in "=+-*/%&|^~<>!@":
-        return "load"  # an operand, an assignment's or a keyword argument's value, a decorator
+    if last in "=+-*/%&|^~<>!@" or (last == ":" and open_brackets(line, "python")):
+        return "load"  # an operand, an assignment's or a keyword argument's value, a decorator, a slice bound
     if last in "([{" or (last == "," and open_brackets(line, "python")):
         return "argument"  # an item or argument, or a keyword argument's or comprehension variable's name
     return "free"  # ``a, b = ...``: targets
