@@ -32,6 +32,7 @@ from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and be
     cut_at_block_end,
     cut_at_stops,
     first_line,
+    repetition_start,
     strip_special_tokens,
     strip_suffix_overlap,
     tidy,
@@ -171,8 +172,9 @@ class _BlockStop:
     """A backend wrapper that ends a multi-line generation once the streamed text leaves the block.
 
     Per call: the text streams through ``on_text``; once :func:`cut_at_block_end` would cut it, the
-    generation is cancelled (and reported as a normal ``stop``). It also totals prompt and
-    completion tokens over the repair loop's rounds.
+    generation is cancelled (and reported as a normal ``stop``). So is a generation caught in a loop
+    (:func:`~glm5_lsp.postprocess.repetition_start`: ``_to_to_to_to_to``), its text cut where the
+    repetition began. It also totals prompt and completion tokens over the repair loop's rounds.
     """
 
     def __init__(self, backend: Backend, task: _Task, on_text: Callable[[str], None] | None) -> None:
@@ -193,10 +195,13 @@ class _BlockStop:
             streamed.append(piece)
             if self.on_text is not None:
                 self.on_text(piece)
-            if task.multiline and not done[0]:
-                text = strip_special_tokens("".join(streamed))
-                if "\n" in text.lstrip("\n"):
-                    done[0] = len(cut_at_block_end(text, task.block_prefix, task.target.language)) < len(text.rstrip())
+            if done[0]:
+                return
+            text = strip_special_tokens("".join(streamed))
+            if repetition_start(text) is not None:
+                done[0] = True  # stuck: the rest would be more of the same
+            elif task.multiline and "\n" in text.lstrip("\n"):
+                done[0] = len(cut_at_block_end(text, task.block_prefix, task.target.language)) < len(text.rstrip())
 
         def cancel() -> bool:
             return done[0] or bool(outer_cancel and outer_cancel())
@@ -204,6 +209,9 @@ class _BlockStop:
         completion = self.backend.complete(replace(request, on_text=watch, should_cancel=cancel))
         if done[0] and completion.finish_reason == "cancelled":
             completion = replace(completion, finish_reason="stop")
+        stuck = repetition_start(completion.text)
+        if stuck is not None:
+            completion = replace(completion, text=completion.text[:stuck], finish_reason="stop")
         self.prompt_tokens += completion.prompt_tokens
         self.completion_tokens += completion.completion_tokens
         self.finish_reason = completion.finish_reason

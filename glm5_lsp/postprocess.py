@@ -53,6 +53,21 @@ def strip_special_tokens(text: str) -> str:
     return _SPECIAL_RE.sub("", text[: match.start()] if match else text)
 
 
+# A short piece with a letter in it, said five or more times in a row at the end (``_to_to_to_to_to``,
+# ``PPPPPPPPPP``, ``ssionssionssion...``): a small model stuck in a loop, never code worth the wait.
+_STUCK = re.compile(r"(?=.{0,8}[A-Za-z])(.{1,8}?)\1{4,}$", re.DOTALL)
+
+
+def repetition_start(text: str, window: int = 80) -> int | None:
+    """Where a degenerate repetition at the end of ``text`` begins (after its first occurrence), or
+    None. Only the last ``window`` characters are looked at; the repeated run must be 10 or more."""
+    tail_start = max(0, len(text) - window)
+    match = _STUCK.search(text, tail_start)
+    if match is None or len(match.group(0)) < 10:
+        return None
+    return match.start() + len(match.group(1))
+
+
 def first_line(text: str) -> str:
     """A single-line completion: everything before the first newline."""
     return text.split("\n", 1)[0].rstrip("\r")

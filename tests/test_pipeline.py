@@ -352,3 +352,43 @@ def test_the_time_budget_counts_from_the_request_prompt_building_included() -> N
     answers = iter(["undefined_thing + 1", "count + 1"])
     backend = scripted.ScriptedBackend(lambda request: next(answers), delay=0.15)
     assert Pipeline(backend).complete(document, len(document), time_budget_s=0.4).text == "count + 1"  # fast prompt
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("e_to_to_to_to_to_to_to", "e_to"),
+    ("IPPPPPPPPPPPPPPP", "IP"),
+    ("x = '-' * 40", None),  # no repetition
+    ("# ----------------", None),  # a rule line: no letter
+    ("[0, 0, 0, 0, 0, 0, 0]", None),
+    ("aaaa", None),  # too short to tell
+])
+def test_a_degenerate_repetition_is_found_where_it_begins(text: str, kept: str | None) -> None:
+    start = pp.repetition_start(text)
+    assert (text[:start] if start is not None else None) == kept
+
+
+def test_a_generation_caught_in_a_loop_is_stopped_and_cut() -> None:
+    """The model repeats itself (``_to_to_to...``): the generation is stopped once that shows and the
+    candidate is cut where the repetition began."""
+    pieces = ["name", "_to"] + ["_to"] * 40
+    seen: list[str] = []
+
+    class Looping:
+        name = "looping"
+        supports_internals = False
+
+        def complete(self, request: CompletionRequest) -> object:
+            text = ""
+            for piece in pieces:
+                if request.should_cancel and request.should_cancel():
+                    break
+                text += piece
+                seen.append(piece)
+                if request.on_text:
+                    request.on_text(piece)
+            return scripted.Completion(text, "length", completion_tokens=len(seen))
+
+    document = "name_to = 1\nvalue = "
+    result = Pipeline(Looping()).complete(document, len(document))  # type: ignore[arg-type]
+    assert len(seen) < 12  # stopped early, not after 42 pieces
+    assert result.text == "name_to"
