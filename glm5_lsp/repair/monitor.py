@@ -160,19 +160,17 @@ class TokenIndex:
                 self._by_first.setdefault(text[0], []).append(token_id)
         # A name's end then ``=`` (not ``==``): a keyword argument ``key=`` whatever ``key`` is; or then a
         # space: ``item for`` (a comprehension's variable, bound after it is used).
-        self.keyword_enders: set[int] = set()
-        for run, ids in self.ending.items():
-            for i in ids:
-                rest = self.strings[i][len(run):]
-                if rest[:1] == " " or (rest.lstrip(" ").startswith("=") and not rest.lstrip(" ").startswith("==")):
-                    self.keyword_enders.add(i)
         # At a statement's start a new name can only be bound: ``x = ``, ``x += ``, ``x, y = ``, ``x: int``
         # (the name's end, then spaces and one of those, or spaces only, with the operator still to come).
+        self.keyword_enders: set[int] = set()
         self.target_enders: set[int] = set()
         for run, ids in self.ending.items():
             for i in ids:
-                rest = self.strings[i][len(run):].lstrip(" ")
-                if not rest or _BINDS.match(rest):
+                rest = self.strings[i][len(run):]
+                bare = rest.lstrip(" ")
+                if rest[:1] == " " or (bare.startswith("=") and not bare.startswith("==")):
+                    self.keyword_enders.add(i)
+                if not bare or _BINDS.match(bare):
                     self.target_enders.add(i)
 
     def starting_with(self, char: str) -> list[int]:
@@ -235,7 +233,8 @@ def name_context(before: str) -> str:
     statement's start: read, or bound by an assignment) or ``"free"`` (it may bind a new name).
 
     Decided on the current line: its start, a ``def``/``class``/``lambda``/import on it, and the code
-    just before the name. Anything unclear is ``"free"``: the monitor only masks where it is sure.
+    just before the name; at a line's start, also whether a bracket or a backslash carries an earlier
+    line on. Anything unclear is ``"free"``: the monitor only masks where it is sure.
     """
     line = before[before.rfind("\n") + 1:]
     head = line.lstrip()
