@@ -169,9 +169,11 @@ def test_supersession_cancels_only_the_same_key() -> None:
     second = jobs.begin(("doc", "inline"))
     assert first.cancelled and first.reason == "superseded"
     assert not other.cancelled and not second.cancelled
+    assert jobs.busy()
     jobs.finish(("doc", "inline"), second)
     jobs.cancel_all("shutdown")
     assert other.cancelled and other.reason == "shutdown" and not second.cancelled
+    assert not jobs.busy()  # (diagnostics wait while it is busy)
 
 
 @pytest.mark.parametrize("setting,trained,expected", [

@@ -53,6 +53,11 @@ class Supersession:
             if self._latest.get(key) is token:
                 del self._latest[key]
 
+    def busy(self) -> bool:
+        """Whether any job is still running (begun and not finished)."""
+        with self._lock:
+            return bool(self._latest)
+
     def cancel_all(self, reason: str) -> None:
         with self._lock:
             tokens = list(self._latest.values())
