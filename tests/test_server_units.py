@@ -15,8 +15,10 @@ from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.server import convert
 from glm5_lsp.server.cache import LRUCache
 from glm5_lsp.server.checks import check_edit, diagnose
+from glm5_lsp.server.engine import Engine
 from glm5_lsp.server.jobs import Supersession
 from glm5_lsp.server.postprocess import clean_completion, indent_unit
+from glm5_lsp.server.settings import parse_settings
 from glm5_lsp.server.syntax import empty_bodies, wants_multiline
 from glm5_lsp.textdiff import diff_region
 
@@ -226,3 +228,14 @@ def test_typing_through_a_suggestion_keeps_its_rest() -> None:
     assert shown.rest("other", typed, cursor + 3) is None
     shown.remember("k", document, cursor, "")
     assert shown.rest("k", typed, cursor + 3) is None  # nothing shown: nothing to type through
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({}, True),  # the local model, the monitor on by default
+    ({"repair": {"monitor": False}}, False),
+    ({"model": {"backend": "openai", "url": "http://localhost:1"}}, False),  # no logits to mask: jedi stays idle
+])
+def test_jedi_is_warmed_only_where_the_decoding_monitor_runs(options: dict[str, Any], expected: bool) -> None:
+    settings, problems = parse_settings(options)
+    assert not problems
+    assert Engine(settings).monitors_names is expected

@@ -86,6 +86,12 @@ class Engine:
         self.load_seconds = 0.0
         self.context_tokens = 0  # the prompt budget in use, once loaded
 
+    @property
+    def monitors_names(self) -> bool:
+        """Whether completions run the decoding monitor (and so jedi): it is on, and the model runs in
+        this process (a served model's backend gives no logits to mask)."""
+        return self.settings.repair.monitor and self.settings.model.backend != "openai"
+
     def load(self, progress: ProgressFn | None = None) -> None:
         """Create the backend, load the weights, wire the pipeline. Never raises: sets ``error``."""
         report = progress or (lambda message, percent: None)
@@ -109,7 +115,7 @@ class Engine:
                 settings=pipeline_settings(self.settings),
                 context=self.context,
             )
-            if self.settings.repair.monitor:
+            if self.monitors_names:
                 report("warming jedi up", 90)
                 warm_jedi("")  # Python's builtins: the decoding monitor's lookups need them from the first one
             settle_heap()

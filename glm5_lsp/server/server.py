@@ -61,7 +61,7 @@ def build_server() -> Glm5Server:
                     log.info("indexed the API docs of %d package(s) %s imports", added, path)
             except Exception:  # the index stays as it was; completions go on without those docs
                 log.exception("could not index the packages %s imports", path)
-        if document.language_id == "python" and ls.engine.settings.repair.monitor:
+        if document.language_id == "python" and ls.engine.monitors_names:
             try:  # the decoding monitor's jedi lookups then fit in a request's time from the first one
                 await asyncio.to_thread(warm_jedi, document.text, to_fs_path(document.uri) or None)
             except Exception:
