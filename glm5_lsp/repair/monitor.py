@@ -42,6 +42,7 @@ comment) the logits pass through unchanged.
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import logging
 import re
@@ -550,19 +551,14 @@ class JediAttributes:
         return [c.name for c in script.complete(len(lines), len(lines[-1]))]
 
 
+@functools.cache
 def in_process_environment() -> object:
-    """jedi's environment for this interpreter: compiled modules are inspected here, with no helper
-    process. Faster than the default (no round trips), and a lookup stopped midway
+    """jedi's environment for this interpreter (one, shared): compiled modules are inspected here,
+    with no helper process. Faster than the default (no round trips), and a lookup stopped midway
     (:func:`~glm5_lsp.deadline.call_with_timeout`) cannot leave a pipe to that process half read."""
     from jedi.api.environment import InterpreterEnvironment
 
-    global _ENVIRONMENT
-    if _ENVIRONMENT is None:
-        _ENVIRONMENT = InterpreterEnvironment()
-    return _ENVIRONMENT
-
-
-_ENVIRONMENT: object | None = None
+    return InterpreterEnvironment()
 
 
 _IMPORTED = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.MULTILINE)
