@@ -239,3 +239,43 @@ def test_jedi_is_warmed_only_where_the_decoding_monitor_runs(options: dict[str, 
     settings, problems = parse_settings(options)
     assert not problems
     assert Engine(settings).monitors_names is expected
+
+
+def test_freezing_survivors_takes_them_out_of_the_collectors_walk() -> None:
+    import gc
+
+    from glm5_lsp.server.heap import freeze_survivors
+
+    before = gc.get_freeze_count()
+    kept = [[i] for i in range(1000)]
+    freeze_survivors()
+    try:
+        assert gc.get_freeze_count() >= before + len(kept)
+    finally:
+        gc.unfreeze()
+
+
+def test_the_heap_is_settled_once_after_a_quiet_spell_and_never_while_busy() -> None:
+    import asyncio
+
+    from glm5_lsp.server.heap import IdleSettler
+
+    async def scenario() -> tuple[int, int, int]:
+        loop = asyncio.get_running_loop()
+        busy = [False]
+        runs: list[float] = []
+        settler = IdleSettler(lambda fn: loop.run_in_executor(None, fn), lambda: busy[0], idle_s=0.05,
+                              settle=lambda: runs.append(loop.time()))
+        for _ in range(4):  # activity every 30 ms keeps pushing it back
+            settler.touch(loop)
+            await asyncio.sleep(0.03)
+        during_activity = len(runs)
+        busy[0] = True
+        await asyncio.sleep(0.12)
+        while_busy = len(runs)
+        busy[0] = False
+        await asyncio.sleep(0.15)
+        settler.cancel()
+        return during_activity, while_busy, len(runs)
+
+    assert asyncio.run(scenario()) == (0, 0, 1)

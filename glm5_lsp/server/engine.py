@@ -9,7 +9,6 @@ model loaded (or the reason it could not be).
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
 from glm5_lsp.repair.loop import RepairSettings
 from glm5_lsp.repair.monitor import warm_jedi
+from glm5_lsp.server.heap import settle_heap
 from glm5_lsp.server.settings import DEFAULT_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS, Settings
 from glm5_lsp.spans import Prompt
 
@@ -124,17 +124,6 @@ class Engine:
         except Exception as error:  # a missing checkpoint or a bad URL must not kill the server
             log.exception("model load failed")
             self.error = f"{type(error).__name__}: {error}"
-
-
-def settle_heap() -> None:
-    """Take what is alive now (the model, the vocabulary, the indexes, jedi's builtins) out of the
-    cyclic garbage collector's sight (``gc.freeze``). Otherwise every full collection walks half a
-    million objects and stalls whichever request it lands in for 0.4-0.6 s; afterwards one takes
-    about 50 ms. Frozen objects are still freed by reference counting once unused (a replaced
-    engine's model included); the previous freeze is undone first so its garbage can go."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
 
 
 class SharedContext:

@@ -15,6 +15,7 @@ from pygls.uris import to_fs_path
 
 from glm5_lsp import __version__
 from glm5_lsp.repair.monitor import warm_jedi
+from glm5_lsp.server.heap import freeze_survivors
 from glm5_lsp.server import actions, commands, completions
 from glm5_lsp.server.commands import COMMANDS
 from glm5_lsp.server.state import Glm5Server
@@ -66,6 +67,9 @@ def build_server() -> Glm5Server:
                 await asyncio.to_thread(warm_jedi, document.text, to_fs_path(document.uri) or None)
             except Exception:
                 log.exception("jedi could not read %s", document.uri)
+        # What the warm-up built lives while the file is open: out of the collector's walks with it.
+        await asyncio.to_thread(freeze_survivors)
+        ls.note_activity()
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: Glm5Server, params: types.DidChangeTextDocumentParams) -> None:
@@ -82,6 +86,7 @@ def build_server() -> Glm5Server:
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: Glm5Server, params: None) -> None:
         ls.supersession.cancel_all("shutdown")
+        ls.heap.cancel()
         ls.detach_log_handler()
 
     return server

@@ -34,6 +34,7 @@ from glm5_lsp.server import convert
 from glm5_lsp.server.cache import LRUCache, TypedThrough
 from glm5_lsp.server.checks import check_edit, diagnose
 from glm5_lsp.server.engine import Engine
+from glm5_lsp.server.heap import IdleSettler
 from glm5_lsp.server.jobs import CancelToken, Supersession
 from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.progress import ClientLogHandler, WorkProgress
@@ -74,6 +75,7 @@ class Glm5Server(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._log_handler: ClientLogHandler | None = None
         self._diagnose_tasks: dict[str, asyncio.Task[None]] = {}
+        self.heap = IdleSettler(self._on_model_worker, self.supersession.busy)
 
     # ---- settings ---------------------------------------------------------------------------
 
@@ -184,6 +186,14 @@ class Glm5Server(LanguageServer):
         finally:
             timer.cancel()
 
+    def _on_model_worker(self, fn: Callable[[], None]) -> asyncio.Future[None]:
+        return asyncio.get_running_loop().run_in_executor(self.model_worker, fn)
+
+    def note_activity(self) -> None:
+        """A request or an opened document: the heap is settled again after the next quiet spell."""
+        if self.loop is not None:
+            self.heap.touch(self.loop)
+
     def current_pipeline(self) -> Pipeline | None:
         """The loaded pipeline; None when the model failed to load (that was shown to the user)."""
         return self.engine.pipeline
@@ -221,6 +231,7 @@ class Glm5Server(LanguageServer):
             result = await self.run_model(token, job, self.settings.budgets.request_timeout_ms / 1000)
         finally:
             self.supersession.finish((target.uri, kind), token)
+            self.note_activity()
         if result is None or token.cancelled:
             log.debug("completion at %s:%d dropped (%s)", target.path, target.offset, token.reason or "no model")
             return ""
