@@ -196,3 +196,59 @@ def test_common_prefix_and_suffix() -> None:
     assert common_suffix(b"aaa", b"aaaa", 3 - 3) == 0  # bounded: never overlaps the common prefix
     assert common_suffix(b"xab", b"yab", 3) == 2
     assert common_suffix("héllo", "jéllo", 9) == 4  # str too
+
+
+class _Counting:
+    """A provider that counts its calls and may be told to fail."""
+
+    name = "counting"
+    languages = frozenset({"python"})
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail = False
+
+    def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("broken")
+        return [Diagnostic(0, 0, 0, 1, f"len {len(text)}", "warning", self.name, "C")]
+
+
+def test_a_text_checked_again_by_the_same_providers_is_answered_from_memory() -> None:
+    from glm5_lsp.repair.providers.runner import RecentReports
+
+    provider = _Counting()
+    recent = RecentReports(size=2)
+    first = DiagnosticRunner([provider], timeout_s=5, recent=recent)
+    second = DiagnosticRunner([provider], timeout_s=1, recent=recent)  # other settings, same providers
+    assert first.diagnose("a = 1\n", "a.py", "python").diagnostics[0].message == "len 6"
+    assert second.diagnose("a = 1\n", "a.py", "python").diagnostics[0].message == "len 6"
+    assert provider.calls == 1 and recent.hits == 1
+    first.diagnose("a = 1\n", "b.py", "python")  # another path is another check
+    first.diagnose("a = 22\n", "a.py", "python")
+    assert provider.calls == 3
+    first.diagnose("a = 1\n", "a.py", "python")  # pushed out of a memory of two
+    assert provider.calls == 4
+    other = _Counting()
+    DiagnosticRunner([other], recent=recent).diagnose("a = 22\n", "a.py", "python")
+    assert other.calls == 1  # other providers: their own check
+
+
+def test_a_report_with_a_skipped_provider_is_not_remembered() -> None:
+    from glm5_lsp.repair.providers.runner import RecentReports
+
+    provider = _Counting()
+    provider.fail = True
+    runner = DiagnosticRunner([provider], timeout_s=5, recent=RecentReports())
+    assert runner.diagnose("x\n", "a.py", "python").skipped
+    provider.fail = False
+    assert not runner.diagnose("x\n", "a.py", "python").skipped
+    assert provider.calls == 2
+
+
+def test_default_runners_share_their_providers() -> None:
+    from glm5_lsp.repair.providers import default_runner
+
+    loop_runner, server_runner = default_runner("python", 10.0), default_runner("python", 5.0)
+    assert all(a is b for a, b in zip(loop_runner.providers, server_runner.providers, strict=True))

@@ -7,6 +7,7 @@ gcc/g++, node, go) only when ``shutil.which`` finds them.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from glm5_lsp.repair.diagnostics import DiagnosticProvider
@@ -65,5 +66,13 @@ def default_providers(language: str, use_external: bool = True) -> list[Diagnost
     return providers
 
 
+@functools.cache
+def _shared_providers(language: str, use_external: bool) -> tuple[DiagnosticProvider, ...]:
+    return tuple(default_providers(language, use_external))
+
+
 def default_runner(language: str, timeout_s: float = 10.0, use_external: bool = True) -> DiagnosticRunner:
-    return DiagnosticRunner(default_providers(language, use_external), timeout_s)
+    """A runner over this process's shared provider instances for ``language``: every runner made
+    here (the repair loop's, the server's own diagnostics') then shares the providers' recent parses
+    and the runner's memory of recent reports (``DiagnosticRunner.diagnose``)."""
+    return DiagnosticRunner(_shared_providers(language, use_external), timeout_s)

@@ -1,5 +1,11 @@
 """Run a set of providers on a text: each with a time limit, a failing one skipped with a log line.
 
+The same text is often checked twice within a second: a completion checks the document while the
+model writes (the repair loop's baseline) and the server checks it again to publish its
+diagnostics; repair rounds judge the same candidate again. Complete reports (no provider skipped)
+are remembered for the last few texts (:class:`RecentReports`), keyed by the provider instances,
+so every runner over the same providers shares them.
+
 The providers run concurrently. A provider that raises, or runs past ``timeout_s``, contributes nothing to this call and is named in
 ``DiagnosisReport.skipped``; the other providers' diagnostics still come back. In-process providers
 run on a daemon worker thread so a hung one cannot hold up the caller (the thread is abandoned).
@@ -10,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -28,22 +35,68 @@ class DiagnosisReport:
     skipped: list[str] = field(default_factory=list)  # "name: why" for each provider that gave up
 
 
+class RecentReports:
+    """Complete reports of the last ``size`` checks, by (providers, path, language, text). Keys hold
+    the provider objects themselves (compared by identity), so a provider's address can never be
+    reused by another while its reports are remembered. Thread-safe."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self.hits = 0
+        self._reports: OrderedDict[tuple[object, ...], list[Diagnostic]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[object, ...]) -> list[Diagnostic] | None:
+        with self._lock:
+            found = self._reports.get(key)
+            if found is None:
+                return None
+            self._reports.move_to_end(key)
+            self.hits += 1
+            return list(found)
+
+    def put(self, key: tuple[object, ...], diagnostics: list[Diagnostic]) -> None:
+        with self._lock:
+            self._reports[key] = list(diagnostics)
+            self._reports.move_to_end(key)
+            while len(self._reports) > self.size:
+                self._reports.popitem(last=False)
+
+
+RECENT = RecentReports()
+
+
 class DiagnosticRunner:
     """The providers for one language family, run together."""
 
-    def __init__(self, providers: Sequence[DiagnosticProvider], timeout_s: float = 10.0) -> None:
+    def __init__(self, providers: Sequence[DiagnosticProvider], timeout_s: float = 10.0,
+                 recent: RecentReports | None = RECENT) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.providers = list(providers)
         self.timeout_s = timeout_s
+        self.recent = recent
 
     def diagnose(self, text: str, path: str, language: str) -> DiagnosisReport:
         """Every provider for ``language`` at once (a subprocess checker such as ruff overlaps the
-        in-process ones), each within ``timeout_s`` of the start; results in provider order."""
+        in-process ones), each within ``timeout_s`` of the start; results in provider order. A text
+        checked recently by the same providers is answered from memory."""
+        chosen = tuple(provider for provider in self.providers if language in provider.languages)
+        key = (chosen, path, language, text)
+        if self.recent is not None:
+            remembered = self.recent.get(key)
+            if remembered is not None:
+                return DiagnosisReport(remembered)
+        report = self._run(chosen, text, path, language)
+        if self.recent is not None and not report.skipped:  # a timeout may not happen again: not kept
+            self.recent.put(key, report.diagnostics)
+        return report
+
+    def _run(self, providers: Sequence[DiagnosticProvider], text: str, path: str, language: str) -> DiagnosisReport:
         report = DiagnosisReport()
         started = time.monotonic()
         running = [(provider, in_background(_diagnostics_of, provider, text, path, language, name=f"diagnose-{provider.name}"))
-                   for provider in self.providers if language in provider.languages]
+                   for provider in providers]
         for provider, job in running:
             found, why = _outcome(job, max(0.0, started + self.timeout_s - time.monotonic()), self.timeout_s)
             if why is not None:
