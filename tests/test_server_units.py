@@ -178,6 +178,18 @@ def test_supersession_cancels_only_the_same_key() -> None:
     assert not jobs.busy()  # (diagnostics wait while it is busy)
 
 
+def test_supersession_says_how_long_no_job_has_run() -> None:
+    import time
+
+    jobs = Supersession()
+    assert jobs.quiet_for() == float("inf")
+    token = jobs.begin(("doc", "inline"))
+    assert jobs.quiet_for() == 0.0
+    jobs.finish(("doc", "inline"), token)
+    time.sleep(0.02)
+    assert 0.02 <= jobs.quiet_for() < 5
+
+
 @pytest.mark.parametrize("setting,trained,expected", [
     (0, 512, 512 - 96),  # auto: the trained context less the multi-line generation budget
     (0, None, 1024),  # auto, the model does not say: the default

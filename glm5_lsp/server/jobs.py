@@ -8,6 +8,7 @@ cancels the older one's token (:class:`Supersession`), and ``$/cancelRequest`` c
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Hashable
 
 
@@ -38,6 +39,7 @@ class Supersession:
     def __init__(self) -> None:
         self._latest: dict[Hashable, CancelToken] = {}
         self._lock = threading.Lock()
+        self._finished_at = float("-inf")  # time.monotonic() when the last job finished
 
     def begin(self, key: Hashable) -> CancelToken:
         token = CancelToken()
@@ -52,11 +54,17 @@ class Supersession:
         with self._lock:
             if self._latest.get(key) is token:
                 del self._latest[key]
+            self._finished_at = time.monotonic()
 
     def busy(self) -> bool:
         """Whether any job is still running (begun and not finished)."""
         with self._lock:
             return bool(self._latest)
+
+    def quiet_for(self) -> float:
+        """Seconds since the last job finished (0 while one runs; infinite before the first)."""
+        with self._lock:
+            return 0.0 if self._latest else time.monotonic() - self._finished_at
 
     def cancel_all(self, reason: str) -> None:
         with self._lock:
