@@ -141,11 +141,17 @@ def test_free_names_are_biased_not_masked(strings: list[str]) -> None:
     assert torch.isfinite(out[[i for i, s in enumerate(strings) if "." not in s]]).all()  # no name masked
 
 
-def test_at_a_statement_start_an_unknown_name_can_only_be_bound(strings: list[str]) -> None:
+@pytest.mark.parametrize("context,annotated", [
+    ("value = 1\nval", False),
+    ("def f():\n    value = 1\n    val", False),
+    ("class C:\n    value = 1\n    val", True),
+])
+def test_at_a_statement_start_an_unknown_name_can_only_be_bound(strings: list[str], context: str, annotated: bool) -> None:
     """``val`` at a statement's start is read (``value(...)``, ``value.x = ``) or bound (``valx = ``):
-    ending it as an unknown name any other way (``valx(``) is masked; ``value(`` and ``valx =`` are not."""
+    ending it as an unknown name any other way (``valx(``) is masked; ``value(`` and ``valx =`` are not.
+    Only in a class body may the new name end with ``:`` (an annotated field)."""
     index = TokenIndex(strings)
-    monitor = NameMonitor(index, fake_attributes, "value = 1\nval", MonitorSettings())
+    monitor = NameMonitor(index, fake_attributes, context, MonitorSettings())
     out = monitor([], torch.zeros(len(strings)))
     assert monitor.name_masked_steps == 1
     known = {"value"} | set(dir(builtins)) | set(keyword.kwlist)
@@ -156,7 +162,8 @@ def test_at_a_statement_start_an_unknown_name_can_only_be_bound(strings: list[st
         if not token or not rest or "." in token:
             continue  # a name still growing, or an attribute opener (their own rule)
         name = "val" + run
-        binds = not rest.strip(" ") or bool(re.match(r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|[,:]", rest.lstrip(" ")))
+        enders = r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|[,:]" if annotated else r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|,"
+        binds = not rest.strip(" ") or bool(re.match(enders, rest.lstrip(" ")))
         allowed = name in known or binds
         assert bool(torch.isfinite(out[token_id])) == allowed, token
         verdicts.add(allowed)

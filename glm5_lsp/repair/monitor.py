@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.postprocess import ends_in_code, open_brackets
 from glm5_lsp.repair.members import self_attributes
-from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, names_in_scope
+from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, scope_at
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ _DOTTED_RECEIVER = re.compile(r"(?<![\w.)\]])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.$"
 _IDENT_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b(?![\'\"])")  # not a string prefix (r'', b'')
 _DOT_NAME = re.compile(r"\.(?=[A-Za-z_])")
 _BINDS = re.compile(r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|[,:]")  # what may follow a name being bound
+_ASSIGNS = re.compile(r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|,")  # the same but an annotation (``x: int``)
 _TRAILING_WORD = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*$")  # a free name being typed
 _STAR_IMPORT = re.compile(r"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
 # Regexes anchored at the end still scan from the start of the string: they get this much of the
@@ -164,8 +165,11 @@ class TokenIndex:
         # space: ``item for`` (a comprehension's variable, bound after it is used).
         # At a statement's start a new name can only be bound: ``x = ``, ``x += ``, ``x, y = ``, ``x: int``
         # (the name's end, then spaces and one of those, or spaces only, with the operator still to come).
+        # Outside class bodies an annotated name (``x: int``) is rare, and a model that ends a new
+        # name with ``:`` there mostly writes nothing after it: ``assign_enders`` leave ``:`` out.
         self.keyword_enders: set[int] = set()
         self.target_enders: set[int] = set()
+        self.assign_enders: set[int] = set()
         for run, ids in self.ending.items():
             for i in ids:
                 rest = self.strings[i][len(run):]
@@ -174,6 +178,8 @@ class TokenIndex:
                     self.keyword_enders.add(i)
                 if not bare or _BINDS.match(bare):
                     self.target_enders.add(i)
+                if not bare or _ASSIGNS.match(bare):
+                    self.assign_enders.add(i)
 
     def starting_with(self, char: str) -> list[int]:
         """Tokens whose text starts with ``char``."""
@@ -313,6 +319,7 @@ class NameMonitor:
         self._generated_names = NameTrie(())
         self.name_masked_steps = 0  # steps where a read name was kept to known names
         self._scope: NameTrie | bool = False  # names in scope at the cursor (False: not worked out yet)
+        self._scope_kind = "module"  # the innermost block there: "def", "class" or "module"
         self.pending_word = ""  # see expect_word
         self.time_left: Callable[[], float] = lambda: float("inf")  # the request's (set by the repair loop)
 
@@ -359,7 +366,7 @@ class NameMonitor:
             keep |= self.index.continuing(partial, trie)
         if read and context in ("argument", "target"):  # ``key=``, ``item for``, ``new = ``: the name need
             # not be known, but then ``=`` or a space (or at a statement's start ``,`` or ``:``) follows
-            keep |= self.index.whole_ids | (self.index.target_enders if statement else self.index.keyword_enders)
+            keep |= self.index.whole_ids | (self._binding_enders() if statement else self.index.keyword_enders)
             self._restrict(logits, keep)
             self.name_masked_steps += 1
         elif read and any(trie.has_prefix(partial) for trie in tries):  # else it is undefined already
@@ -394,7 +401,7 @@ class NameMonitor:
             token = self.index.strings[token_id]
             run = _IDENT.match(token).group()  # type: ignore[union-attr]
             word = generated + run
-            if statement and (run == token or token_id in self.index.target_enders):
+            if statement and (run == token or token_id in self._binding_enders()):
                 continue  # still on its way to a name, or a new one bound
             if not any(trie.has_prefix(word) if run == token else trie.has_name(word) for trie in tries):
                 banned.append(token_id)
@@ -408,8 +415,15 @@ class NameMonitor:
         if self._scope is False:
             typed = _TRAILING_WORD.search(self.context)
             before = self.context[: typed.start()] if typed else self.context
-            self._scope = NameTrie(names_in_scope(before, self.after) - STATEMENT_KEYWORDS)
+            names, self._scope_kind = scope_at(before, self.after)
+            self._scope = NameTrie(names - STATEMENT_KEYWORDS)
         return self._scope  # type: ignore[return-value]
+
+    def _binding_enders(self) -> set[int]:
+        """What may end an unknown name at a statement's start: ``=``, ``+=``, a comma, and in a
+        class body also ``:`` (``field: int``)."""
+        self._scope_trie()
+        return self.index.target_enders if self._scope_kind == "class" else self.index.assign_enders
 
     def _generated_trie(self, generated: str, partial: str) -> NameTrie:
         """Names the completion itself has written so far (a loop variable it bound, ...)."""

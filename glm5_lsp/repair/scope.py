@@ -106,6 +106,12 @@ def _scan(lines: list[tuple[int, str]], blocks: list[_Block], module: set[str], 
 def names_in_scope(before: str, after: str = "") -> set[str]:
     """The names visible at the end of ``before`` (the file up to the cursor, without the word being
     typed there); ``after`` is the rest of the file, read for its module-level names only."""
+    return scope_at(before, after)[0]
+
+
+def scope_at(before: str, after: str = "") -> tuple[set[str], str]:
+    """:func:`names_in_scope` and the kind of the innermost block at the cursor: ``"def"``,
+    ``"class"`` (directly in a class body) or ``"module"``."""
     blocks: list[_Block] = []
     module: set[str] = set()
     lines = logical_lines(before)
@@ -118,8 +124,9 @@ def names_in_scope(before: str, after: str = "") -> set[str]:
     for block in blocks:
         if block.kind == "def" or block is blocks[-1]:
             visible |= block.names
+    innermost = blocks[-1].kind if blocks else "module"
     newline = after.find("\n")
     if newline != -1:
         _scan(logical_lines(after[newline + 1:]), blocks, module, collect=False)
         visible |= module
-    return visible | ALWAYS
+    return visible | ALWAYS, innermost
