@@ -252,3 +252,13 @@ def test_default_runners_share_their_providers() -> None:
 
     loop_runner, server_runner = default_runner("python", 10.0), default_runner("python", 5.0)
     assert all(a is b for a, b in zip(loop_runner.providers, server_runner.providers, strict=True))
+
+
+def test_compile_positions_come_from_the_text_not_the_file_on_disk(tmp_path: Path) -> None:
+    """CPython reads a syntax error's line from the named file when it exists; the checked text
+    (unsaved edits, a spliced candidate) differs from it, and the column must be the text's."""
+    saved = tmp_path / "mod.py"
+    saved.write_text("try:\n    pass\nexcept IndexError:\n    raise\n", encoding="utf-8")
+    edited = "try:\n    pass\nexcept InterruptedError\n    raise\n"
+    found = PythonCompileProvider().diagnose(edited, str(saved), "python")
+    assert [(d.line, d.col, d.message) for d in found] == [(2, len("except InterruptedError"), "expected ':'")]

@@ -82,7 +82,10 @@ class PythonCompileProvider:
         self.recent = RecentCompiles(recent_texts)
 
     def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
-        return self.recent.diagnose(text, path or "<candidate>")
+        # Never the file's own name: for a name it can open, CPython takes the line of a syntax error
+        # from the file on disk and counts the column in it, and the text checked here is seldom what
+        # is saved (a 2-character column came back for a 31-character line).
+        return self.recent.diagnose(text, f"<{path}>" if path else "<candidate>")
 
 
 def compile_diagnostics(text: str, filename: str) -> list[Diagnostic]:
