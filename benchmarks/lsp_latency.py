@@ -11,6 +11,7 @@ not measured. glm5-lsp runs with its default settings and the default model unle
     python benchmarks/lsp_latency.py --model PATH --positions 40 --timeout 5
     python benchmarks/lsp_latency.py --settings '{"repair": {"monitor": false, "maxRounds": 1}}'
     python benchmarks/lsp_latency.py --typing 4   # and then 4 keystrokes typed at each position
+    python benchmarks/lsp_latency.py --details requests.jsonl   # every measured request's answer and time
 
 Besides latency and the share of non-empty answers, "right word" is the share of requests whose
 answer finishes the cut identifier exactly as the file has it: for glm5-lsp the inline text starts
@@ -165,9 +166,10 @@ class Server:
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
             content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
 
-    async def request(self, uri: str, line: int, column: int, word: str, typed: int) -> tuple[bool, bool]:
+    async def request(self, uri: str, line: int, column: int, word: str, typed: int) -> tuple[bool, bool, str]:
         """One completion request: (the answer is non-empty, it finishes ``word`` of which ``typed``
-        characters are typed). Ours: the inline answer. jedi-language-server: ``word`` among its items."""
+        characters are typed, what was answered). Ours: the inline answer. jedi-language-server:
+        ``word`` among its items."""
         position = types.Position(line=line, character=column)
         document = types.TextDocumentIdentifier(uri=uri)
         if self.name == "glm5-lsp":
@@ -176,11 +178,13 @@ class Server:
                 text_document=document, position=position))
             items = result.items if isinstance(result, types.InlineCompletionList) else (result or [])
             texts = [str(getattr(item, "insert_text", "")) for item in items]
-            return any(t.strip() for t in texts), any(finishes_word(t, word[typed:]) for t in texts if t.strip())
+            shown = next((t for t in texts if t.strip()), "")
+            return bool(shown), any(finishes_word(t, word[typed:]) for t in texts if t.strip()), shown
         result = await self.client.text_document_completion_async(
             types.CompletionParams(text_document=document, position=position))
         items = result.items if isinstance(result, types.CompletionList) else (result or [])
-        return bool(items), any(item.label == word or (item.insert_text or "") == word for item in items)
+        labels = ", ".join(item.label for item in items[:5]) + (f", ... ({len(items)})" if len(items) > 5 else "")
+        return bool(items), any(item.label == word or (item.insert_text or "") == word for item in items), labels
 
     async def stop(self) -> None:
         try:
@@ -200,10 +204,10 @@ async def _drain(stream: asyncio.StreamReader) -> None:
 
 
 async def measure(server: Server, uri: str, line: int, column: int, word: tuple[str, int], tally: Tally | None,
-                  timeout: float) -> None:
+                  timeout: float, details: list[dict[str, Any]] | None = None) -> None:
     started = time.perf_counter()
     try:
-        non_empty, right = await asyncio.wait_for(server.request(uri, line, column, *word), timeout)
+        non_empty, right, shown = await asyncio.wait_for(server.request(uri, line, column, *word), timeout)
     except asyncio.TimeoutError:
         if tally is not None:
             tally.requests += 1
@@ -220,6 +224,10 @@ async def measure(server: Server, uri: str, line: int, column: int, word: tuple[
         tally.seconds.append(time.perf_counter() - started)
         tally.non_empty += int(non_empty)
         tally.right_word += int(right)
+        if details is not None:
+            details.append({"server": server.name, "uri": uri, "line": line, "column": column, "word": word[0],
+                            "ms": round((time.perf_counter() - started) * 1000, 1), "non_empty": non_empty,
+                            "right_word": right, "answer": shown})
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -233,6 +241,7 @@ async def main(args: argparse.Namespace) -> int:
     jedi_command = [sys.executable, "-c", "from jedi_language_server.cli import cli; cli()"]
     jedi = Server("jedi-language-server", jedi_command, env, None)
     tallies = {ours.name: Tally(), jedi.name: Tally()}
+    details: list[dict[str, Any]] | None = [] if args.details else None
     rng = random.Random(args.seed)
     print(f"files: {', '.join(args.files)} (stdlib {STDLIB}); {args.positions} positions each; "
           f"timeout {args.timeout}s; model: {args.model or 'default'}; settings: {args.settings or 'defaults'}; "
@@ -264,11 +273,15 @@ async def main(args: argparse.Namespace) -> int:
                         server.replace(uri, edited)
                         tally = tallies[server.name] if index >= args.warmup else None
                         typed_chars = column + typed - word_start(lines[line], column)
-                        await measure(server, uri, line, column + typed, (word, typed_chars), tally, args.timeout)
+                        await measure(server, uri, line, column + typed, (word, typed_chars), tally, args.timeout,
+                                      details)
     finally:
         await ours.stop()
         await jedi.stop()
         shutil.rmtree(root, ignore_errors=True)
+    if details is not None:
+        Path(args.details).write_text("".join(json.dumps(row) + "\n" for row in details), encoding="utf-8")
+        print(f"per-request details: {args.details}")
     print()
     print(f"{'server':<22} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'errors':>7} {'timeouts':>9} "
           f"{'non-empty':>10} {'right word':>11} {'requests':>9}")
@@ -308,6 +321,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--typing", type=int, default=0,
                         help="after each position, type the line's next N characters, a request per keystroke")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--details", default="", help="write each measured request (answer, ms) to this JSON-lines file")
     return parser.parse_args(argv)
 
 

@@ -95,6 +95,7 @@ class PipelineResult:
     completion_tokens: int = 0
     seconds: float = 0.0
     finish_reason: str = "stop"
+    finished_word: bool = False  # no generated candidate was clean: the typed word finished from the names around it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -422,7 +423,8 @@ class Pipeline:
         loop = RepairLoop(backend, loop_settings,
                           template.runner_for(task.target.language),
                           rewriters=template.rewriters, penalties=template.penalties,
-                          monitor_factory=template.monitor_factory, postprocess=lambda text: self.postprocess(text, task))
+                          monitor_factory=template.monitor_factory, postprocess=lambda text: self.postprocess(text, task),
+                          finisher=template.finisher)
         request = CompletionRequest(
             prompt=task.prompt, max_tokens=task.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
             seed=settings.seed, stop=list(task.stop), use_attention_policy=settings.use_attention_policy,
@@ -436,6 +438,7 @@ class Pipeline:
             diagnostics_after=[diagnostic_dict(d) for d in repaired.diagnostics_after], rounds=repaired.rounds,
             prompt_tokens=backend.prompt_tokens, completion_tokens=backend.completion_tokens,
             seconds=time.perf_counter() - started, finish_reason="cancelled" if cancelled else backend.finish_reason,
+            finished_word=repaired.finished_word,
         )
 
 

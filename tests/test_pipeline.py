@@ -320,9 +320,13 @@ def test_no_healing_without_backend_support_or_inside_a_word() -> None:
 
 
 def test_a_candidate_that_only_retypes_the_word_is_empty() -> None:
+    """The model writes nothing past the typed word: that is no answer, so the word is finished from
+    the names around it instead."""
     document = "values = 1\nprint(va\n"
     result = Pipeline(HealingBackend("va")).complete(document, document.index("va\n") + 2)
-    assert result.text == ""
+    assert result.text == "lues" and result.finished_word
+    nothing = Pipeline(HealingBackend("zq")).complete("print(zq\n", len("print(zq"))
+    assert nothing.text == "" and not nothing.finished_word  # no name begins with ``zq``
 
 
 def test_a_completion_time_budget_stops_the_repair_rounds() -> None:

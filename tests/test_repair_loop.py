@@ -243,3 +243,36 @@ def test_settings_validation() -> None:
         RepairSettings(max_rounds=0)
     with pytest.raises(ValueError):
         RepairSettings(time_budget_s=0)
+
+
+def test_with_nothing_clean_an_as_you_type_completion_finishes_the_typed_word() -> None:
+    """``    rad`` typed, the model writes junk twice: the answer is the word finished from the names
+    around it (``radius``, the parameter), judged like any candidate. Only for completions that may
+    be cut short (``max_truncations``); a fix or a generated body gets nothing instead."""
+    from glm5_lsp.repair.words import finishing_words
+
+    document = "import math\n\n\ndef area(radius):\n    rad\n\n\nprint(area(2))\n"
+    cursor = document.index("rad\n") + 3
+    where = RepairTarget(document, cursor - 3, cursor, "geometry.py", "python")  # healed: "rad" is rewritten
+    healed = CompletionRequest(Prompt(document[: cursor - 3], document[cursor:], []), forced_prefix="rad")
+    junk = ScriptedBackend(["radx y z", "radx y z"])
+    result = RepairLoop(junk, RepairSettings(max_rounds=2, max_truncations=2), RUNNER,
+                        finisher=finishing_words).run(healed, where)
+    assert result.clean and result.text == "radius"
+    assert result.candidates[-1].finished_word and result.candidates[-1].round == 0
+    assert len(junk.requests) == 2  # the model had its rounds first
+    whole = RepairLoop(ScriptedBackend(["radx y z"]), RepairSettings(max_rounds=1, max_truncations=0), RUNNER,
+                       finisher=finishing_words).run(healed, where)
+    assert whole.text is None and not whole.clean
+
+
+def test_finishing_words_prefers_the_names_used_near_the_cursor() -> None:
+    from glm5_lsp.repair.words import finishing_words
+
+    far = "values = 1\n" + "pass\n" * 1000 + "def other():\n    valued = 2\n"  # far from the cursor
+    before = far + "def f(valid, value):\n    total = value + value + valid\n    "
+    assert finishing_words(before, "val", "\n", "python") == ["value", "valid", "values"]
+    assert finishing_words(before, "value", "\n", "python") == ["values"]  # not the typed word, not other()'s local
+    assert "return" in finishing_words("def f():\n    ", "ret", "\n", "python")
+    assert finishing_words("int count = 0;\nco", "co", "\n", "c") == ["count"]
+    assert finishing_words("x = 1\n", "", "", "python") == []

@@ -7,7 +7,9 @@
   ``except`` clauses (``templates.exception_rewriter``, jedi + the document by default);
 - penalties: the style breaks left (``StyleConsistency.penalty``);
 - the decoding monitor for Python (``monitor.python_monitor_factory``) when the vocabulary's token
-  strings are given (``Tokenizer.token_strings()``; a backend without internals ignores it anyway).
+  strings are given (``Tokenizer.token_strings()``; a backend without internals ignores it anyway);
+- the word finisher (``words.finishing_words``): an as-you-type completion with no clean candidate
+  may finish the typed word from the names around it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from glm5_lsp.repair.templates import (
     KnownExceptions,
     exception_rewriter,
 )
+from glm5_lsp.repair.words import finishing_words
 
 
 def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,
@@ -45,4 +48,4 @@ def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,
         rewriters.append(exception_rewriter(known))
     factory = python_monitor_factory(token_strings, monitor_settings) if token_strings is not None else None
     return RepairLoop(backend, settings, runner, rewriters=rewriters, penalties=penalties,
-                      monitor_factory=factory, postprocess=postprocess)
+                      monitor_factory=factory, postprocess=postprocess, finisher=finishing_words)

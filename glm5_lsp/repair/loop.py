@@ -11,7 +11,9 @@ mistake is not reproduced token for token. With ``max_truncations``, an unclean 
 prefixes that end at a plausible point are judged first (``truncate``): a clean one is returned
 rather than waiting for another generation. The loop stops at the first clean candidate, after
 ``max_rounds`` generations, or when ``time_budget_s`` is spent (the running generation is cancelled
-through ``should_cancel`` at the deadline).
+through ``should_cancel`` at the deadline). If none is clean, such a completion may still finish the
+word typed at the cursor from the names around it (``finisher``, ``glm5_lsp.repair.words``), judged
+the same way.
 
 The best candidate is chosen by: no blocking diagnostic first, then fewer of them, then fewer style
 breaks (``penalties``), then the higher mean log-probability per token. By default only a clean
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,6 +40,7 @@ from glm5_lsp.repair.truncate import cut_points
 from glm5_lsp.spans import Prompt
 
 log = logging.getLogger(__name__)
+_TRAILING_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass
@@ -88,6 +92,7 @@ class Candidate:
     penalty: int = 0  # style breaks and the like: ranks down, never blocks
     empty: bool = False
     truncated: bool = False  # a prefix of a generated candidate (``truncate.cut_points``)
+    finished_word: bool = False  # not generated: the typed word finished from the names around it
 
     def mean_logprob(self) -> float:
         return -math.inf if self.logprob is None else self.logprob / max(self.tokens, 1)
@@ -109,9 +114,11 @@ class RepairResult:
     tokens: int
     skipped_providers: list[str] = field(default_factory=list)
     candidates: list[Candidate] = field(default_factory=list)
+    finished_word: bool = False  # the text is the typed word finished from the names around it
 
 
 Rewriter = Callable[[str, RepairTarget], "str | None"]  # a fixed candidate, or None for no change
+WordFinisher = Callable[[str, str, str, str], "list[str]"]  # (before the word, the word, after, language) -> words
 Penalty = Callable[[str, RepairTarget], int]
 MonitorFactory = Callable[[RepairTarget], "LogitsProcessor | None"]
 
@@ -127,7 +134,7 @@ class RepairLoop:
     def __init__(self, backend: Backend, settings: RepairSettings | None = None,
                  runner: DiagnosticRunner | None = None, *, rewriters: Sequence[Rewriter] = (),
                  penalties: Sequence[Penalty] = (), monitor_factory: MonitorFactory | None = None,
-                 postprocess: Callable[[str], str] | None = None,
+                 postprocess: Callable[[str], str] | None = None, finisher: WordFinisher | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.backend = backend
         self.settings = settings or RepairSettings()
@@ -136,6 +143,7 @@ class RepairLoop:
         self.penalties = list(penalties)
         self.monitor_factory = monitor_factory
         self.postprocess = postprocess
+        self.finisher = finisher
         self.clock = clock
         self._runners: dict[str, DiagnosticRunner] = {}  # per language, kept: providers keep recent parses
 
@@ -193,6 +201,10 @@ class RepairLoop:
                 candidates.append(shorter)
                 break
             current = self._repair_request(request, candidate, verdict, target, round_no + 1)
+        if all(c.rank(settings.reject_empty)[0] for c in candidates):
+            finished = self._finish_word(request, target, runner, before, baseline.skipped, deadline)
+            if finished is not None:
+                candidates.append(finished)
         return self._result(candidates, before, skipped, started, tokens)
 
     # ---- steps ------------------------------------------------------------------------------
@@ -257,6 +269,34 @@ class RepairLoop:
                              truncated=True)
         return None
 
+    def _finish_word(self, request: CompletionRequest, target: RepairTarget, runner: DiagnosticRunner,
+                     before: list[Diagnostic], before_skipped: list[str], deadline: float) -> Candidate | None:
+        """No generated candidate is clean: the word typed at the cursor finished from the names around
+        it (``finisher``, likeliest first), the first clean one. As-you-type completions only (those
+        that may be cut short, ``max_truncations``); past the ``deadline`` only the likeliest is tried."""
+        if self.finisher is None or self.settings.max_truncations <= 0:
+            return None
+        document = target.document
+        if request.forced_prefix:  # healed: candidates replace the typed word, which they begin with
+            typed, word_start = request.forced_prefix, target.start
+        else:  # candidates go in at the cursor, after the typed word
+            found = _TRAILING_WORD.search(document, 0, target.start)
+            typed = found.group(0) if found else ""
+            word_start = target.start - len(typed)
+        if not typed:
+            return None
+        words = self.finisher(document[:word_start], typed, document[target.end:], target.language)
+        for number, word in enumerate(words):
+            if number and self.clock() >= deadline:
+                break
+            text = word if request.forced_prefix else word[len(typed):]
+            verdict = judge(Splice(document, target.start, target.end, text), runner, target.path,
+                            target.language, before, before_skipped)
+            if not verdict.blocking(self.settings.blocking_severities):
+                return Candidate(text, 0, verdict.introduced, [], None, 0, sum(p(text, target) for p in self.penalties),
+                                 finished_word=True)
+        return None
+
     def _repair_request(self, original: CompletionRequest, failed: Candidate, verdict: Judgement,
                         target: RepairTarget, round_no: int) -> CompletionRequest:
         problems = failed.blocking or failed.introduced
@@ -280,4 +320,5 @@ class RepairLoop:
             diagnostics_after=list(returned.introduced) if returned else [],
             rounds=max((c.round for c in candidates), default=0), candidates_tried=len(candidates),
             seconds=self.clock() - started, tokens=tokens, skipped_providers=skipped, candidates=candidates,
+            finished_word=returned is not None and returned.finished_word,
         )
