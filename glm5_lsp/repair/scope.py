@@ -24,6 +24,7 @@ completion; so anything that binds names invisibly (``from x import *``) is the 
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import re
 from dataclasses import dataclass, field
@@ -106,12 +107,14 @@ def _scan(lines: list[tuple[int, str]], blocks: list[_Block], module: set[str], 
 def names_in_scope(before: str, after: str = "") -> set[str]:
     """The names visible at the end of ``before`` (the file up to the cursor, without the word being
     typed there); ``after`` is the rest of the file, read for its module-level names only."""
-    return scope_at(before, after)[0]
+    return set(scope_at(before, after)[0])
 
 
-def scope_at(before: str, after: str = "") -> tuple[set[str], str]:
+@functools.lru_cache(maxsize=4)
+def scope_at(before: str, after: str = "") -> tuple[frozenset[str], str]:
     """:func:`names_in_scope` and the kind of the innermost block at the cursor: ``"def"``,
-    ``"class"`` (directly in a class body) or ``"module"``."""
+    ``"class"`` (directly in a class body) or ``"module"``. The last few answers are kept: the
+    decoding monitor and the word finisher of one request ask about the same cursor."""
     blocks: list[_Block] = []
     module: set[str] = set()
     lines = logical_lines(before)
@@ -129,4 +132,4 @@ def scope_at(before: str, after: str = "") -> tuple[set[str], str]:
     if newline != -1:
         _scan(logical_lines(after[newline + 1:]), blocks, module, collect=False)
         visible |= module
-    return visible | ALWAYS, innermost
+    return frozenset(visible | ALWAYS), innermost
