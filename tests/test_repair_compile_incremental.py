@@ -134,12 +134,13 @@ def edited(text: str, after: str, insert: str, remove: int = 0) -> str:
 
 def check_in_turn(*texts: str) -> list[Diagnostic]:
     """Check :data:`MODULE`, then each text from the one before; every answer must be the full compile's,
-    and every one after the first found from an earlier text. Returns the last text's diagnostics."""
+    and every one after the first found from an earlier text (or, for edits far apart, cut afresh
+    with the unchanged segments' statuses remembered). Returns the last text's diagnostics."""
     recent = RecentCompiles(min_lines=0, class_lines=0, segment_lines=0)
     for text in (MODULE, *texts):
         found = recent.diagnose(text, "shelf.py")
         assert found == compile_diagnostics(text, "shelf.py"), text
-    assert recent.incremental == len(texts)
+    assert recent.incremental + recent.recut == len(texts)
     return found
 
 
@@ -258,3 +259,25 @@ def test_a_one_line_edit_inside_a_method_is_checked_at_least_3x_faster_than_a_fu
         assert compile_diagnostics(candidate, path) == []
         full.append(time.perf_counter() - start)
     assert 3 * min(incremental) < min(full), (min(incremental), min(full))
+
+
+def test_edits_far_apart_recompile_only_the_segments_they_touch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A text one edit away from an earlier one is checked from it; a text with edits far apart (the
+    editor's cursor jumped: the old line restored, a new one cut) is cut afresh, and every segment
+    it shares with a recent text keeps its remembered status: only the edited ones are compiled."""
+    import glm5_lsp.repair.providers.python_compile as module
+
+    recent = RecentCompiles(min_lines=0, class_lines=0, segment_lines=0)
+    recent.diagnose(MODULE, "shelf.py")
+    computed: list[str] = []
+    original = module._compute_status
+
+    def counting(source: str, *args: object) -> object:
+        computed.append(source)
+        return original(source, *args)
+
+    monkeypatch.setattr(module, "_compute_status", counting)
+    far_apart = edited(edited(MODULE, "def count(self):\n", "        x = 1\n"), "def last(shelf):\n", "    s = 1\n")
+    assert recent.diagnose(far_apart, "shelf.py") == compile_diagnostics(far_apart, "shelf.py") == []
+    assert recent.recut == 1
+    assert len(computed) == 2, computed  # the two edited segments, nothing else
