@@ -281,7 +281,8 @@ async def main(args: argparse.Namespace) -> int:
         shutil.rmtree(root, ignore_errors=True)
     if details is not None:
         Path(args.details).write_text("".join(json.dumps(row) + "\n" for row in details), encoding="utf-8")
-        print(f"per-request details: {args.details}")
+        Path(args.details + ".log").write_text("".join(line + "\n" for line in ours.logs), encoding="utf-8")
+        print(f"per-request details: {args.details} (glm5-lsp's log: {args.details}.log)")
     print()
     print(f"{'server':<22} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'errors':>7} {'timeouts':>9} "
           f"{'non-empty':>10} {'right word':>11} {'requests':>9}")

@@ -78,7 +78,9 @@ class CompletionSettings:
     lines: str = field(default="auto", metadata=_choices("auto", "single", "multi"))
     max_tokens: int = field(default=32, metadata=_range(1, 4096))  # single-line completions
     multiline_max_tokens: int = field(default=96, metadata=_range(1, 8192))
-    debounce_ms: int = field(default=20, metadata=_range(0, 5000))
+    # 0: a newer keystroke cancels the running completion between tokens anyway (``jobs.Supersession``),
+    # and a wait here is latency every request pays
+    debounce_ms: int = field(default=0, metadata=_range(0, 5000))
     cache_size: int = field(default=64, metadata=_range(0, 100000))
     temperature: float = field(default=0.0, metadata=_range(0.0, 2.0))
 

@@ -205,6 +205,7 @@ class Glm5Server(LanguageServer):
                target.language)
         token = self.supersession.begin((target.uri, kind))  # even a cache hit makes older requests stale
         cached = self.cache.get(key)
+        started = time.perf_counter()
         shown = (target.uri, kind, multiline)
         if cached is None:  # typing the suggestion's first characters: the rest is still the answer
             cached = self.typed_through.rest(shown, target.text, target.offset)
@@ -241,6 +242,9 @@ class Glm5Server(LanguageServer):
             text = ""
         else:
             text = await self.cleaned(target, result, multiline)
+        log.debug("%s completion at %s:%d: %.0f ms (pipeline %.0f ms, %d round(s)%s)%s", kind, target.path,
+                  target.offset, (time.perf_counter() - started) * 1000, result.seconds * 1000, result.rounds,
+                  ", the typed word finished" if result.finished_word else "", "" if text else ", empty")
         self.cache.put(key, text)
         self.typed_through.remember(shown, target.text, target.offset, text)
         return text

@@ -50,7 +50,7 @@ return {
   },
   settings = {
     glm5 = {
-      completion = { lines = 'auto', debounceMs = 20 },
+      completion = { lines = 'auto', debounceMs = 0 },
       features = { inlineCompletion = true, completion = true, codeActions = true },
     },
   },
