@@ -41,28 +41,39 @@ def perf_hints(code: str) -> list[PerfHint]:
     except (SyntaxError, ValueError):
         return []
     hints: list[PerfHint] = []
-    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
+    for scope, loops in _scopes_with_loops(tree):
         facts = _ScopeFacts(scope)
-        for loop in _loops_in(scope):
-            hints += _string_concat(loop, facts)
-            hints += _list_membership(loop, facts)
-            hints += _regex_compile(loop)
-            hints += _attribute_lookups(loop)
+        for loop in loops:
+            body = _body_nodes(loop)  # walked once, read by every rule
+            hints += _string_concat(body, facts)
+            hints += _list_membership(body, facts)
+            hints += _regex_compile(body)
+            hints += _attribute_lookups(loop, body)
     unique = {(h.line, h.col, h.rule): h for h in hints}
     return sorted(unique.values(), key=lambda h: (h.line, h.col, h.rule))
 
 
-def _loops_in(scope: ast.AST) -> list[ast.stmt]:
-    """Loops of this scope (not of nested functions)."""
-    found: list[ast.stmt] = []
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        if isinstance(node, LOOPS):
-            found.append(node)
-        stack.extend(ast.iter_child_nodes(node))
+def _scopes_with_loops(tree: ast.Module) -> list[tuple[ast.AST, list[ast.stmt]]]:
+    """The module and every function, each with its own loops (not those of nested functions; a class
+    body's loops belong to no scope), for the scopes that have any. One pass over the tree."""
+    found: list[tuple[ast.AST, list[ast.stmt]]] = []
+    scopes: list[ast.AST] = [tree]
+    while scopes:
+        scope = scopes.pop()
+        loops: list[ast.stmt] = []
+        stack = [(node, True) for node in ast.iter_child_nodes(scope)]  # (node, its loops are the scope's)
+        while stack:
+            node, own = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                scopes.append(node)
+                continue
+            if isinstance(node, (ast.ClassDef, ast.Lambda)):
+                own = False  # only looked through for the functions in it
+            elif own and isinstance(node, LOOPS):
+                loops.append(node)
+            stack.extend((child, own) for child in ast.iter_child_nodes(node))
+        if loops:
+            found.append((scope, loops))
     return found
 
 
@@ -96,13 +107,9 @@ def _value_kind(value: ast.expr) -> str | None:
     return None
 
 
-def _stored_names(nodes: list[ast.stmt]) -> set[str]:
-    names: set[str] = set()
-    for node in nodes:
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
-                names.add(sub.id)
-    return names
+def _stored_names(nodes: list[ast.AST]) -> set[str]:
+    """Names bound or deleted among ``nodes`` (every node of a loop's body, ``_body_nodes``)."""
+    return {node.id for node in nodes if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del))}
 
 
 def _body_nodes(loop: ast.stmt) -> list[ast.AST]:
@@ -114,9 +121,9 @@ def _hint(node: ast.AST, rule: str, message: str, rewrite: str) -> PerfHint:
                     node.end_col_offset or node.col_offset, rule, message, rewrite)  # type: ignore[attr-defined]
 
 
-def _string_concat(loop: ast.stmt, facts: _ScopeFacts) -> list[PerfHint]:
+def _string_concat(body: list[ast.AST], facts: _ScopeFacts) -> list[PerfHint]:
     hints = []
-    for node in _body_nodes(loop):
+    for node in body:
         if not (isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name)):
             continue
         name = node.target.id
@@ -129,10 +136,10 @@ def _string_concat(loop: ast.stmt, facts: _ScopeFacts) -> list[PerfHint]:
     return hints
 
 
-def _list_membership(loop: ast.stmt, facts: _ScopeFacts) -> list[PerfHint]:
+def _list_membership(body: list[ast.AST], facts: _ScopeFacts) -> list[PerfHint]:
     hints = []
-    rebound = _stored_names(loop.body)  # type: ignore[attr-defined]
-    for node in _body_nodes(loop):
+    rebound = _stored_names(body)
+    for node in body:
         if not isinstance(node, ast.Compare):
             continue
         for op, right in zip(node.ops, node.comparators):
@@ -151,9 +158,9 @@ def _list_membership(loop: ast.stmt, facts: _ScopeFacts) -> list[PerfHint]:
     return hints
 
 
-def _regex_compile(loop: ast.stmt) -> list[PerfHint]:
+def _regex_compile(body: list[ast.AST]) -> list[PerfHint]:
     hints = []
-    for node in _body_nodes(loop):
+    for node in body:
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile"
                 and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
                 and node.args and all(isinstance(a, ast.Constant) for a in node.args)):
@@ -174,14 +181,14 @@ def _chain(node: ast.Attribute) -> tuple[str, str] | None:
     return ".".join([value.id, *reversed(parts)]), value.id
 
 
-def _attribute_lookups(loop: ast.stmt) -> list[PerfHint]:
-    rebound = _stored_names(loop.body)  # type: ignore[attr-defined]
+def _attribute_lookups(loop: ast.stmt, body: list[ast.AST]) -> list[PerfHint]:
+    rebound = _stored_names(body)
     if isinstance(loop, (ast.For, ast.AsyncFor)):
-        rebound |= _stored_names([ast.Assign(targets=[loop.target], value=ast.Constant(None))])
+        rebound |= _stored_names(list(ast.walk(loop.target)))
     counts: Counter[str] = Counter()
     first: dict[str, ast.Attribute] = {}
-    stored_attrs = {ast.unparse(n) for n in _body_nodes(loop) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
-    for node in _body_nodes(loop):
+    stored_attrs = {ast.unparse(n) for n in body if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+    for node in body:
         if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
             continue
         chain = _chain(node)
