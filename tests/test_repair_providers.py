@@ -216,10 +216,10 @@ class _Counting:
 
 
 def test_a_text_checked_again_by_the_same_providers_is_answered_from_memory() -> None:
-    from glm5_lsp.repair.providers.runner import RecentReports
+    from glm5_lsp.lru import LRUCache
 
     provider = _Counting()
-    recent = RecentReports(size=2)
+    recent: LRUCache[tuple[Diagnostic, ...]] = LRUCache(2)
     first = DiagnosticRunner([provider], timeout_s=5, recent=recent)
     second = DiagnosticRunner([provider], timeout_s=1, recent=recent)  # other settings, same providers
     assert first.diagnose("a = 1\n", "a.py", "python").diagnostics[0].message == "len 6"
@@ -236,11 +236,11 @@ def test_a_text_checked_again_by_the_same_providers_is_answered_from_memory() ->
 
 
 def test_a_report_with_a_skipped_provider_is_not_remembered() -> None:
-    from glm5_lsp.repair.providers.runner import RecentReports
+    from glm5_lsp.lru import LRUCache
 
     provider = _Counting()
     provider.fail = True
-    runner = DiagnosticRunner([provider], timeout_s=5, recent=RecentReports())
+    runner = DiagnosticRunner([provider], timeout_s=5, recent=LRUCache(16))
     assert runner.diagnose("x\n", "a.py", "python").skipped
     provider.fail = False
     assert not runner.diagnose("x\n", "a.py", "python").skipped

@@ -15,9 +15,9 @@ from pygls.uris import to_fs_path
 
 from glm5_lsp import __version__
 from glm5_lsp.repair.monitor import warm_jedi
-from glm5_lsp.server.heap import freeze_survivors
 from glm5_lsp.server import actions, commands, completions
 from glm5_lsp.server.commands import COMMANDS
+from glm5_lsp.server.heap import freeze_survivors
 from glm5_lsp.server.state import Glm5Server
 
 log = logging.getLogger("glm5_lsp.server")

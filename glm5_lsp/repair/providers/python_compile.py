@@ -67,10 +67,11 @@ import operator
 import re
 import threading
 from bisect import bisect_right
-from collections import OrderedDict, deque
+from collections import deque
 from types import CodeType
 from typing import NamedTuple
 
+from glm5_lsp.lru import LRUCache
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.textdiff import common_prefix, common_suffix
 
@@ -442,30 +443,7 @@ def _whole_classes(segments: list[Segment], first: int, last: int) -> tuple[int,
 _SENTINEL = "_glm5_lsp_segment_end_"
 
 
-class _StatusMemo:
-    """The last ``size`` segment statuses by what decides them (see ``_status``). Thread-safe."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[tuple[object, ...], tuple[Status, CodeType | None]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[object, ...]) -> tuple[Status, CodeType | None] | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return found
-
-    def put(self, key: tuple[object, ...], value: tuple[Status, CodeType | None]) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-
-_STATUSES = _StatusMemo(2048)
+_STATUSES: LRUCache[tuple[Status, CodeType | None]] = LRUCache(2048)  # see ``_status``
 _SCOPE_DECLARATION = re.compile(r"\b(?:global|nonlocal)\b")
 _CONTINUATION = re.compile(r"(?:else|elif|except|finally)\b")
 _FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, name).compiler_flag

@@ -3,8 +3,8 @@
 The same text is often checked twice within a second: a completion checks the document while the
 model writes (the repair loop's baseline) and the server checks it again to publish its
 diagnostics; repair rounds judge the same candidate again. Complete reports (no provider skipped)
-are remembered for the last few texts (:class:`RecentReports`), keyed by the provider instances,
-so every runner over the same providers shares them.
+are remembered for the last few texts (``RECENT``), keyed by the provider instances, so every runner
+over the same providers shares them.
 
 The providers run concurrently. A provider that raises, or runs past ``timeout_s``, contributes nothing to this call and is named in
 ``DiagnosisReport.skipped``; the other providers' diagnostics still come back. In-process providers
@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from glm5_lsp.lru import LRUCache
 from glm5_lsp.repair.diagnostics import Diagnostic, DiagnosticProvider, sort_diagnostics
 
 log = logging.getLogger(__name__)
@@ -35,35 +35,9 @@ class DiagnosisReport:
     skipped: list[str] = field(default_factory=list)  # "name: why" for each provider that gave up
 
 
-class RecentReports:
-    """Complete reports of the last ``size`` checks, by (providers, path, language, text). Keys hold
-    the provider objects themselves (compared by identity), so a provider's address can never be
-    reused by another while its reports are remembered. Thread-safe."""
-
-    def __init__(self, size: int = 16) -> None:
-        self.size = size
-        self.hits = 0
-        self._reports: OrderedDict[tuple[object, ...], list[Diagnostic]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[object, ...]) -> list[Diagnostic] | None:
-        with self._lock:
-            found = self._reports.get(key)
-            if found is None:
-                return None
-            self._reports.move_to_end(key)
-            self.hits += 1
-            return list(found)
-
-    def put(self, key: tuple[object, ...], diagnostics: list[Diagnostic]) -> None:
-        with self._lock:
-            self._reports[key] = list(diagnostics)
-            self._reports.move_to_end(key)
-            while len(self._reports) > self.size:
-                self._reports.popitem(last=False)
-
-
-RECENT = RecentReports()
+RecentReports = LRUCache[tuple[Diagnostic, ...]]
+RECENT: RecentReports = LRUCache(16)  # by (providers, path, language, text); the providers themselves are
+# in the key (compared by identity), so a provider's address cannot be reused while its reports are kept
 
 
 class DiagnosticRunner:
@@ -86,10 +60,10 @@ class DiagnosticRunner:
         if self.recent is not None:
             remembered = self.recent.get(key)
             if remembered is not None:
-                return DiagnosisReport(remembered)
+                return DiagnosisReport(list(remembered))
         report = self._run(chosen, text, path, language)
         if self.recent is not None and not report.skipped:  # a timeout may not happen again: not kept
-            self.recent.put(key, report.diagnostics)
+            self.recent.put(key, tuple(report.diagnostics))
         return report
 
     def _run(self, providers: Sequence[DiagnosticProvider], text: str, path: str, language: str) -> DiagnosisReport:
