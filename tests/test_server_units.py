@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from lsprotocol import types
 
+from glm5_lsp.lru import LRUCache
 from glm5_lsp.postprocess import tidy
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.server import convert
-from glm5_lsp.server.cache import LRUCache
 from glm5_lsp.server.checks import check_edit, diagnose
 from glm5_lsp.server.engine import Engine
 from glm5_lsp.server.jobs import Supersession

@@ -33,6 +33,8 @@ from glm5_lsp.repair.scope import logical_lines
 _HEADER = re.compile(r"(?:async\s+)?(def|class)\s+([A-Za-z_]\w*)\s*(?:\((.*?)\))?\s*(?:->.*)?:")
 _TARGETS = re.compile(r"([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*,?\s*(?::(?!=)|=(?!=)|[-+*/%&|^@]=|//=|\*\*=|>>=|<<=)")
 _FIRST_PARAM = re.compile(r"\s*([A-Za-z_]\w*)")
+
+
 class _Plain:
     pass
 
@@ -61,11 +63,6 @@ class _Block:
         if self.kind != "def" or self.parent is None or self.parent.kind != "class":
             return False
         return not any(d.split("(")[0].strip().split(".")[-1] in _NOT_INSTANCE_METHODS for d in self.decorators)
-
-    def walk(self):
-        yield self
-        for child in self.children:
-            yield from child.walk()
 
 
 def _blocks(lines: list[tuple[int, str]], cursor: int) -> tuple[list[_Block], list[_Block]]:

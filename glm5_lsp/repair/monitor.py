@@ -5,7 +5,8 @@ document up to the cursor plus the decoded tokens) and decides where decoding st
 
 - **after a dot** (``receiver.`` + a partial name ``p``): the receiver's attributes come from an
   ``AttributeProvider`` (jedi's completions for Python, or the symbol table; a method's ``self.``
-  is read from the file's text, :mod:`~glm5_lsp.repair.members`), asked once per receiver. When it knows any, every token that cannot continue ``p`` into one of them is masked
+  is read from the file's text, :mod:`~glm5_lsp.repair.members`), asked once per receiver. When it
+  knows any, every token that cannot continue ``p`` into one of them is masked
   (``-inf``): a token is kept if its identifier characters extend ``p`` to a prefix of a valid name
   and, when the token goes on past the name (``append(``), only if the name is then complete.
 - **inside a free name** (``p`` not after a dot): where a new name may be bound (a statement's start,

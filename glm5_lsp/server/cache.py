@@ -1,14 +1,10 @@
-"""Answers without the model: a repeated completion request (``LRUCache``, from ``glm5_lsp.lru``), and
-the rest of a suggestion the user is typing through (``TypedThrough``)."""
+"""The rest of a suggestion the user is typing through, answered without the model (``TypedThrough``).
+A repeated completion request is answered by ``glm5_lsp.lru.LRUCache``."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
-
-from glm5_lsp.lru import LRUCache
-
-__all__ = ["LRUCache", "TypedThrough"]
 
 
 class TypedThrough:

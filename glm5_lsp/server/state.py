@@ -29,9 +29,10 @@ from pygls.uris import to_fs_path
 
 from glm5_lsp import __version__
 from glm5_lsp.context.languages import detect_language, supported_languages
+from glm5_lsp.lru import LRUCache
 from glm5_lsp.pipeline import Pipeline, PipelineResult
 from glm5_lsp.server import convert
-from glm5_lsp.server.cache import LRUCache, TypedThrough
+from glm5_lsp.server.cache import TypedThrough
 from glm5_lsp.server.checks import check_edit, diagnose
 from glm5_lsp.server.engine import Engine
 from glm5_lsp.server.heap import IdleSettler
