@@ -159,15 +159,20 @@ def decode_weight_floor(path: Path, repeats: int = 20) -> tuple[float, float]:
             mats += [mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
     mats.append(model.lm_head.weight)
     inputs = [torch.randn(1, w.shape[1]) for w in mats]
+    # Both memory layouts: MKL streams a column-major [out, in] matrix up to ~2.7x faster in a
+    # one-row product on this CPU (the 16384-row head), so the floor is the faster of the two.
+    layouts = [mats, [w.t().contiguous().t() for w in mats]]
+    best = float("inf")
     with torch.inference_mode():
-        for w, x in zip(mats, inputs):
-            F.linear(x, w)
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            for w, x in zip(mats, inputs):
+        for weights in layouts:
+            for w, x in zip(weights, inputs):
                 F.linear(x, w)
-        ms = (time.perf_counter() - t0) / repeats * 1000
-    return ms, sum(w.numel() * w.element_size() for w in mats) / 2**20
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                for w, x in zip(weights, inputs):
+                    F.linear(x, w)
+            best = min(best, (time.perf_counter() - t0) / repeats * 1000)
+    return best, sum(w.numel() * w.element_size() for w in mats) / 2**20
 
 
 def long_context_child(path: Path, context: int, steps: int, threads: int) -> dict[str, float]:

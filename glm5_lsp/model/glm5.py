@@ -15,6 +15,8 @@
 Parameter names match Hugging Face's ``GlmMoeDsaForCausalLM``, so its checkpoints load as they are.
 Inference attends only to the selected keys (``attention.latent_attention_gathered``); the dense
 reference (``reference=True``) masks a full score matrix instead and exists to check the fast path.
+One new token of one sequence on the CPU (decoding) goes through ``decode.decode_one``, the same
+arithmetic in far fewer operations.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from glm5_lsp.model.attention import (
     latent_attention_gathered,
     rope_cos_sin,
 )
+from glm5_lsp.model import decode
 from glm5_lsp.model.cache import KVCache
 from glm5_lsp.model.config import GlmMoeDsaConfig
 from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
@@ -183,23 +186,12 @@ class Indexer(nn.Module):
             out.append(Selection(q0, q1, kend, idx.to(torch.int32), dense_rows, all_valid))  # int32: half the memory
         return out
 
-    @torch.no_grad()
-    def select_one(self, q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor, step: Step) -> list[Selection]:
-        """``select`` for one new token of one sequence (decoding) without forced keys.
 
-        Every cached key is causal for the newest query, so no mask is built, and ReLU scores are
-        never -inf, so every selected index is valid. Same sets as ``select`` (tests check it).
-        """
-        kend = step.start + 1
-        if kend <= step.topk:
-            return [Selection(0, 1, kend)]
-        per_head = torch.mm(q[0, 0].float(), keys[0, :kend].float().t()).mul_(self.scale).relu_()  # [Hi, Tk]
-        s = torch.mv(per_head.t(), weights[0, 0])  # [Tk]
-        if step.key_bias is not None:
-            std = s.std(correction=0)  # ``_row_std`` of a row with every key allowed
-            s = s + step.key_bias[0, :kend] * torch.where(std > 0, std, torch.ones_like(std))
-        idx = s.topk(step.topk, sorted=False)[1]
-        return [Selection(0, 1, kend, idx.view(1, 1, -1), all_valid=True)]
+def _one_selection(idx: torch.Tensor | None, kend: int) -> Selection:
+    """The newest query's ``Selection`` from the key positions ``decode.decode_one`` picked (None: all keys)."""
+    if idx is None:
+        return Selection(0, 1, kend)
+    return Selection(0, 1, kend, idx.view(1, 1, -1).to(torch.int32), all_valid=True)
 
 
 def _row_std(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
@@ -302,20 +294,15 @@ class MLAttention(nn.Module):
         if step.stage is not None:
             return self._forward_train(x, q_resid, q_nope, q_rope, latents, idx_keys, step, prev)
 
-        one = fused and bsz == 1 and t == 1 and step.forced_keys is None  # plain decoding: the lean path
         selections = prev
         if step.needs_selection and self.indexer is not None:
             if iq is None:
                 iq, iw = self.indexer.queries(x, q_resid, step.cos, step.sin)
-            select = self.indexer.select_one if one else self.indexer.select
-            selections = select(iq, iw, idx_keys, step)
+            selections = self.indexer.select(iq, iw, idx_keys, step)
         if step.needs_selection and selections is None:
             raise ValueError(f"layer {self.layer_idx} is 'shared' but no earlier layer ran the indexer")
 
-        if one:
-            sel = selections[0] if selections else Selection(0, 1, step.start + 1)
-            out = self._attend_one(q_nope, q_rope, latents, sel)
-        elif step.reference:
+        if step.reference:
             out = self._attend_reference(q_nope, q_rope, latents, step, selections)
         else:
             out = self._attend_fast(q_nope, q_rope, latents, step, selections)
@@ -438,21 +425,6 @@ class MLAttention(nn.Module):
             out[:, rows] = torch.einsum("bthl,hvl->bthv", o_lat, w_uv)
         flush()
         return out
-
-    def _attend_one(self, q_nope, q_rope, latents, sel: Selection) -> torch.Tensor:
-        """One query of one sequence over its selected keys (all causal keys when ``sel.idx`` is None),
-        as plain 2-D products on contiguous weights: ``-> [1, 1, H, dv]``."""
-        w_uk, w_uv_t = self._absorbed_weights()
-        q_lat = torch.bmm(q_nope.reshape(self.n_heads, 1, self.nope_dim), w_uk)  # [H, 1, L]
-        q_cat = torch.cat([q_lat.view(self.n_heads, self.kv_rank), q_rope.reshape(self.n_heads, self.rope_dim)], dim=-1)
-        keys = latents[0, : sel.kend]
-        if sel.idx is not None:
-            keys = keys.index_select(0, sel.idx.reshape(-1).long().clamp(min=0))  # [K, L + R]
-        scores = torch.mm(q_cat, keys.t()).mul_(self.scale)  # [H, K]
-        if sel.idx is not None and not sel.all_valid:
-            scores = scores.masked_fill(~sel.valid.reshape(1, -1), float("-inf"))
-        o_lat = torch.mm(torch.softmax(scores, dim=-1), keys[:, : self.kv_rank])  # [H, L]
-        return torch.bmm(o_lat.view(self.n_heads, 1, self.kv_rank), w_uv_t).view(1, 1, self.n_heads, self.v_dim)
 
     def _absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``W_uk [H, dn, L]`` and ``W_uv`` transposed ``[H, L, dv]``, contiguous, for decoding (no autograd)."""
@@ -648,6 +620,7 @@ class GlmMoeDsaForCausalLM(nn.Module):
     def __init__(self, config: GlmMoeDsaConfig) -> None:
         super().__init__()
         self.config = config
+        self.lean_decode = True  # one-token CPU steps take ``decode.decode_one`` (False: the general path; tests)
         self.model = GlmMoeDsaModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
@@ -721,6 +694,12 @@ class GlmMoeDsaForCausalLM(nn.Module):
         if role_ids is None:
             role_ids = torch.full((bsz, t), int(Role.CODE), dtype=torch.long)
         step = self._step(bsz, t, cache, role_ids.to(input_ids.device), policy, dense, reference)
+        if cache is not None and decode.applies(self, input_ids, cache, step):  # one token: the lean step
+            picked: list[torch.Tensor | None] | None = [] if return_selections else None
+            logits = decode.decode_one(self, input_ids, cache, step, role_ids, picked)
+            if picked is None:
+                return logits
+            return logits, [None if step.dense else [_one_selection(idx, step.start + 1)] for idx in picked]
         x = self.model.embed_tokens(input_ids)
         selections = None
         per_layer = []

@@ -1,0 +1,161 @@
+"""One new token of one sequence on the CPU: the decoding step, as few operations as the layer allows.
+
+A decoding step on a small model is bound by per-operation overhead, not arithmetic: the general
+``forward`` spends most of a step in module calls, views and bookkeeping sized for many tokens.
+:func:`decode_one` computes the same thing for the case the editor runs thousands of times (batch 1,
+one token, fp32 on the CPU, inference, no forced error-context keys) straight from the layers'
+weights:
+
+- the projections that read the same input are fused (``MLAttention._fused_weights``) and RoPE
+  rotates every rotary slice of a layer in one call;
+- RMSNorm takes its scale from one vector norm (a Python float) instead of a composite kernel;
+- attention is the absorbed form over the selected latents (2-D products on contiguous weights);
+- the MoE router's choice is read once as Python floats and the chosen experts run one by one.
+
+It writes the same cache entries and selects the same keys as ``forward`` (the indexer's scores,
+bias rule and top-k are computed by the same operations), so decoding may switch between the two
+paths at any token; ``tests/test_model_decode.py`` checks logits and selected sets against it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from glm5_lsp.model.attention import apply_rope
+
+if TYPE_CHECKING:
+    from glm5_lsp.model.cache import KVCache
+    from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM, Step
+
+
+def applies(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache | None, step: Step) -> bool:
+    """Whether :func:`decode_one` may run this ``forward`` call (it falls back to the general path otherwise)."""
+    weight = model.lm_head.weight
+    return (
+        model.lean_decode
+        and cache is not None
+        and input_ids.shape == (1, 1)
+        and step.stage is None
+        and not step.reference
+        and step.forced_keys is None
+        and weight.dtype == torch.float32
+        and weight.device.type == "cpu"
+        and not model.config.attention_bias
+        and not torch.is_grad_enabled()
+    )
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of one row: the scale as a Python float from one norm (a composite kernel costs ~3x)."""
+    norm = float(torch.linalg.vector_norm(x))
+    return torch.mul(x, weight).mul_(1.0 / math.sqrt(norm * norm / x.shape[-1] + eps))
+
+
+def _swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def _route(router, h: torch.Tensor) -> tuple[list[int], list[float]]:
+    """The MoE router for one token: chosen experts and their weights (as ``Router.forward`` decides)."""
+    if router.n_group > 1:
+        idx, weights = router(h)
+        return idx[0].tolist(), weights[0].tolist()
+    scores = torch.sigmoid(F.linear(h, router.weight))
+    choice = (scores + router.e_score_correction_bias)[0].tolist()
+    chosen = sorted(range(len(choice)), key=choice.__getitem__, reverse=True)[: router.top_k]
+    values = scores[0].tolist()
+    weights = [values[e] for e in chosen]
+    if router.norm_topk_prob:
+        total = sum(weights) + 1e-20
+        weights = [w / total for w in weights]
+    return chosen, [w * router.scaling for w in weights]
+
+
+def _attention(attn, x: torch.Tensor, step: Step, cache: KVCache, selected: torch.Tensor | None):
+    """One layer's attention for the newest token: ``(output [1, H], the keys it selected or None)``."""
+    pos = step.start
+    kend = pos + 1
+    heads, nope, rope = attn.n_heads, attn.nope_dim, attn.rope_dim
+    indexer = attn.indexer
+    w_x, w_q = attn._fused_weights()
+    sizes = [attn.q_a_proj.out_features, attn.kv_rank, rope]
+    if indexer is not None:
+        sizes += [indexer.head_dim, indexer.n_heads]
+    parts = F.linear(x, w_x).split(sizes, dim=-1)
+    qs = F.linear(_rms(parts[0], attn.q_a_layernorm.weight, attn.q_a_layernorm.eps), w_q)[0]
+    q = qs[: heads * attn.q_dim].view(heads, attn.q_dim)
+    rows = [q[:, nope:], parts[2]]
+    if indexer is not None:
+        iq = qs[heads * attn.q_dim :].view(indexer.n_heads, indexer.head_dim)
+        ik = F.layer_norm(parts[3], (indexer.head_dim,), indexer.k_norm.weight, indexer.k_norm.bias, indexer.k_norm.eps)
+        rows += [iq[:, :rope], ik[:, :rope]]
+    rot = apply_rope(torch.cat(rows).view(1, 1, -1, rope), step.cos, step.sin)[0, 0]  # every rotary slice at once
+
+    latents = cache.latents[attn.layer_idx][0]
+    latents[pos, : attn.kv_rank] = _rms(parts[1][0], attn.kv_a_layernorm.weight, attn.kv_a_layernorm.eps)
+    latents[pos, attn.kv_rank :] = rot[heads]
+    if indexer is not None:
+        keys = cache.index_keys[attn.layer_idx][0]
+        keys[pos, :rope] = rot[-1]
+        keys[pos, rope:] = ik[0, rope:]
+        selected = None
+        if not step.dense and kend > step.topk:
+            query = torch.cat([rot[heads + 1 : heads + 1 + indexer.n_heads], iq[:, rope:]], dim=-1)
+            per_head = torch.mm(query, keys[:kend].t()).mul_(indexer.scale).relu_()  # [Hi, Tk]
+            scores = torch.mv(per_head.t(), parts[4][0] * indexer.n_heads**-0.5)
+            if step.key_bias is not None:
+                std = scores.std(correction=0)
+                scores = scores + step.key_bias[0, :kend] * torch.where(std > 0, std, torch.ones_like(std))
+            selected = scores.topk(step.topk, sorted=False)[1]
+    elif step.dense:
+        selected = None
+
+    w_uk, w_uv_t = attn._absorbed_weights()
+    q_lat = torch.bmm(q[:, :nope].unsqueeze(1), w_uk).view(heads, attn.kv_rank)
+    q_cat = torch.cat([q_lat, rot[:heads]], dim=-1)
+    keys_used = latents[:kend] if selected is None else latents.index_select(0, selected)
+    probs = torch.softmax(torch.mm(q_cat, keys_used.t()).mul_(attn.scale), dim=-1)
+    o_lat = torch.mm(probs, keys_used[:, : attn.kv_rank])
+    out = torch.bmm(o_lat.unsqueeze(1), w_uv_t).view(1, heads * attn.v_dim)
+    return F.linear(out, attn.o_proj.weight), selected
+
+
+def _mlp(mlp, h: torch.Tensor) -> torch.Tensor:
+    if not hasattr(mlp, "experts"):  # dense
+        return F.linear(F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight)
+    chosen, weights = _route(mlp.gate, h)
+    experts = mlp.experts
+    out = None
+    for expert, weight in zip(chosen, weights):
+        y = F.linear(_swiglu(F.linear(h, experts.gate_up_proj[expert])), experts.down_proj[expert]) * weight
+        out = y if out is None else out + y
+    shared = mlp.shared_experts
+    y = F.linear(F.silu(F.linear(h, shared.gate_proj.weight)) * F.linear(h, shared.up_proj.weight), shared.down_proj.weight)
+    return y if out is None else out + y
+
+
+def decode_one(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache, step: Step,
+               role_ids: torch.Tensor, selections: list | None = None) -> torch.Tensor:
+    """Logits ``[1, 1, V]`` for ``input_ids [1, 1]`` appended to ``cache`` (which must have room).
+
+    ``selections``: if a list, each layer's selected key positions (``[K]`` or None for all keys) are appended.
+    """
+    x = F.embedding(input_ids[0], model.model.embed_tokens.weight)  # [1, H]
+    selected = None
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        norm = layer.input_layernorm
+        out, selected = _attention(attn, _rms(x, norm.weight, norm.eps), step, cache, selected)
+        if selections is not None:
+            selections.append(selected)
+        x = x + out
+        norm = layer.post_attention_layernorm
+        x = x + _mlp(layer.mlp, _rms(x, norm.weight, norm.eps))
+    cache.commit(input_ids, role_ids)
+    norm = model.model.norm
+    return F.linear(_rms(x, norm.weight, norm.eps), model.lm_head.weight).view(1, 1, -1)
