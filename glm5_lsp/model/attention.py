@@ -15,13 +15,20 @@ Interleaved RoPE (GLM/DeepSeek lay rotary dims out in pairs) is :func:`apply_rop
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
 
+@functools.lru_cache(maxsize=8)
+def _inv_freq(dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
+
+
 def rope_cos_sin(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin per position and rotary pair: ``[T] -> ([T, dim/2], [T, dim/2])`` in fp32."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim))
+    inv_freq = _inv_freq(dim, theta, positions.device)  # a decoding step would spend ~1/4 of this call on it
     freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]
     return freqs.cos(), freqs.sin()
 

@@ -20,6 +20,7 @@ ARCHITECTURE.md, "Attention policy"):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -85,14 +86,7 @@ class AttentionPolicy:
 
     def role_bias(self) -> torch.Tensor:
         """Bias per role id, in units of a query row's score standard deviation: ``[len(Role)]``."""
-        bias = torch.zeros(len(Role))
-        c = self.config
-        if c.syntax_aware:
-            bias[Role.API_DOC] = BIAS_SCALE * c.api_focus
-            bias[Role.SYMBOL] = BIAS_SCALE * c.api_focus / 2
-            bias[Role.INDENT] = BIAS_SCALE * c.indent_flow
-            bias[Role.CURRENT_BLOCK] = BIAS_SCALE * CURRENT_BLOCK_BIAS
-        return bias
+        return _role_bias(self.config)
 
     def key_bias(self, roles: torch.Tensor) -> torch.Tensor:
         """Per-key bias units for a role sequence ``[B, T]`` -> ``[B, T]`` (float)."""
@@ -110,6 +104,18 @@ class AttentionPolicy:
         if not self.forces_error_context:
             return torch.zeros_like(roles, dtype=torch.bool)
         return roles == Role.ERROR_CONTEXT
+
+
+@functools.lru_cache(maxsize=64)
+def _role_bias(c: AttentionConfig) -> torch.Tensor:
+    """``AttentionPolicy.role_bias`` (built once per config: decoding asks at every token). Read-only."""
+    bias = torch.zeros(len(Role))
+    if c.syntax_aware:
+        bias[Role.API_DOC] = BIAS_SCALE * c.api_focus
+        bias[Role.SYMBOL] = BIAS_SCALE * c.api_focus / 2
+        bias[Role.INDENT] = BIAS_SCALE * c.indent_flow
+        bias[Role.CURRENT_BLOCK] = BIAS_SCALE * CURRENT_BLOCK_BIAS
+    return bias
 
 
 def roles_tensor(roles: torch.Tensor | list[int] | list[list[int]] | None, batch: int, length: int) -> torch.Tensor | None:
