@@ -224,7 +224,16 @@ class Glm5Server(LanguageServer):
             as_you_type = kind in ("inline", "completion")
             budget = self.settings.budgets.completion_ms / 1000 if as_you_type else None
 
+            picked_up = [0.0, 0.0]  # when the model worker started and finished the job
+
             def job() -> PipelineResult | None:
+                picked_up[0] = time.perf_counter()
+                try:
+                    return run()
+                finally:
+                    picked_up[1] = time.perf_counter()
+
+            def run() -> PipelineResult | None:
                 pipeline = self.current_pipeline()
                 if pipeline is None or token.cancelled:
                     return None
@@ -239,13 +248,17 @@ class Glm5Server(LanguageServer):
             log.debug("completion at %s:%d dropped (%s)", target.path, target.offset, token.reason or "no model")
             return ""
         if not result.clean and not self.settings.repair.return_unclean:
-            log.info("completion dropped: it adds diagnostics %s", result.diagnostics_after[:2])
+            if result.diagnostics_after:
+                log.info("completion dropped: it adds diagnostics %s", result.diagnostics_after[:2])
+            else:
+                log.info("completion dropped: no candidate was left with any text")
             text = ""
         else:
             text = await self.cleaned(target, result, multiline)
-        log.debug("%s completion at %s:%d: %.0f ms (pipeline %.0f ms, %d round(s)%s)%s", kind, target.path,
-                  target.offset, (time.perf_counter() - started) * 1000, result.seconds * 1000, result.rounds,
-                  ", the typed word finished" if result.finished_word else "", "" if text else ", empty")
+        log.debug("%s completion at %s:%d: %.0f ms (waited %.0f ms for the model worker, pipeline %.0f of %.0f ms there, "
+                  "%d round(s)%s)%s", kind, target.path, target.offset, (time.perf_counter() - started) * 1000,
+                  (picked_up[0] - started) * 1000, result.seconds * 1000, (picked_up[1] - picked_up[0]) * 1000,
+                  result.rounds, ", the typed word finished" if result.finished_word else "", "" if text else ", empty")
         self.cache.put(key, text)
         self.typed_through.remember(shown, target.text, target.offset, text)
         return text
