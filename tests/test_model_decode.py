@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny import tiny_model
 
 from glm5_lsp.model import AttentionPolicy, KVCache, Role
 from glm5_lsp.model import decode as lean
-from tiny import tiny_model
 
 TOL = 1e-5
 
