@@ -424,7 +424,7 @@ class Pipeline:
                           template.runner_for(task.target.language),
                           rewriters=template.rewriters, penalties=template.penalties,
                           monitor_factory=template.monitor_factory, postprocess=lambda text: self.postprocess(text, task),
-                          finisher=template.finisher)
+                          finisher=template.finisher, word_check=template.word_check)
         request = CompletionRequest(
             prompt=task.prompt, max_tokens=task.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
             seed=settings.seed, stop=list(task.stop), use_attention_policy=settings.use_attention_policy,

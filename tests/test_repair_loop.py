@@ -266,6 +266,54 @@ def test_with_nothing_clean_an_as_you_type_completion_finishes_the_typed_word() 
     assert whole.text is None and not whole.clean
 
 
+def test_a_word_nothing_binds_is_rejected_where_the_document_does_not_parse() -> None:
+    """``to`` typed in a line cut short (the indented line under it no longer parses, so no checker sees
+    names): ``total_count`` passes every checker but nothing binds it. The word check rejects it and
+    the finished word (``total``) is the answer; without the check the made-up name is returned."""
+    from glm5_lsp.repair.words import finishing_words, unknown_word
+
+    document = "def count(items):\n    total = 0\n    for item in items:\n        to\n            total += 1\n    return total\n"
+    cursor = document.index("to\n") + 2
+    where = RepairTarget(document, cursor, cursor, "counting.py", "python")
+    request = CompletionRequest(Prompt(document[:cursor], document[cursor:], []))
+    unchecked = RepairLoop(ScriptedBackend(["tal_count"]), RepairSettings(max_rounds=1, max_truncations=2), RUNNER,
+                           finisher=finishing_words).run(request, where)
+    assert unchecked.clean and unchecked.text == "tal_count"
+    model = ScriptedBackend(["tal_count", "tal_count"])
+    checked = RepairLoop(model, RepairSettings(max_rounds=2, max_truncations=2),
+                         RUNNER, finisher=finishing_words, word_check=unknown_word).run(request, where)
+    assert checked.clean and checked.text == "tal" and checked.candidates[-1].finished_word
+    assert len(model.requests) == 1  # only the word was wrong: finished at once, no second generation
+    (problem,) = checked.candidates[0].blocking
+    assert (problem.source, problem.code, problem.line, problem.col) == ("names", "undefined-name", 3, 8)
+    assert "'total_count'" in problem.message
+    # A fix or a generated body (no truncation: not as-you-type) is not checked this way.
+    body = RepairLoop(ScriptedBackend(["tal_count"]), RepairSettings(max_rounds=1), RUNNER,
+                      word_check=unknown_word).run(request, where)
+    assert body.clean and body.text == "tal_count"
+
+
+def test_unknown_word_flags_only_names_read_that_nothing_binds() -> None:
+    from glm5_lsp.repair.words import unknown_word
+
+    before = "import os\n\ndef f(items):\n    total = 0\n    "
+    after = "\n        total += 1\n    return total\n"
+    assert unknown_word(before, "el", "e_to", after, "python") == "ele_to"
+    assert unknown_word(before, "zz", "top(1)", after, "python") == "zztop"
+    for typed, text in [("wh", "ile True:"), ("to", "tal"), ("it", "ems"), ("pr", "int(total)"),  # keyword, local, parameter, builtin
+                        ("co", "unt = 0"), ("co", "unt, x = 1, 2"), ("co", "unt += 1"), ("na", "me: int")]:  # bound here
+        assert unknown_word(before, typed, text, after, "python") is None, (typed, text)
+    assert unknown_word(before + "for ", "ab", "c in items:", after, "python") is None  # a loop variable
+    assert unknown_word(before + "os.", "pa", "th", after, "python") is None  # an attribute: jedi's business
+    assert unknown_word(before, "la", "ter", after + "later = 3\n", "python") is None  # bound further down
+    assert unknown_word("from x import *\n" + before, "zz", "top(1)", after, "python") is None
+    assert unknown_word(before, "zz", "top(1)", after, "javascript") is None
+    assert unknown_word(before + '"""Count the ', "wo", "lds.", after, "python") is None  # prose in a docstring
+    assert unknown_word(before + "x = 1  # the ", "wo", "lds", after, "python") is None  # ... in a comment
+    assert unknown_word(before + 'raise ValueError("Extra ', "da", "tibility", after, "python") is None  # ... a string
+    assert unknown_word(before, "", "zztop", after, "python") is None  # nothing typed: not a word being finished
+
+
 def test_finishing_words_prefers_the_names_used_near_the_cursor() -> None:
     from glm5_lsp.repair.words import finishing_words
 

@@ -9,7 +9,9 @@
 - the decoding monitor for Python (``monitor.python_monitor_factory``) when the vocabulary's token
   strings are given (``Tokenizer.token_strings()``; a backend without internals ignores it anyway);
 - the word finisher (``words.finishing_words``): an as-you-type completion with no clean candidate
-  may finish the typed word from the names around it.
+  may finish the typed word from the names around it;
+- the word check (``words.unknown_word``): an as-you-type completion may not finish the typed word
+  as a name nothing binds (what the checkers cannot see while the document does not parse).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from glm5_lsp.repair.templates import (
     KnownExceptions,
     exception_rewriter,
 )
-from glm5_lsp.repair.words import finishing_words
+from glm5_lsp.repair.words import finishing_words, unknown_word
 
 
 def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,
@@ -48,4 +50,5 @@ def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,
         rewriters.append(exception_rewriter(known))
     factory = python_monitor_factory(token_strings, monitor_settings) if token_strings is not None else None
     return RepairLoop(backend, settings, runner, rewriters=rewriters, penalties=penalties,
-                      monitor_factory=factory, postprocess=postprocess, finisher=finishing_words)
+                      monitor_factory=factory, postprocess=postprocess, finisher=finishing_words,
+                      word_check=unknown_word)

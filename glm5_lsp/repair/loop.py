@@ -13,7 +13,9 @@ rather than waiting for another generation. The loop stops at the first clean ca
 ``max_rounds`` generations, or when ``time_budget_s`` is spent (the running generation is cancelled
 through ``should_cancel`` at the deadline). If none is clean, such a completion may still finish the
 word typed at the cursor from the names around it (``finisher``, ``glm5_lsp.repair.words``), judged
-the same way.
+the same way. Such completions also get the ``word_check``: a candidate that finishes the typed word
+as a name nothing binds is unclean ("undefined name", source ``names``) even where the checkers see
+no names because the document does not parse.
 
 The best candidate is chosen by: no blocking diagnostic first, then fewer of them, then fewer style
 breaks (``penalties``), then the higher mean log-probability per token. By default only a clean
@@ -41,6 +43,7 @@ from glm5_lsp.spans import Prompt
 
 log = logging.getLogger(__name__)
 _TRAILING_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+WORD_CHECK_SOURCE = "names"  # the source of ``word_check``'s diagnostics
 
 
 @dataclass
@@ -119,6 +122,7 @@ class RepairResult:
 
 Rewriter = Callable[[str, RepairTarget], "str | None"]  # a fixed candidate, or None for no change
 WordFinisher = Callable[[str, str, str, str], "list[str]"]  # (before the word, the word, after, language) -> words
+WordCheck = Callable[[str, str, str, str, str], str | None]  # (before, typed, text, after, language) -> unknown word
 Penalty = Callable[[str, RepairTarget], int]
 MonitorFactory = Callable[[RepairTarget], "LogitsProcessor | None"]
 
@@ -128,6 +132,16 @@ def _empty(text: str, forced: str) -> bool:
     return not (text[len(forced):] if forced and text.startswith(forced) else text).strip()
 
 
+def _typed_word(forced_prefix: str, target: RepairTarget) -> tuple[str, int]:
+    """The word typed at the cursor and where it starts. Healed requests (``forced_prefix``) replace
+    it, so candidates begin with it; otherwise candidates go in after it."""
+    if forced_prefix:
+        return forced_prefix, target.start
+    found = _TRAILING_WORD.search(target.document, 0, target.start)
+    typed = found.group(0) if found else ""
+    return typed, target.start - len(typed)
+
+
 class RepairLoop:
     """Regenerate-before-returning for one backend; reusable across requests."""
 
@@ -135,7 +149,7 @@ class RepairLoop:
                  runner: DiagnosticRunner | None = None, *, rewriters: Sequence[Rewriter] = (),
                  penalties: Sequence[Penalty] = (), monitor_factory: MonitorFactory | None = None,
                  postprocess: Callable[[str], str] | None = None, finisher: WordFinisher | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 word_check: WordCheck | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.backend = backend
         self.settings = settings or RepairSettings()
         self._runner = runner
@@ -144,6 +158,7 @@ class RepairLoop:
         self.monitor_factory = monitor_factory
         self.postprocess = postprocess
         self.finisher = finisher
+        self.word_check = word_check
         self.clock = clock
         self._runners: dict[str, DiagnosticRunner] = {}  # per language, kept: providers keep recent parses
 
@@ -188,13 +203,15 @@ class RepairLoop:
             text = self.postprocess(completion.text) if self.postprocess else completion.text
             text, verdict = self._judge_with_rewrites(text, target, runner, before, baseline.skipped)
             skipped += [s for s in verdict.skipped if s not in skipped]
-            blocking = verdict.blocking(settings.blocking_severities)
+            blocking = verdict.blocking(settings.blocking_severities) or self._word_problem(text, request.forced_prefix, target)
             candidate = Candidate(text, round_no, verdict.introduced, blocking, completion.logprob,
                                   completion.completion_tokens, sum(p(text, target) for p in self.penalties),
                                   empty=_empty(text, request.forced_prefix))
             candidates.append(candidate)
             if not candidate.rank(settings.reject_empty)[0]:
                 break
+            if self.finisher is not None and blocking and all(d.source == WORD_CHECK_SOURCE for d in blocking):
+                break  # only the typed word is wrong: its finished form is cheaper than another generation
             shorter = self._shorten(candidate, target, runner, before, baseline.skipped, request.forced_prefix,
                                     deadline)
             if shorter is not None:
@@ -262,6 +279,8 @@ class RepairLoop:
                             target.language, before, before_skipped)
             if verdict.blocking(self.settings.blocking_severities) or _empty(text, forced):
                 continue
+            if self._word_problem(text, forced, target):
+                continue
             share = length / max(len(candidate.text), 1)  # the log-probability of the kept part, roughly
             return Candidate(text, candidate.round, verdict.introduced, [],
                              None if candidate.logprob is None else candidate.logprob * share,
@@ -277,12 +296,7 @@ class RepairLoop:
         if self.finisher is None or self.settings.max_truncations <= 0:
             return None
         document = target.document
-        if request.forced_prefix:  # healed: candidates replace the typed word, which they begin with
-            typed, word_start = request.forced_prefix, target.start
-        else:  # candidates go in at the cursor, after the typed word
-            found = _TRAILING_WORD.search(document, 0, target.start)
-            typed = found.group(0) if found else ""
-            word_start = target.start - len(typed)
+        typed, word_start = _typed_word(request.forced_prefix, target)
         if not typed:
             return None
         words = self.finisher(document[:word_start], typed, document[target.end:], target.language)
@@ -296,6 +310,24 @@ class RepairLoop:
                 return Candidate(text, 0, verdict.introduced, [], None, 0, sum(p(text, target) for p in self.penalties),
                                  finished_word=True)
         return None
+
+    def _word_problem(self, text: str, forced_prefix: str, target: RepairTarget) -> list[Diagnostic]:
+        """``word_check``'s verdict on the word the candidate finishes at the cursor, as a blocking
+        diagnostic ("undefined name") there; as-you-type completions only (``max_truncations``)."""
+        if self.word_check is None or self.settings.max_truncations <= 0:
+            return []
+        typed, word_start = _typed_word(forced_prefix, target)
+        if not typed:
+            return []
+        rest = text[len(typed):] if forced_prefix and text.startswith(typed) else text
+        document = target.document
+        word = self.word_check(document[:word_start], typed, rest, document[target.end:], target.language)
+        if word is None:
+            return []
+        line = document.count("\n", 0, word_start)
+        col = word_start - (document.rfind("\n", 0, word_start) + 1)
+        return [Diagnostic(line, col, line, col + len(word), f"undefined name {word!r}: nothing in this file or "
+                           "in scope binds it", "error", WORD_CHECK_SOURCE, "undefined-name")]
 
     def _repair_request(self, original: CompletionRequest, failed: Candidate, verdict: Judgement,
                         target: RepairTarget, round_no: int) -> CompletionRequest:

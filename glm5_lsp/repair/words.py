@@ -11,6 +11,10 @@ the enclosing functions' names, the module's, builtins and keywords), the docume
 other languages. They are ranked by how often they occur near the cursor (within ``NEAR`` characters),
 then in the whole document, then by length: what the code around the cursor keeps using is the likeliest
 next word, as in the plain word completers editors have long had.
+
+:func:`unknown_word` is the other side: the word a generated candidate finishes must be one something
+binds (or one the candidate binds), which the checkers cannot tell while the line being typed keeps the
+document from parsing.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from glm5_lsp.postprocess import ends_in_code
+from glm5_lsp.repair.monitor import open_triple_quote
 from glm5_lsp.repair.scope import scope_at
 
 NEAR = 3000  # characters on each side of the cursor counted as "near"
@@ -41,3 +47,35 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     total = Counter(_IDENT.findall(before)) + Counter(_IDENT.findall(after))
     words.sort(key=lambda w: (-near[w], -total[w], len(w), w))
     return words[:limit]
+
+
+_BINDS_ON_LINE = re.compile(r"\b(?:def|class|for|as|import|from|lambda|global|nonlocal|with|except|del)\b")
+_BOUND_AFTER = re.compile(r"\s*(?:=(?!=)|[-+*/%&|^@]=|//=|\*\*=|>>=|<<=|,|:(?!=)|in\b|as\b)")
+_STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+\*", re.MULTILINE)
+_WORD_HEAD = re.compile(r"[A-Za-z0-9_]*")
+
+
+def unknown_word(before: str, typed: str, text: str, after: str, language: str) -> str | None:
+    """The word ``typed`` + ``text``'s leading identifier characters when nothing could bind it, else None.
+
+    For a document that does not parse (the line being typed is often cut short), the checkers see no
+    names at all, so ``el`` finished as ``ele_to`` passes them. This is the check they cannot make:
+    the word is code (not in a string or comment) and read (not after ``.``, not bound on its line by ``def``/``for``/``import``/... or by
+    what follows it: ``=``, ``,``, ``:``, ``in``, ``as``), and it is neither in scope at the cursor
+    (:func:`~glm5_lsp.repair.scope.scope_at`, builtins and keywords included) nor anywhere else in the
+    document. Python only; lenient wherever the text leaves room for doubt (a star import, say).
+    ``before`` is the document up to the typed word, ``after`` the document after the cursor."""
+    if language != "python" or not typed or not _IDENT.fullmatch(typed) or before.endswith("."):
+        return None
+    tail = _WORD_HEAD.match(text)
+    word = typed + (tail.group(0) if tail else "")
+    rest = text[len(word) - len(typed):]
+    line = before[before.rfind("\n") + 1:]
+    if open_triple_quote(before) is not None or not ends_in_code(line, language):
+        return None  # prose in a docstring, a string or a comment: words, not names
+    if _BINDS_ON_LINE.search(line) or _BOUND_AFTER.match(rest) or word in scope_at(before, after)[0]:
+        return None
+    pattern = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])")
+    if pattern.search(before) or pattern.search(after) or _STAR_IMPORT.search(before) or _STAR_IMPORT.search(after):
+        return None
+    return word
