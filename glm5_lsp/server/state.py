@@ -248,10 +248,7 @@ class Glm5Server(LanguageServer):
             log.debug("completion at %s:%d dropped (%s)", target.path, target.offset, token.reason or "no model")
             return ""
         if not result.clean and not self.settings.repair.return_unclean:
-            if result.diagnostics_after:
-                log.info("completion dropped: it adds diagnostics %s", result.diagnostics_after[:2])
-            else:
-                log.info("completion dropped: no candidate was left with any text")
+            log.info("completion dropped: no candidate passed the checks in %d round(s)", result.rounds)
             text = ""
         else:
             text = await self.cleaned(target, result, multiline)
