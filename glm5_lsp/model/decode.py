@@ -50,7 +50,8 @@ def applies(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm of one row: the scale as a Python float from one norm (a composite kernel costs ~3x)."""
+    """RMSNorm of one row: the scale as a Python float from one norm (``F.rms_norm``'s composite
+    kernel takes about 1.6x as long on one row)."""
     norm = float(torch.linalg.vector_norm(x))
     return torch.mul(x, weight).mul_(1.0 / math.sqrt(norm * norm / x.shape[-1] + eps))
 
@@ -77,7 +78,8 @@ def _route(router, h: torch.Tensor) -> tuple[list[int], list[float]]:
 
 
 def _attention(attn, x: torch.Tensor, step: Step, cache: KVCache, selected: torch.Tensor | None):
-    """One layer's attention for the newest token: ``(output [1, H], the keys it selected or None)``."""
+    """One layer's attention for the newest token: ``(output [1, H], the keys it selected or None)``.
+    A "shared" layer (no indexer) attends to ``selected``, the previous full layer's keys."""
     pos = step.start
     kend = pos + 1
     heads, nope, rope = attn.n_heads, attn.nope_dim, attn.rope_dim
@@ -112,8 +114,6 @@ def _attention(attn, x: torch.Tensor, step: Step, cache: KVCache, selected: torc
                 std = scores.std(correction=0)
                 scores = scores + step.key_bias[0, :kend] * torch.where(std > 0, std, torch.ones_like(std))
             selected = scores.topk(step.topk, sorted=False)[1]
-    elif step.dense:
-        selected = None
 
     w_uk, w_uv_t = attn._absorbed_weights()
     q_lat = torch.bmm(q[:, :nope].unsqueeze(1), w_uk).view(heads, attn.kv_rank)

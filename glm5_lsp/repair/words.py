@@ -60,11 +60,12 @@ def unknown_word(before: str, typed: str, text: str, after: str, language: str) 
 
     For a document that does not parse (the line being typed is often cut short), the checkers see no
     names at all, so ``el`` finished as ``ele_to`` passes them. This is the check they cannot make:
-    the word is code (not in a string or comment) and read (not after ``.``, not bound on its line by ``def``/``for``/``import``/... or by
-    what follows it: ``=``, ``,``, ``:``, ``in``, ``as``), and it is neither in scope at the cursor
-    (:func:`~glm5_lsp.repair.scope.scope_at`, builtins and keywords included) nor anywhere else in the
-    document. Python only; lenient wherever the text leaves room for doubt (a star import, say).
-    ``before`` is the document up to the typed word, ``after`` the document after the cursor."""
+    the word is code (not in a string or comment) and read (not after ``.``, not bound on its line by
+    ``def``/``for``/``import``/... or by what follows it: ``=``, ``,``, ``:``, ``in``, ``as``), and it
+    is neither anywhere else in the document nor in scope at the cursor
+    (:func:`~glm5_lsp.repair.scope.scope_at`, builtins and keywords included). Python only; lenient
+    wherever the text leaves room for doubt (a star import, say). ``before`` is the document up to the
+    typed word, ``after`` the document after the cursor."""
     if language != "python" or not typed or not _IDENT.fullmatch(typed) or before.endswith("."):
         return None
     tail = _WORD_HEAD.match(text)
@@ -73,9 +74,9 @@ def unknown_word(before: str, typed: str, text: str, after: str, language: str) 
     line = before[before.rfind("\n") + 1:]
     if open_triple_quote(before) is not None or not ends_in_code(line, language):
         return None  # prose in a docstring, a string or a comment: words, not names
-    if _BINDS_ON_LINE.search(line) or _BOUND_AFTER.match(rest) or word in scope_at(before, after)[0]:
+    if _BINDS_ON_LINE.search(line) or _BOUND_AFTER.match(rest):
         return None
     pattern = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])")
     if pattern.search(before) or pattern.search(after) or _STAR_IMPORT.search(before) or _STAR_IMPORT.search(after):
-        return None
-    return word
+        return None  # (searched first: a scan of the text in C, where the scope below is 10-14 ms of Python)
+    return None if word in scope_at(before, after)[0] else word
