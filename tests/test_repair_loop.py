@@ -301,7 +301,7 @@ def test_unknown_word_flags_only_names_read_that_nothing_binds() -> None:
     assert unknown_word(before, "el", "e_to", after, "python") == "ele_to"
     assert unknown_word(before, "zz", "top(1)", after, "python") == "zztop"
     for typed, text in [("wh", "ile True:"), ("to", "tal"), ("it", "ems"), ("pr", "int(total)"),  # keyword, local, parameter, builtin
-                        ("co", "unt = 0"), ("co", "unt, x = 1, 2"), ("co", "unt += 1"), ("na", "me: int")]:  # bound here
+                        ("co", "unt = 0"), ("co", "unt, x = 1, 2"), ("co", "unt += 1"), ("na", "me: int"), ("ma", "tch := 3")]:  # bound here
         assert unknown_word(before, typed, text, after, "python") is None, (typed, text)
     assert unknown_word(before + "for ", "ab", "c in items:", after, "python") is None  # a loop variable
     assert unknown_word(before + "os.", "pa", "th", after, "python") is None  # an attribute: jedi's business

@@ -50,7 +50,7 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
 
 
 _BINDS_ON_LINE = re.compile(r"\b(?:def|class|for|as|import|from|lambda|global|nonlocal|with|except|del)\b")
-_BOUND_AFTER = re.compile(r"\s*(?:=(?!=)|[-+*/%&|^@]=|//=|\*\*=|>>=|<<=|,|:(?!=)|in\b|as\b)")
+_BOUND_AFTER = re.compile(r"\s*(?:=(?!=)|[-+*/%&|^@]=|//=|\*\*=|>>=|<<=|,|:=?|in\b|as\b)")
 _STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+\*", re.MULTILINE)
 _WORD_HEAD = re.compile(r"[A-Za-z0-9_]*")
 
@@ -61,7 +61,7 @@ def unknown_word(before: str, typed: str, text: str, after: str, language: str) 
     For a document that does not parse (the line being typed is often cut short), the checkers see no
     names at all, so ``el`` finished as ``ele_to`` passes them. This is the check they cannot make:
     the word is code (not in a string or comment) and read (not after ``.``, not bound on its line by
-    ``def``/``for``/``import``/... or by what follows it: ``=``, ``,``, ``:``, ``in``, ``as``), and it
+    ``def``/``for``/``import``/... or by what follows it: ``=``, ``:=``, ``,``, ``:``, ``in``, ``as``), and it
     is neither anywhere else in the document nor in scope at the cursor
     (:func:`~glm5_lsp.repair.scope.scope_at`, builtins and keywords included). Python only; lenient
     wherever the text leaves room for doubt (a star import, say). ``before`` is the document up to the
