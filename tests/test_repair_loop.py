@@ -304,6 +304,7 @@ def test_unknown_word_flags_only_names_read_that_nothing_binds() -> None:
                         ("co", "unt = 0"), ("co", "unt, x = 1, 2"), ("co", "unt += 1"), ("na", "me: int"), ("ma", "tch := 3")]:  # bound here
         assert unknown_word(before, typed, text, after, "python") is None, (typed, text)
     assert unknown_word(before + "for ", "ab", "c in items:", after, "python") is None  # a loop variable
+    assert unknown_word(before + "total = [", "it", "em * 2 for item in items]", after, "python") is None  # bound later
     assert unknown_word(before + "os.", "pa", "th", after, "python") is None  # an attribute: jedi's business
     assert unknown_word(before, "la", "ter", after + "later = 3\n", "python") is None  # bound further down
     assert unknown_word("from x import *\n" + before, "zz", "top(1)", after, "python") is None

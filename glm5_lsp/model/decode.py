@@ -127,16 +127,21 @@ def _attention(attn, x: torch.Tensor, step: Step, cache: KVCache, selected: torc
 
 def _mlp(mlp, h: torch.Tensor) -> torch.Tensor:
     if not hasattr(mlp, "experts"):  # dense
-        return F.linear(F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight)
+        return _swiglu_mlp(mlp, h)
     chosen, weights = _route(mlp.gate, h)
     experts = mlp.experts
     out = None
     for expert, weight in zip(chosen, weights):
         y = F.linear(_swiglu(F.linear(h, experts.gate_up_proj[expert])), experts.down_proj[expert]) * weight
         out = y if out is None else out + y
-    shared = mlp.shared_experts
-    y = F.linear(F.silu(F.linear(h, shared.gate_proj.weight)) * F.linear(h, shared.up_proj.weight), shared.down_proj.weight)
+    y = _swiglu_mlp(mlp.shared_experts, h)
     return y if out is None else out + y
+
+
+def _swiglu_mlp(mlp, h: torch.Tensor) -> torch.Tensor:
+    """``MLP.forward`` without the module calls."""
+    gate = F.silu(F.linear(h, mlp.gate_proj.weight))
+    return F.linear(gate * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight)
 
 
 def decode_one(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache, step: Step,

@@ -203,7 +203,8 @@ class RepairLoop:
             text = self.postprocess(completion.text) if self.postprocess else completion.text
             text, verdict = self._judge_with_rewrites(text, target, runner, before, baseline.skipped)
             skipped += [s for s in verdict.skipped if s not in skipped]
-            blocking = verdict.blocking(settings.blocking_severities) or self._word_problem(text, request.forced_prefix, target)
+            blocking = (verdict.blocking(settings.blocking_severities)
+                        or self._word_problem(text, request.forced_prefix, target))
             candidate = Candidate(text, round_no, verdict.introduced, blocking, completion.logprob,
                                   completion.completion_tokens, sum(p(text, target) for p in self.penalties),
                                   empty=_empty(text, request.forced_prefix))

@@ -60,9 +60,9 @@ def unknown_word(before: str, typed: str, text: str, after: str, language: str) 
 
     For a document that does not parse (the line being typed is often cut short), the checkers see no
     names at all, so ``el`` finished as ``ele_to`` passes them. This is the check they cannot make:
-    the word is code (not in a string or comment) and read (not after ``.``, not bound on its line by
-    ``def``/``for``/``import``/... or by what follows it: ``=``, ``:=``, ``,``, ``:``, ``in``, ``as``), and it
-    is neither anywhere else in the document nor in scope at the cursor
+    the word is code (not in a string or comment) and read (not after ``.``, not on a line that binds
+    names with ``def``/``for``/``import``/..., not followed by ``=``, ``:=``, ``,``, ``:``, ``in``,
+    ``as``), and it is neither anywhere else in the document nor in scope at the cursor
     (:func:`~glm5_lsp.repair.scope.scope_at`, builtins and keywords included). Python only; lenient
     wherever the text leaves room for doubt (a star import, say). ``before`` is the document up to the
     typed word, ``after`` the document after the cursor."""
@@ -74,8 +74,8 @@ def unknown_word(before: str, typed: str, text: str, after: str, language: str) 
     line = before[before.rfind("\n") + 1:]
     if open_triple_quote(before) is not None or not ends_in_code(line, language):
         return None  # prose in a docstring, a string or a comment: words, not names
-    if _BINDS_ON_LINE.search(line) or _BOUND_AFTER.match(rest):
-        return None
+    if _BINDS_ON_LINE.search(line) or _BOUND_AFTER.match(rest) or _BINDS_ON_LINE.search(rest.split("\n", 1)[0]):
+        return None  # bound before it on its line, right after it, or later on it (``[x for x in xs]``)
     pattern = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])")
     if pattern.search(before) or pattern.search(after) or _STAR_IMPORT.search(before) or _STAR_IMPORT.search(after):
         return None  # (searched first: a scan of the text in C, where the scope below is 10-14 ms of Python)

@@ -252,8 +252,8 @@ class Glm5Server(LanguageServer):
             text = ""
         else:
             text = await self.cleaned(target, result, multiline)
-        log.debug("%s completion at %s:%d: %.0f ms (waited %.0f ms for the model worker, pipeline %.0f of %.0f ms there, "
-                  "%d round(s)%s)%s", kind, target.path, target.offset, (time.perf_counter() - started) * 1000,
+        log.debug("%s completion at %s:%d: %.0f ms (waited %.0f ms for the model worker, "
+                  "pipeline %.0f of %.0f ms there, %d round(s)%s)%s", kind, target.path, target.offset, (time.perf_counter() - started) * 1000,
                   (picked_up[0] - started) * 1000, result.seconds * 1000, (picked_up[1] - picked_up[0]) * 1000,
                   result.rounds, ", the typed word finished" if result.finished_word else "", "" if text else ", empty")
         self.cache.put(key, text)
