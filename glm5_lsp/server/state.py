@@ -229,16 +229,13 @@ class Glm5Server(LanguageServer):
             def job() -> PipelineResult | None:
                 picked_up[0] = time.perf_counter()
                 try:
-                    return run()
+                    pipeline = self.current_pipeline()
+                    if pipeline is None or token.cancelled:
+                        return None
+                    return pipeline.complete(target.text, target.offset, path=target.path, language=target.language,
+                                             multiline=multiline, should_cancel=token, time_budget_s=budget)
                 finally:
                     picked_up[1] = time.perf_counter()
-
-            def run() -> PipelineResult | None:
-                pipeline = self.current_pipeline()
-                if pipeline is None or token.cancelled:
-                    return None
-                return pipeline.complete(target.text, target.offset, path=target.path, language=target.language,
-                                         multiline=multiline, should_cancel=token, time_budget_s=budget)
 
             result = await self.run_model(token, job, self.settings.budgets.request_timeout_ms / 1000)
         finally:
@@ -253,9 +250,10 @@ class Glm5Server(LanguageServer):
         else:
             text = await self.cleaned(target, result, multiline)
         log.debug("%s completion at %s:%d: %.0f ms (waited %.0f ms for the model worker, "
-                  "pipeline %.0f of %.0f ms there, %d round(s)%s)%s", kind, target.path, target.offset, (time.perf_counter() - started) * 1000,
-                  (picked_up[0] - started) * 1000, result.seconds * 1000, (picked_up[1] - picked_up[0]) * 1000,
-                  result.rounds, ", the typed word finished" if result.finished_word else "", "" if text else ", empty")
+                  "pipeline %.0f of %.0f ms there, %d round(s)%s)%s", kind, target.path, target.offset,
+                  (time.perf_counter() - started) * 1000, (picked_up[0] - started) * 1000, result.seconds * 1000,
+                  (picked_up[1] - picked_up[0]) * 1000, result.rounds,
+                  ", the typed word finished" if result.finished_word else "", "" if text else ", empty")
         self.cache.put(key, text)
         self.typed_through.remember(shown, target.text, target.offset, text)
         return text
