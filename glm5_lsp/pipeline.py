@@ -59,6 +59,9 @@ class PipelineSettings:
     """Knobs shared by every front end (the server maps its LSP settings onto these)."""
 
     max_tokens: int = 64  # single-line completions
+    # Single-line completions stop before a token the model gives less than this probability, once
+    # a whole word is written (``GenerationConfig.min_token_prob``; the in-process runtime only). 0: off.
+    min_token_prob: float = 0.0
     multiline_max_tokens: int = 256  # multi-line completions, generate and fix
     temperature: float = 0.0
     top_p: float = 1.0
@@ -163,6 +166,7 @@ class _Task:
     forced_prefix: str = ""  # token healing: every candidate begins with this (cut off the document)
     truncations: int = 0  # RepairSettings.max_truncations for this task
     time_budget_s: float | None = None  # RepairSettings.time_budget_s for this task (None: the loop's own)
+    min_token_prob: float = 0.0  # CompletionRequest.min_token_prob
 
     @property
     def suffix(self) -> str:
@@ -302,6 +306,7 @@ class Pipeline:
             multiline=multiline, stop=[] if multiline else ["\n"],
             max_tokens=settings.multiline_max_tokens if multiline else settings.max_tokens, block_prefix=before,
             forced_prefix=heal, truncations=settings.truncations, time_budget_s=time_budget_s,
+            min_token_prob=0.0 if multiline else settings.min_token_prob,
         )
         if time_budget_s is not None:  # what building the prompt took is gone from the budget
             task.time_budget_s = max(1e-3, time_budget_s - (time.perf_counter() - started))
@@ -428,7 +433,7 @@ class Pipeline:
         request = CompletionRequest(
             prompt=task.prompt, max_tokens=task.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
             seed=settings.seed, stop=list(task.stop), use_attention_policy=settings.use_attention_policy,
-            should_cancel=should_cancel, forced_prefix=task.forced_prefix,
+            should_cancel=should_cancel, forced_prefix=task.forced_prefix, min_token_prob=task.min_token_prob,
         )
         repaired = loop.run(request, task.target)
         cancelled = should_cancel is not None and should_cancel()

@@ -60,11 +60,52 @@ def test_cancellation_between_tokens(gen) -> None:
     assert out.finish_reason == "cancelled" and len(out.token_ids) == 3
 
 
+class Scripted:
+    """A logits processor that makes the model write ``pieces`` (one token each), giving the i-th
+    the probability ``probs[i]`` and spreading the rest evenly over the vocabulary."""
+
+    def __init__(self, tokenizer, pieces: list[str], probs: list[float]) -> None:
+        strings = tokenizer.token_strings()
+        self.ids = [strings.index(piece) for piece in pieces]
+        self.probs = probs
+
+    def __call__(self, out, scores: torch.Tensor) -> torch.Tensor:
+        i = len(out)
+        p = self.probs[i]
+        rest = (1 - p) / (scores.numel() - 1)
+        scores = torch.full_like(scores, float(torch.log(torch.tensor(rest))))
+        scores[self.ids[i]] = float(torch.log(torch.tensor(p)))
+        return scores
+
+
+@pytest.mark.parametrize(
+    ("probs", "text", "finish"),
+    [
+        ([0.9, 0.05, 0.9, 0.05, 0.9], "ab(", "unsure"),  # unsure inside the first word: kept; after it: stopped
+        ([0.9, 0.9, 0.9, 0.9, 0.05], "ab(", "unsure"),  # the word that token would continue ('x' + 'y') goes too
+        ([0.9, 0.9, 0.05, 0.9, 0.9], "ab(xy", "length"),  # '(' is what makes the first word whole: kept
+    ],
+)
+def test_an_unsure_token_ends_the_text_after_a_whole_word(gen, probs, text, finish) -> None:
+    pieces = ["a", "b", "(", "x", "y"]
+    ids = gen.tokenizer.encode(PROMPT)
+    streamed: list[str] = []
+    config = GenerationConfig(max_new_tokens=5, stop_at_eos=False, min_token_prob=0.1)
+    out = gen.generate(ids, config, logits_processor=Scripted(gen.tokenizer, pieces, probs), on_text=streamed.append)
+    assert (out.text, out.finish_reason) == (text, finish)
+    assert "".join(streamed) == out.text and gen.tokenizer.decode(out.token_ids) == out.text
+    off = gen.generate(ids, GenerationConfig(max_new_tokens=5, stop_at_eos=False),
+                       logits_processor=Scripted(gen.tokenizer, pieces, probs))
+    assert (off.text, off.finish_reason) == ("ab(xy", "length")
+
+
 def test_bad_generation_settings() -> None:
     with pytest.raises(ValueError, match="top_p"):
         GenerationConfig(top_p=0)
     with pytest.raises(ValueError, match="temperature"):
         GenerationConfig(temperature=-1)
+    with pytest.raises(ValueError, match="min_token_prob"):
+        GenerationConfig(min_token_prob=1.0)
 
 
 def test_cli_prints_only_the_generated_text(tiny_checkpoint, gen) -> None:

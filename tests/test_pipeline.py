@@ -245,6 +245,15 @@ def test_settings_reach_the_backend() -> None:
     assert (request.max_tokens, request.temperature, request.seed) == (7, 0.5, 3)
 
 
+def test_only_single_line_completions_stop_where_the_model_is_unsure() -> None:
+    settings = PipelineSettings(min_token_prob=0.2)
+    single = scripted.ScriptedBackend("1")
+    Pipeline(single, settings).complete("x = ", 4, multiline=False)
+    multi = scripted.ScriptedBackend("1")
+    Pipeline(multi, settings).complete("def f():\n    ", len("def f():\n    "), multiline=True)
+    assert single.requests[0].min_token_prob == 0.2 and multi.requests[0].min_token_prob == 0.0
+
+
 def test_a_line_inserted_before_existing_code_ends_with_a_newline() -> None:
     document = "def f(xs):\n    total = 0\n    return total\n"
     cursor = document.index("    return")

@@ -228,7 +228,7 @@ class LocalBackend:
                 raise BackendError("empty prompt")
             config = GenerationConfig(
                 max_new_tokens=request.max_tokens, temperature=request.temperature, top_p=request.top_p,
-                seed=request.seed, stop=list(request.stop),
+                seed=request.seed, stop=list(request.stop), min_token_prob=request.min_token_prob,
             )
             # The policy only changes which keys DSA selects, never the cached keys: safe to toggle per request.
             generator.policy = self._policy if request.use_attention_policy else None

@@ -3,12 +3,14 @@
 The editor sends almost the same prompt on every keystroke; :class:`Generator` keeps the last
 request's cache and recomputes only the tokens after the longest prefix shared (ids and roles) with
 it. Decoding is greedy at temperature 0, else temperature + top-p sampling from a seeded generator;
-it stops at end-of-text, at a stop string, at ``max_new_tokens``, or when ``should_cancel()`` says so
-(checked between tokens).
+it stops at end-of-text, at a stop string, at ``max_new_tokens``, when ``should_cancel()`` says so
+(checked between tokens), or, with ``min_token_prob``, before the first token the model is unsure of
+once a whole word is written (a completion's junk tail costs steps and shows wrong text).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +33,10 @@ class GenerationConfig:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stop_at_eos: bool = True
+    # Stop before a token whose probability (softmax of the processed scores) is below this, once the
+    # text holds a whole word (a word and a character after it); a word that token would continue
+    # is dropped whole. 0 turns it off. Finish reason "unsure".
+    min_token_prob: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
@@ -39,6 +45,8 @@ class GenerationConfig:
             raise ValueError("temperature must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
+        if not 0 <= self.min_token_prob < 1:
+            raise ValueError("min_token_prob must be in [0, 1)")
 
 
 @dataclass
@@ -46,7 +54,7 @@ class Generation:
     text: str
     token_ids: list[int]
     logprob: float  # sum of the chosen tokens' log-probabilities under the model
-    finish_reason: str  # "stop" | "length" | "cancelled"
+    finish_reason: str  # "stop" | "length" | "cancelled" | "unsure" (``min_token_prob``)
     prompt_tokens: int
     cached_tokens: int  # prompt tokens reused from the previous call
     seconds: float = 0.0
@@ -63,6 +71,11 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: to
         keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # always keeps the most likely token
         probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
     return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
+
+
+_WHOLE_WORD = re.compile(r"\w\W")
+_TRAILING_WORD = re.compile(r"\w+$")
+_WORD_CHAR = re.compile(r"\w")
 
 
 def _held_back(text: str, stops: Sequence[str]) -> int:
@@ -104,6 +117,17 @@ class Generator:
         logits = self.model(ids[:, reused:], cache=self.cache, roles=role_ids[:, reused:], policy=self.policy, last_only=True)
         return logits[0, -1], reused
 
+    def _unsure_stop(self, out: list[int], text: str, token: int) -> tuple[list[int], str]:
+        """The tokens and text to keep when generation stops before ``token``: all of them, unless
+        ``token`` would continue the word the text ends with; then that word goes too."""
+        word = _TRAILING_WORD.search(text)
+        if word is None or not _WORD_CHAR.match(self.tokenizer.decode(out + [token])[len(text):]):
+            return out, text
+        out = list(out)
+        while out and len(self.tokenizer.decode(out)) > word.start():
+            out.pop()
+        return out, self.tokenizer.decode(out)
+
     @torch.inference_mode()
     def generate(
         self,
@@ -121,7 +145,7 @@ class Generator:
         rng = torch.Generator(device="cpu").manual_seed(config.seed) if config.seed is not None else None
         eos = self.tokenizer.eos_token_id if config.stop_at_eos else None
         out: list[int] = []
-        logprob = 0.0
+        logprobs: list[float] = []
         text = ""
         streamed = 0
         finish = "length"
@@ -133,7 +157,13 @@ class Generator:
             if logits_processor is not None:
                 scores = logits_processor(out, scores.clone())
             token = sample(scores.cpu(), config.temperature, config.top_p, rng)
-            logprob += float(torch.log_softmax(logits.float(), dim=-1)[token])
+            if config.min_token_prob and _WHOLE_WORD.search(text) and (
+                float(torch.softmax(scores, dim=-1)[token]) < config.min_token_prob
+            ):
+                out, text = self._unsure_stop(out, text, token)
+                finish = "unsure"
+                break
+            logprobs.append(float(torch.log_softmax(logits.float(), dim=-1)[token]))
             if eos is not None and token == eos:
                 finish = "stop"
                 break
@@ -146,6 +176,9 @@ class Generator:
                 break
             if on_text is not None:
                 ready = len(text) - _held_back(text, config.stop)
+                word = _TRAILING_WORD.search(text) if config.min_token_prob else None
+                if word is not None:  # an unsure stop may still drop the word being written
+                    ready = min(ready, word.start())
                 if text[:ready].endswith("\ufffd"):  # an unfinished UTF-8 sequence: wait for its rest
                     ready = text.rfind("\ufffd")
                 if ready > streamed:
@@ -158,7 +191,7 @@ class Generator:
         return Generation(
             text=text,
             token_ids=out,
-            logprob=logprob,
+            logprob=sum(logprobs[: len(out)]),
             finish_reason=finish,
             prompt_tokens=len(prompt_ids),
             cached_tokens=reused,

@@ -38,6 +38,7 @@ def pipeline_settings(settings: Settings) -> PipelineSettings:
     """The server's settings mapped onto the pipeline's knobs (the repair loop's included)."""
     return PipelineSettings(
         max_tokens=settings.completion.max_tokens,
+        min_token_prob=settings.completion.min_token_prob,
         multiline_max_tokens=settings.completion.multiline_max_tokens,
         temperature=settings.completion.temperature,
         use_attention_policy=settings.model.backend == "local",
