@@ -246,9 +246,10 @@ def test_settings_validation() -> None:
 
 
 def test_with_nothing_clean_an_as_you_type_completion_finishes_the_typed_word() -> None:
-    """``    rad`` typed, the model writes junk twice: the answer is the word finished from the names
-    around it (``radius``, the parameter), judged like any candidate. Only for completions that may
-    be cut short (``max_truncations``); a fix or a generated body gets nothing instead."""
+    """``    rad`` typed, the model writes junk: the answer is the word finished from the names around
+    it (``radius``, the parameter), judged like any candidate, before a second generation (which
+    runs only when no finished word is clean). Only for completions that may be cut short
+    (``max_truncations``); a fix or a generated body gets nothing instead."""
     from glm5_lsp.repair.words import finishing_words
 
     document = "import math\n\n\ndef area(radius):\n    rad\n\n\nprint(area(2))\n"
@@ -260,7 +261,14 @@ def test_with_nothing_clean_an_as_you_type_completion_finishes_the_typed_word() 
                         finisher=finishing_words).run(healed, where)
     assert result.clean and result.text == "radius"
     assert result.candidates[-1].finished_word and result.candidates[-1].round == 0
-    assert len(junk.requests) == 2  # the model had its rounds first
+    assert len(junk.requests) == 1  # the finished word came before a second generation
+    nothing = "import math\n\n\ndef area(radius):\n    zq\n"  # no name starts with "zq"
+    cursor = nothing.index("zq\n") + 2
+    stuck = ScriptedBackend(["zqx y z", "zqx y z"])
+    result = RepairLoop(stuck, RepairSettings(max_rounds=2, max_truncations=2), RUNNER, finisher=finishing_words).run(
+        CompletionRequest(Prompt(nothing[: cursor - 2], nothing[cursor:], []), forced_prefix="zq"),
+        RepairTarget(nothing, cursor - 2, cursor, "geometry.py", "python"))
+    assert result.text is None and len(stuck.requests) == 2  # no finished word: the model's second round
     whole = RepairLoop(ScriptedBackend(["radx y z"]), RepairSettings(max_rounds=1, max_truncations=0), RUNNER,
                        finisher=finishing_words).run(healed, where)
     assert whole.text is None and not whole.clean

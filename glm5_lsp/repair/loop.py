@@ -184,6 +184,7 @@ class RepairLoop:
         candidates: list[Candidate] = []
         tokens = 0
         current = request
+        finishing_tried = False  # the word finisher (``_finish_word``) is asked once at most
         for round_no in range(1, settings.max_rounds + 1):
             if round_no > 1 and (self.clock() >= deadline or (request.should_cancel and request.should_cancel())):
                 break  # out of time, or the caller cancelled (a newer keystroke): no further round
@@ -218,8 +219,16 @@ class RepairLoop:
             if shorter is not None:
                 candidates.append(shorter)
                 break
+            if round_no < settings.max_rounds and not finishing_tried:
+                # As-you-type: the typed word finished from the names around it costs a check or two,
+                # another generation a prompt's prefill and its decoding; the cheaper clean answer first.
+                finishing_tried = True
+                finished = self._finish_word(request, target, runner, before, baseline.skipped, deadline)
+                if finished is not None:
+                    candidates.append(finished)
+                    break
             current = self._repair_request(request, candidate, verdict, target, round_no + 1)
-        if all(c.rank(settings.reject_empty)[0] for c in candidates):
+        if not finishing_tried and all(c.rank(settings.reject_empty)[0] for c in candidates):
             finished = self._finish_word(request, target, runner, before, baseline.skipped, deadline)
             if finished is not None:
                 candidates.append(finished)
