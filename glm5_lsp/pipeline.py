@@ -59,8 +59,9 @@ class PipelineSettings:
     """Knobs shared by every front end (the server maps its LSP settings onto these)."""
 
     max_tokens: int = 64  # single-line completions
-    # Single-line completions stop before a token the model gives less than this probability, once
-    # a whole word is written (``GenerationConfig.min_token_prob``; the in-process runtime only). 0: off.
+    # Single-line completions stop at a token the model gives less than this probability, cut back to
+    # where the last word or bracket ended (``GenerationConfig.min_token_prob``; the in-process
+    # runtime only). 0: off.
     min_token_prob: float = 0.0
     multiline_max_tokens: int = 256  # multi-line completions, generate and fix
     temperature: float = 0.0

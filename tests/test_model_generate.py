@@ -79,24 +79,27 @@ class Scripted:
 
 
 @pytest.mark.parametrize(
-    ("probs", "text", "finish"),
+    ("pieces", "probs", "text", "finish"),
     [
-        ([0.9, 0.05, 0.9, 0.05, 0.9], "ab(", "unsure"),  # unsure inside the first word: kept; after it: stopped
-        ([0.9, 0.9, 0.9, 0.9, 0.05], "ab(", "unsure"),  # the word that token would continue ('x' + 'y') goes too
-        ([0.9, 0.9, 0.05, 0.9, 0.9], "ab(xy", "length"),  # '(' is what makes the first word whole: kept
+        # unsure inside the first word: no stopping point yet; at 'x' it cuts back to where 'ab' ended
+        ("ab(xy", [0.9, 0.05, 0.9, 0.05, 0.9], "ab", "unsure"),
+        ("ab(xy", [0.9, 0.9, 0.9, 0.9, 0.05], "ab", "unsure"),  # never after an opener, nor inside 'xy'
+        ("ab(xy", [0.9, 0.9, 0.05, 0.9, 0.9], "ab", "unsure"),  # '(' is unsure and 'ab' a finished word
+        ("a(b)x", [0.9, 0.9, 0.9, 0.9, 0.05], "a(b)", "unsure"),  # a closed bracket is a stopping point
+        ("ab(xy", [0.05, 0.05, 0.9, 0.9, 0.9], "ab(xy", "length"),  # no word ends where it is unsure
     ],
 )
-def test_an_unsure_token_ends_the_text_after_a_whole_word(gen, probs, text, finish) -> None:
-    pieces = ["a", "b", "(", "x", "y"]
+def test_an_unsure_token_cuts_the_text_back_to_its_last_stopping_point(gen, pieces, probs, text, finish) -> None:
     ids = gen.tokenizer.encode(PROMPT)
     streamed: list[str] = []
     config = GenerationConfig(max_new_tokens=5, stop_at_eos=False, min_token_prob=0.1)
-    out = gen.generate(ids, config, logits_processor=Scripted(gen.tokenizer, pieces, probs), on_text=streamed.append)
+    script = Scripted(gen.tokenizer, list(pieces), probs)
+    out = gen.generate(ids, config, logits_processor=script, on_text=streamed.append)
     assert (out.text, out.finish_reason) == (text, finish)
     assert "".join(streamed) == out.text and gen.tokenizer.decode(out.token_ids) == out.text
     off = gen.generate(ids, GenerationConfig(max_new_tokens=5, stop_at_eos=False),
-                       logits_processor=Scripted(gen.tokenizer, pieces, probs))
-    assert (off.text, off.finish_reason) == ("ab(xy", "length")
+                       logits_processor=Scripted(gen.tokenizer, list(pieces), probs))
+    assert (off.text, off.finish_reason) == (pieces, "length")
 
 
 def test_bad_generation_settings() -> None:

@@ -42,8 +42,9 @@ class CompletionRequest:
     # Streaming and cancellation, checked between tokens:
     on_text: Callable[[str], None] | None = None
     should_cancel: Callable[[], bool] | None = None
-    # Stop before a token the model gives less than this probability once a whole word is written
-    # (``GenerationConfig.min_token_prob``); the in-process runtime only, others ignore it. 0: off.
+    # Stop at a token the model gives less than this probability, cut back to where the last word or
+    # bracket ended (``GenerationConfig.min_token_prob``); the in-process runtime only, others ignore
+    # it. 0: off.
     min_token_prob: float = 0.0
     # Token healing, where the backend says ``supports_forced_prefix``: the completion begins with
     # this text (returned and streamed as part of it), written in the model's own tokens.
@@ -53,7 +54,7 @@ class CompletionRequest:
 @dataclass
 class Completion:
     text: str
-    finish_reason: str  # "stop" (stop string or end-of-text), "length", "cancelled"
+    finish_reason: str  # "stop" (stop string or end-of-text), "length", "cancelled", "unsure" (min_token_prob)
     logprob: float | None = None  # sum of the chosen tokens' log-probabilities, when known
     prompt_tokens: int = 0
     completion_tokens: int = 0

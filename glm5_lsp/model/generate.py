@@ -4,8 +4,9 @@ The editor sends almost the same prompt on every keystroke; :class:`Generator` k
 request's cache and recomputes only the tokens after the longest prefix shared (ids and roles) with
 it. Decoding is greedy at temperature 0, else temperature + top-p sampling from a seeded generator;
 it stops at end-of-text, at a stop string, at ``max_new_tokens``, when ``should_cancel()`` says so
-(checked between tokens), or, with ``min_token_prob``, before the first token the model is unsure of
-once a whole word is written (a completion's junk tail costs steps and shows wrong text).
+(checked between tokens), or, with ``min_token_prob``, at the first token the model is unsure of once a
+word is written, cut back to where the last word or bracket ended (a completion's junk tail costs
+steps and shows wrong text).
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ class GenerationConfig:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stop_at_eos: bool = True
-    # Stop before a token whose probability (softmax of the processed scores) is below this, once the
-    # text holds a whole word (a word and a character after it); a word that token would continue
-    # is dropped whole. 0 turns it off. Finish reason "unsure".
+    # At a token whose probability (softmax of the processed scores) is below this, stop and cut the
+    # text back to its last stopping point: where a word ended (the first word included) or a closing
+    # bracket was written, never after an operator or an opener (``x =``, ``f(``). Before the first
+    # word ends there is none, and generation goes on. 0 turns it off. Finish reason "unsure".
     min_token_prob: float = 0.0
 
     def __post_init__(self) -> None:
@@ -73,9 +75,18 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: to
     return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
 
 
-_WHOLE_WORD = re.compile(r"\w\W")
-_TRAILING_WORD = re.compile(r"\w+$")
 _WORD_CHAR = re.compile(r"\w")
+_CLOSERS = ")]}"
+
+
+def _stops_between(text: str, piece: str) -> bool:
+    """Whether ``text`` may end a completion that ``piece`` would go on from: a word there ends
+    (``piece`` does not go on with it) or a bracket was just closed, after some word was written."""
+    if not text or not _WORD_CHAR.search(text):
+        return False
+    if text[-1] in _CLOSERS:
+        return True
+    return _WORD_CHAR.match(text[-1]) is not None and not _WORD_CHAR.match(piece)
 
 
 def _held_back(text: str, stops: Sequence[str]) -> int:
@@ -117,17 +128,6 @@ class Generator:
         logits = self.model(ids[:, reused:], cache=self.cache, roles=role_ids[:, reused:], policy=self.policy, last_only=True)
         return logits[0, -1], reused
 
-    def _unsure_stop(self, out: list[int], text: str, token: int) -> tuple[list[int], str]:
-        """The tokens and text to keep when generation stops before ``token``: all of them, unless
-        ``token`` would continue the word the text ends with; then that word goes too."""
-        word = _TRAILING_WORD.search(text)
-        if word is None or not _WORD_CHAR.match(self.tokenizer.decode(out + [token])[len(text):]):
-            return out, text
-        out = list(out)
-        while out and len(self.tokenizer.decode(out)) > word.start():
-            out.pop()
-        return out, self.tokenizer.decode(out)
-
     @torch.inference_mode()
     def generate(
         self,
@@ -147,6 +147,7 @@ class Generator:
         out: list[int] = []
         logprobs: list[float] = []
         text = ""
+        stop_point: tuple[int, str] | None = None  # (tokens, text) where an unsure stop would cut
         streamed = 0
         finish = "length"
         for _ in range(config.max_new_tokens):
@@ -157,18 +158,21 @@ class Generator:
             if logits_processor is not None:
                 scores = logits_processor(out, scores.clone())
             token = sample(scores.cpu(), config.temperature, config.top_p, rng)
-            if config.min_token_prob and _WHOLE_WORD.search(text) and (
-                float(torch.softmax(scores, dim=-1)[token]) < config.min_token_prob
-            ):
-                out, text = self._unsure_stop(out, text, token)
-                finish = "unsure"
-                break
+            if config.min_token_prob and float(torch.softmax(scores, dim=-1)[token]) < config.min_token_prob:
+                here = _stops_between(text, self.tokenizer.decode(out + [token])[len(text):])
+                cut = (len(out), text) if here else stop_point
+                if cut is not None:
+                    out, text = out[: cut[0]], cut[1]
+                    finish = "unsure"
+                    break
             logprobs.append(float(torch.log_softmax(logits.float(), dim=-1)[token]))
             if eos is not None and token == eos:
                 finish = "stop"
                 break
             out.append(token)
-            text = self.tokenizer.decode(out)
+            before, text = text, self.tokenizer.decode(out)
+            if config.min_token_prob and _stops_between(before, text[len(before):]):
+                stop_point = (len(out) - 1, before)
             cut = min((i for i in (text.find(s) for s in config.stop if s) if i >= 0), default=-1)
             if cut >= 0:
                 text = text[:cut]
@@ -176,9 +180,8 @@ class Generator:
                 break
             if on_text is not None:
                 ready = len(text) - _held_back(text, config.stop)
-                word = _TRAILING_WORD.search(text) if config.min_token_prob else None
-                if word is not None:  # an unsure stop may still drop the word being written
-                    ready = min(ready, word.start())
+                if config.min_token_prob:  # an unsure stop cuts back to the last stopping point
+                    ready = min(ready, len(stop_point[1]) if stop_point is not None else 0)
                 if text[:ready].endswith("\ufffd"):  # an unfinished UTF-8 sequence: wait for its rest
                     ready = text.rfind("\ufffd")
                 if ready > streamed:

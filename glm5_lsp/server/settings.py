@@ -78,8 +78,9 @@ class CompletionSettings:
     lines: str = field(default="auto", metadata=_choices("auto", "single", "multi"))
     max_tokens: int = field(default=32, metadata=_range(1, 4096))  # single-line completions
     multiline_max_tokens: int = field(default=96, metadata=_range(1, 8192))
-    # Single-line completions end before a token the model gives less than this probability, once
-    # a whole word is written: the tail it is unsure of is mostly wrong and costs a step a token. 0: off.
+    # Single-line completions end at a token the model gives less than this probability, cut back to
+    # where the last word or bracket ended: the tail it is unsure of is mostly wrong and costs a
+    # decoding step a token. 0: off.
     min_token_prob: float = field(default=0.1, metadata=_range(0.0, 0.99))
     # 0: a newer keystroke cancels the running completion between tokens anyway (``jobs.Supersession``),
     # and a wait here is latency every request pays
