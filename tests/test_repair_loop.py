@@ -331,5 +331,8 @@ def test_finishing_words_prefers_the_names_used_near_the_cursor() -> None:
     assert finishing_words(before, "val", "\n", "python") == ["value", "valid", "values"]
     assert finishing_words(before, "value", "\n", "python") == ["values"]  # not the typed word, not other()'s local
     assert "return" in finishing_words("def f():\n    ", "ret", "\n", "python")
+    branch = "def f(x):\n    if x:\n        return 1\n    "
+    assert "else:" in finishing_words(branch, "el", "\n        return 2\n", "python")  # alone on its line
+    assert "else" in finishing_words(branch + "y = 1 if x ", "el", " 2\n", "python")  # inside an expression
     assert finishing_words("int count = 0;\nco", "co", "\n", "c") == ["count"]
     assert finishing_words("x = 1\n", "", "", "python") == []
