@@ -63,6 +63,8 @@ class PipelineSettings:
     # where the last word or bracket ended (``GenerationConfig.min_token_prob``; the in-process
     # runtime only). 0: off.
     min_token_prob: float = 0.0
+    # The prompt budget of a single-line completion (None: the context engine's own budget).
+    line_context_tokens: int | None = None
     multiline_max_tokens: int = 256  # multi-line completions, generate and fix
     temperature: float = 0.0
     top_p: float = 1.0
@@ -108,7 +110,8 @@ class PipelineResult:
 class PromptBuilder(Protocol):
     """The part of ``glm5_lsp.context.engine.ContextEngine`` the pipeline uses."""
 
-    def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> Prompt: ...
+    def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None,
+                     budget_tokens: int | None = None) -> Prompt: ...
 
 
 class SerializedContext:
@@ -118,9 +121,10 @@ class SerializedContext:
         self.engine = engine
         self._lock = threading.Lock()
 
-    def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> Prompt:
+    def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None,
+                     budget_tokens: int | None = None) -> Prompt:
         with self._lock:
-            return self.engine.build_prompt(text, offset, path=path, language=language)
+            return self.engine.build_prompt(text, offset, path=path, language=language, budget_tokens=budget_tokens)
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,7 +306,8 @@ class Pipeline:
                 on_text = _skipping(len(heal), on_text)
         settings = self.settings
         task = _Task(
-            prompt=self._build_prompt(text, offset, path=path, language=language),
+            prompt=self._build_prompt(text, offset, path=path, language=language,
+                                      budget_tokens=None if multiline else settings.line_context_tokens),
             target=target,
             multiline=multiline, stop=[] if multiline else ["\n"],
             max_tokens=settings.multiline_max_tokens if multiline else settings.max_tokens, block_prefix=before,
@@ -396,10 +401,11 @@ class Pipeline:
 
     # ---- internals --------------------------------------------------------------------------
 
-    def _build_prompt(self, text: str, offset: int, *, path: str | None, language: str) -> Prompt:
+    def _build_prompt(self, text: str, offset: int, *, path: str | None, language: str,
+                      budget_tokens: int | None = None) -> Prompt:
         if self.context is not None:
             try:
-                return self.context.build_prompt(text, offset, path=path, language=language)
+                return self.context.build_prompt(text, offset, path=path, language=language, budget_tokens=budget_tokens)
             except Exception:  # the context engine must never cost the user a completion
                 log.exception("context engine failed; using the plain prompt")
         return plain_prompt(text, offset, self.settings.max_prefix_chars, self.settings.max_suffix_chars)

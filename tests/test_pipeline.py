@@ -245,6 +245,20 @@ def test_settings_reach_the_backend() -> None:
     assert (request.max_tokens, request.temperature, request.seed) == (7, 0.5, 3)
 
 
+def test_single_line_completions_build_their_prompt_within_their_own_budget() -> None:
+    budgets: list[object] = []
+
+    class Recording:
+        def build_prompt(self, text: str, offset: int, *, budget_tokens: int | None = None, **_: object) -> Prompt:
+            budgets.append(budget_tokens)
+            return Prompt(text[:offset], text[offset:])
+
+    pipeline = Pipeline(scripted.ScriptedBackend("1"), PipelineSettings(line_context_tokens=128), context=Recording())  # type: ignore[arg-type]
+    pipeline.complete("x = ", 4, multiline=False)
+    pipeline.complete("def f():\n    ", len("def f():\n    "), multiline=True)
+    assert budgets == [128, None]  # None: the context engine's own budget
+
+
 def test_only_single_line_completions_stop_where_the_model_is_unsure() -> None:
     settings = PipelineSettings(min_token_prob=0.2)
     single = scripted.ScriptedBackend("1")

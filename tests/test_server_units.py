@@ -206,6 +206,21 @@ def test_context_budget_fits_the_model(setting: int, trained: int | None, expect
     assert context_budget(settings, trained) == expected
 
 
+@pytest.mark.parametrize("setting,context,expected", [
+    (0, 416, 208),  # auto: half the prompt budget
+    (0, 100, 64),  # never below the floor
+    (300, 416, 300),  # an explicit budget wins
+    (900, 416, 416),  # but never above the prompt budget
+])
+def test_a_single_line_prompt_gets_half_the_budget(setting: int, context: int, expected: int) -> None:
+    from glm5_lsp.server.engine import line_context_budget
+    from glm5_lsp.server.settings import Settings
+
+    settings = Settings()
+    settings.budgets.line_context_tokens = setting
+    assert line_context_budget(settings, context) == expected
+
+
 def test_warming_an_opened_file_indexes_the_packages_it_imports(tmp_path: Path) -> None:
     from glm5_lsp.context import ContextEngine
     from glm5_lsp.server.engine import SharedContext

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
@@ -113,7 +114,8 @@ class Engine:
             self.context = _make_context(self.settings, self.root, self.context_tokens)
             self.pipeline = Pipeline(
                 backend,
-                settings=pipeline_settings(self.settings),
+                settings=replace(pipeline_settings(self.settings),
+                                 line_context_tokens=line_context_budget(self.settings, self.context_tokens)),
                 context=self.context,
             )
             if self.monitors_names:
@@ -137,9 +139,10 @@ class SharedContext:
         self._make = make
         self._lock = threading.Lock()
 
-    def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> Prompt:
+    def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None,
+                     budget_tokens: int | None = None) -> Prompt:
         with self._lock:
-            return self.engine.build_prompt(text, offset, path=path, language=language)
+            return self.engine.build_prompt(text, offset, path=path, language=language, budget_tokens=budget_tokens)
 
     def names_at(self, text: str, offset: int, *, path: str | None = None, language: str | None = None) -> list[Any]:
         with self._lock:
@@ -193,6 +196,13 @@ def context_budget(settings: Settings, trained_context: int | None) -> int:
     if not trained_context:
         return DEFAULT_CONTEXT_TOKENS
     return max(MIN_CONTEXT_TOKENS, trained_context - settings.completion.multiline_max_tokens)
+
+
+def line_context_budget(settings: Settings, context_tokens: int) -> int:
+    """A single-line completion's prompt budget: the setting when given, else half of ``context_tokens``
+    (at least ``MIN_CONTEXT_TOKENS``, at most ``context_tokens``)."""
+    wanted = settings.budgets.line_context_tokens or context_tokens // 2
+    return min(context_tokens, max(MIN_CONTEXT_TOKENS, wanted))
 
 
 def _make_context(settings: Settings, root: str | None, token_budget: int) -> SharedContext:
