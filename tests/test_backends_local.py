@@ -7,6 +7,7 @@ thread safety, the OpenAI API), not the quality of the text.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -175,6 +176,13 @@ def test_trained_context_comes_from_the_checkpoints_metrics(tmp_path: Path, tiny
     (tmp_path / "metrics.json").write_text("not json")
     assert LocalBackend(tmp_path).trained_context is None
     assert (LocalBackend().trained_context or 0) >= 256  # the embedded model's card says what it was trained at
+
+
+def test_index_topk_is_the_loaded_models(tiny_checkpoint: Path) -> None:
+    fresh = LocalBackend(tiny_checkpoint)
+    assert fresh.index_topk is None  # not loaded yet
+    fresh.load()
+    assert fresh.index_topk == json.loads((tiny_checkpoint / "config.json").read_text())["index_topk"]
 
 
 def test_forced_prefix_allows_only_agreeing_tokens() -> None:

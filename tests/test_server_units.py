@@ -206,19 +206,21 @@ def test_context_budget_fits_the_model(setting: int, trained: int | None, expect
     assert context_budget(settings, trained) == expected
 
 
-@pytest.mark.parametrize("setting,context,expected", [
-    (0, 416, 208),  # auto: half the prompt budget
-    (0, 100, 64),  # never below the floor
-    (300, 416, 300),  # an explicit budget wins
-    (900, 416, 416),  # but never above the prompt budget
+@pytest.mark.parametrize("setting,context,topk,expected", [
+    (0, 416, None, 208),  # auto: half the prompt budget
+    (0, 416, 128, 128),  # and no more than the model's DSA top-k
+    (0, 1024, 2048, 512),
+    (0, 100, None, 64),  # never below the floor
+    (300, 416, 128, 300),  # an explicit budget wins
+    (900, 416, None, 416),  # but never above the prompt budget
 ])
-def test_a_single_line_prompt_gets_half_the_budget(setting: int, context: int, expected: int) -> None:
+def test_a_single_line_prompt_gets_half_the_budget(setting: int, context: int, topk: int | None, expected: int) -> None:
     from glm5_lsp.server.engine import line_context_budget
     from glm5_lsp.server.settings import Settings
 
     settings = Settings()
     settings.budgets.line_context_tokens = setting
-    assert line_context_budget(settings, context) == expected
+    assert line_context_budget(settings, context, topk) == expected
 
 
 def test_warming_an_opened_file_indexes_the_packages_it_imports(tmp_path: Path) -> None:

@@ -188,6 +188,13 @@ class LocalBackend:
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
     @property
+    def index_topk(self) -> int | None:
+        """How many keys DSA's indexer keeps per query once loaded (None before): a prompt no longer
+        than this attends to all of itself, and its prefill skips the indexer's scoring and selection."""
+        generator = self._generator
+        return generator.model.config.index_topk if generator is not None else None
+
+    @property
     def tokenizer(self) -> Tokenizer:
         with self._lock:
             self._ensure_loaded()
