@@ -289,7 +289,8 @@ class NameMonitor:
         self.after = after  # the document after the cursor (its module-level names are in scope too)
         self.settings = settings or MonitorSettings()
         if known_names is None:  # the document's identifiers, less the one being typed at the cursor
-            known_names = _IDENT_WORD.findall(context.rstrip(_WORD_CHARS))  # (not a regex search: it tries every start)
+            # (rstrip drops the typed word; a regex search for it from the end would try every start)
+            known_names = _IDENT_WORD.findall(context.rstrip(_WORD_CHARS))
         # What the document and Python bind; keywords apart: where a name is only read it is an
         # operand, and a statement keyword (``while``, ``def``) cannot be one.
         self.name_trie = NameTrie((set(known_names) - _KEYWORDS) | set(dir(builtins)) | MODULE_ATTRIBUTES)
