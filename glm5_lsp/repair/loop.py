@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -42,7 +41,7 @@ from glm5_lsp.repair.truncate import cut_points
 from glm5_lsp.spans import Prompt
 
 log = logging.getLogger(__name__)
-_TRAILING_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_IDENTIFIER_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
 WORD_CHECK_SOURCE = "names"  # the source of ``word_check``'s diagnostics
 
 
@@ -137,8 +136,8 @@ def _typed_word(forced_prefix: str, target: RepairTarget) -> tuple[str, int]:
     it, so candidates begin with it; otherwise candidates go in after it."""
     if forced_prefix:
         return forced_prefix, target.start
-    found = _TRAILING_WORD.search(target.document, 0, target.start)
-    typed = found.group(0) if found else ""
+    head = target.document[: target.start]
+    typed = head[len(head.rstrip(_IDENTIFIER_CHARS)):].lstrip("0123456789")  # (a regex search tries every start)
     return typed, target.start - len(typed)
 
 

@@ -69,7 +69,7 @@ _DOT_NAME = re.compile(r"\.(?=[A-Za-z_])")
 _BINDS = re.compile(r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|[,:]")  # what may follow a name being bound
 _ASSIGNS = re.compile(r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|,")  # the same but an annotation (``x: int``)
 _TRAILING_WORD = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*$")  # a free name being typed
-_STAR_IMPORT = re.compile(r"^\s*from\s+\S+\s+import\s+\*", re.MULTILINE)
+STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+\*", re.MULTILINE)  # ``from x import *``
 # Regexes anchored at the end still scan from the start of the string: they get this much of the
 # text (a receiver or a partial name longer than that is not one anybody writes).
 TAIL_CHARS = 512
@@ -302,7 +302,7 @@ class NameMonitor:
         self.provider_seconds = 0.0  # time spent in the attribute provider so far
         self.provider_skipped = 0  # receivers left unchecked because that time ran out
         self._context_quote = open_triple_quote(context)  # a docstring the cursor is inside, if any
-        self._star_import = bool(_STAR_IMPORT.search(context))  # ``from x import *``: any name may exist
+        self._star_import = bool(STAR_IMPORT.search(context))  # ``from x import *``: any name may exist
         self._generated_text = ""
         self._generated_names = NameTrie(())
         self.name_masked_steps = 0  # steps where a read name was kept to known names
