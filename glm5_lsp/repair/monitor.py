@@ -565,7 +565,7 @@ class TextAttributes:
         self.fallback = fallback
 
     def __call__(self, text: str) -> Sequence[str]:
-        plain = _PLAIN_RECEIVER.search(text)
+        plain = _PLAIN_RECEIVER.search(text, max(0, len(text) - TAIL_CHARS))  # the end only, not all of it
         if plain is not None:
             names = self_attributes(text, self.after, plain.group(1))
             if names is not None:

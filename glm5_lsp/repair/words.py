@@ -46,14 +46,13 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     near = Counter(_IDENT.findall(before[-NEAR:] + " " + after[:NEAR]))
     total = Counter(_IDENT.findall(before)) + Counter(_IDENT.findall(after))
     words.sort(key=lambda w: (-near[w], -total[w], len(w), w))
-    if language == "python" and _LINE_START.search(before) and after[:1] in ("", "\n", "\r"):
+    if language == "python" and not before[before.rfind("\n") + 1:].strip(" \t") and after[:1] in ("", "\n", "\r"):
         # ``el`` alone on its line: ``else`` does not compile there, ``else:`` does
         words = [w + ":" if w in _BARE_BLOCK_KEYWORDS else w for w in words]
     return words[:limit]
 
 
 _BARE_BLOCK_KEYWORDS = frozenset({"else", "try", "finally"})  # a block header with nothing between keyword and colon
-_LINE_START = re.compile(r"(?:^|\n)[ \t]*$")
 
 
 _BINDS_ON_LINE = re.compile(r"\b(?:def|class|for|as|import|from|lambda|global|nonlocal|with|except|del)\b")
