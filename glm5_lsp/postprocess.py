@@ -21,6 +21,7 @@ comments.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Generator, Iterator
 
 # Special token strings of the GLM-5 code tokenizer; none of them may reach the user.
@@ -38,6 +39,13 @@ LINE_COMMENTS: dict[str, str] = {"python": "#", "ruby": "#", "shell": "#", "bash
 COMMENT = "#comment"
 # How much text before the cursor is scanned for brackets that are still open.
 _SCAN_CHARS = 4000
+IDENTIFIER_CHARS = string.ascii_letters + string.digits + "_"
+
+
+def trailing_identifier(text: str) -> str:
+    """The identifier ``text`` ends with ("" if none), read from the end: a regex search for a word
+    at the end of a long text tries every start in it."""
+    return text[len(text.rstrip(IDENTIFIER_CHARS)):].lstrip(string.digits)
 # What may start the rest of the cursor's line and be re-typed by a completion.
 _CLOSING_RUN = re.compile(r"[\)\]\}\"'`;,:]+")
 # Languages whose blocks are delimited by braces.

@@ -336,3 +336,17 @@ def test_finishing_words_prefers_the_names_used_near_the_cursor() -> None:
     assert "else" in finishing_words(branch + "y = 1 if x ", "el", " 2\n", "python")  # inside an expression
     assert finishing_words("int count = 0;\nco", "co", "\n", "c") == ["count"]
     assert finishing_words("x = 1\n", "", "", "python") == []
+
+
+def test_the_typed_word_is_read_from_the_end_as_a_regex_would_find_it() -> None:
+    import random
+    import re
+
+    from glm5_lsp.postprocess import trailing_identifier
+
+    at_end = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+    rng = random.Random(1)
+    for _ in range(5000):
+        text = "".join(rng.choice("ab1_ .(\n9Z") for _ in range(rng.randrange(12)))
+        found = at_end.search(text)
+        assert trailing_identifier(text) == (found.group(0) if found else ""), text

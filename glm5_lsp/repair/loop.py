@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from glm5_lsp.backends.base import Backend, BackendError, CompletionRequest, LogitsProcessor
+from glm5_lsp.postprocess import trailing_identifier
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.introduced import Judgement, Splice, judge
 from glm5_lsp.repair.providers import DiagnosticRunner, default_runner
@@ -41,7 +42,6 @@ from glm5_lsp.repair.truncate import cut_points
 from glm5_lsp.spans import Prompt
 
 log = logging.getLogger(__name__)
-_IDENTIFIER_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
 WORD_CHECK_SOURCE = "names"  # the source of ``word_check``'s diagnostics
 
 
@@ -136,8 +136,7 @@ def _typed_word(forced_prefix: str, target: RepairTarget) -> tuple[str, int]:
     it, so candidates begin with it; otherwise candidates go in after it."""
     if forced_prefix:
         return forced_prefix, target.start
-    head = target.document[: target.start]
-    typed = head[len(head.rstrip(_IDENTIFIER_CHARS)):].lstrip("0123456789")  # (a regex search tries every start)
+    typed = trailing_identifier(target.document[: target.start])
     return typed, target.start - len(typed)
 
 

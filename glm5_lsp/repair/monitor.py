@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from glm5_lsp.deadline import call_with_timeout
-from glm5_lsp.postprocess import ends_in_code, open_brackets
+from glm5_lsp.postprocess import IDENTIFIER_CHARS, ends_in_code, open_brackets
 from glm5_lsp.repair.members import self_attributes
 from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, scope_at
 
@@ -211,7 +211,6 @@ def _in_import(text: str) -> bool:
 
 
 _KEYWORDS = frozenset(keyword.kwlist)
-_WORD_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
 EXPRESSION_KEYWORDS = frozenset({"None", "True", "False", "not", "lambda", "await", "yield"})  # may start an operand
 STATEMENT_KEYWORDS = _KEYWORDS - EXPRESSION_KEYWORDS
 _KEYWORD_TRIE = NameTrie(_KEYWORDS)
@@ -290,7 +289,7 @@ class NameMonitor:
         self.settings = settings or MonitorSettings()
         if known_names is None:  # the document's identifiers, less the one being typed at the cursor
             # (rstrip drops the typed word; a regex search for it from the end would try every start)
-            known_names = _IDENT_WORD.findall(context.rstrip(_WORD_CHARS))
+            known_names = _IDENT_WORD.findall(context.rstrip(IDENTIFIER_CHARS))
         # What the document and Python bind; keywords apart: where a name is only read it is an
         # operand, and a statement keyword (``while``, ``def``) cannot be one.
         self.name_trie = NameTrie((set(known_names) - _KEYWORDS) | set(dir(builtins)) | MODULE_ATTRIBUTES)
