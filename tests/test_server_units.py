@@ -308,3 +308,25 @@ def test_the_heap_is_settled_once_after_a_quiet_spell_and_never_while_busy() -> 
         return during_activity, while_busy, len(runs)
 
     assert asyncio.run(scenario()) == (0, 0, 1)
+
+
+def test_completion_settings_reach_a_loaded_engine_without_a_reload() -> None:
+    """``completion.maxTokens`` or ``minTokenProb`` changed in the editor applies from the next request;
+    the single-line prompt budget worked out at load stays."""
+    from dataclasses import replace
+
+    from glm5_lsp.pipeline import Pipeline
+    from glm5_lsp.server.engine import pipeline_settings
+    from glm5_lsp.server.settings import Settings
+
+    class NoModel:  # the pipeline only holds it here
+        name, supports_internals = "none", False
+
+    settings = Settings()
+    engine = Engine(settings)
+    engine.pipeline = Pipeline(NoModel(), replace(pipeline_settings(settings), line_context_tokens=128))  # type: ignore[arg-type]
+    changed, problems = parse_settings({"completion": {"maxTokens": 7, "minTokenProb": 0.25}}, settings)
+    assert problems == []
+    engine.update_settings(changed)
+    now = engine.pipeline.settings
+    assert (now.max_tokens, now.min_token_prob, now.line_context_tokens) == (7, 0.25, 128)

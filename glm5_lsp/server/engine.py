@@ -88,6 +88,14 @@ class Engine:
         self.load_seconds = 0.0
         self.context_tokens = 0  # the prompt budget in use, once loaded
 
+    def update_settings(self, settings: Settings) -> None:
+        """Settings that need no reload (completion lengths, temperature, the unsure stop) take effect
+        from the next request; what loading worked out (the single-line prompt budget) is kept."""
+        self.settings = settings
+        if self.pipeline is not None:
+            line_budget = self.pipeline.settings.line_context_tokens
+            self.pipeline.settings = replace(pipeline_settings(settings), line_context_tokens=line_budget)
+
     @property
     def monitors_names(self) -> bool:
         """Whether completions run the decoding monitor (and so jedi): it is on, and the model runs in

@@ -92,10 +92,14 @@ class Glm5Server(LanguageServer):
                 )
             )
             log.warning("invalid settings: %s", "; ".join(problems))
-        reload = (new.model, new.attention, new.repair, new.budgets) != (
+        # The multi-line budget also sets the prompt budget at load ("auto": the trained context less it).
+        reload = (new.model, new.attention, new.repair, new.budgets, new.completion.multiline_max_tokens) != (
             self.settings.model, self.settings.attention, self.settings.repair, self.settings.budgets,
+            self.settings.completion.multiline_max_tokens,
         )
         self.settings = new
+        if not reload and self.engine is not None:
+            self.engine.update_settings(new)  # completion lengths, temperature: from the next request
         self.cache.clear()
         self.cache.resize(new.completion.cache_size)
         if self._log_handler is not None:
