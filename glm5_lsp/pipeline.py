@@ -36,6 +36,7 @@ from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and be
     strip_special_tokens,
     strip_suffix_overlap,
     tidy,
+    trailing_identifier,
 )
 from glm5_lsp.repair.assemble import standard_loop
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
@@ -454,7 +455,6 @@ class Pipeline:
         )
 
 
-_PARTIAL_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 MAX_HEALED_CHARS = 32
 
 
@@ -466,13 +466,13 @@ def partial_word(before: str, after: str) -> str:
     """
     if after[:1].isalnum() or after[:1] == "_":
         return ""
-    match = _PARTIAL_WORD.search(before[-(MAX_HEALED_CHARS + 1):])
-    if match is None or len(match.group()) > MAX_HEALED_CHARS:
+    word = trailing_identifier(before[-(MAX_HEALED_CHARS + 1):])
+    if not word or len(word) > MAX_HEALED_CHARS:
         return ""
-    start = len(before) - len(match.group())
+    start = len(before) - len(word)
     if start > 0 and (before[start - 1].isalnum() or before[start - 1] == "_"):
         return ""  # the word began further back than the window (or after a digit)
-    return match.group()
+    return word
 
 
 def _skipping(count: int, on_text: Callable[[str], None]) -> Callable[[str], None]:

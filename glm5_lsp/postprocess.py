@@ -46,6 +46,8 @@ def trailing_identifier(text: str) -> str:
     """The identifier ``text`` ends with ("" if none), read from the end: a regex search for a word
     at the end of a long text tries every start in it."""
     return text[len(text.rstrip(IDENTIFIER_CHARS)):].lstrip(string.digits)
+
+
 # What may start the rest of the cursor's line and be re-typed by a completion.
 _CLOSING_RUN = re.compile(r"[\)\]\}\"'`;,:]+")
 # Languages whose blocks are delimited by braces.
