@@ -299,6 +299,21 @@ async def test_fix_with_glm5_is_deferred_to_resolve_and_checked(client: Language
     assert _progress_ended(client, "GLM-5: fixing")
 
 
+async def test_the_fix_is_offered_anywhere_on_the_line_of_the_error(client: LanguageClient) -> None:
+    """The compiler places the error at the end of ``return a +``; a cursor at the line's start
+    (what Neovim sends) still gets the fix, a cursor on the line above does not."""
+    _, cursor = load_doc("add_broken.py")
+    uri = open_doc(client, "add_broken.py")
+
+    async def fix_titles(line: int, character: int) -> list[str]:
+        at = types.Position(line, character)
+        actions = await client.text_document_code_action_async(action_params(uri, at, at))
+        return [a.title for a in actions or [] if isinstance(a, types.CodeAction) and a.title == "Fix with GLM-5"]
+
+    assert await fix_titles(cursor.line, 4) == ["Fix with GLM-5"]
+    assert await fix_titles(cursor.line - 1, 0) == []
+
+
 async def test_a_fix_that_does_not_compile_is_not_offered(client: LanguageClient) -> None:
     _, cursor = load_doc("sub_broken.py")
     uri = open_doc(client, "sub_broken.py")

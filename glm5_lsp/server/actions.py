@@ -45,7 +45,7 @@ def register(server: Glm5Server) -> None:
             own = await asyncio.to_thread(diagnose, target.text, target.path, target.language)
             ours = [convert.lsp_diagnostic(target.text, d, ls.encoding) for d in own]
             relevant = [d for d in list(params.context.diagnostics) + ours
-                        if convert.lsp_ranges_overlap(d.range, params.range)]
+                        if convert.lsp_lines_overlap(d.range, params.range)]
             if relevant:
                 action = types.CodeAction(title=FIX_TITLE, kind=types.CodeActionKind.QuickFix, diagnostics=relevant,
                                           is_preferred=True, data={**data, "action": "fix"})

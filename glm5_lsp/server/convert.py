@@ -151,8 +151,8 @@ def lsp_text_edit(old: str, start: int, end: int, text: str, encoding: str = UTF
     return types.TextEdit(range=lsp_range(old, start, end, encoding), new_text=text)
 
 
-def lsp_ranges_overlap(a: types.Range, b: types.Range) -> bool:
-    """Whether two ranges touch (an empty range at a boundary counts)."""
-    a_start, a_end = (a.start.line, a.start.character), (a.end.line, a.end.character)
-    b_start, b_end = (b.start.line, b.start.character), (b.end.line, b.end.character)
-    return a_start <= b_end and b_start <= a_end
+def lsp_lines_overlap(a: types.Range, b: types.Range) -> bool:
+    """Whether two ranges share a line. A quick fix is offered for the problems on the cursor's
+    line, wherever on it the cursor is: a compiler reports a syntax error where it noticed it (the
+    end of ``return a +``), not where the user looks, and editors ask for the line's fixes."""
+    return a.start.line <= b.end.line and b.start.line <= a.end.line

@@ -73,23 +73,32 @@ from typing import NamedTuple
 
 from glm5_lsp.lru import LRUCache
 from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.providers.compile_worker import CompileWorker, worker_available
 from glm5_lsp.textdiff import common_prefix, common_suffix
 
 
 class PythonCompileProvider:
-    """``compile(text, path, "exec")``; at most one diagnostic (the compiler stops at the first error)."""
+    """``compile(text, path, "exec")``; at most one diagnostic (the compiler stops at the first error).
+
+    ``in_worker``: compile in a helper process (:mod:`.compile_worker`), where the check does not hold
+    this process's interpreter lock; where the helper cannot run (no ``select`` on pipes), in-process.
+    """
 
     name = "compile"
     languages = frozenset({"python"})
 
-    def __init__(self, recent_texts: int = 4) -> None:
+    def __init__(self, recent_texts: int = 4, in_worker: bool = False, timeout_s: float = 10.0) -> None:
         self.recent = RecentCompiles(recent_texts)
+        self.worker = CompileWorker(timeout_s, recent_texts) if in_worker and worker_available() else None
 
     def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
         # Never the file's own name: for a name it can open, CPython takes the line of a syntax error
         # from the file on disk and counts the column in it, and the text checked here is seldom what
         # is saved (a 2-character column came back for a 31-character line).
-        return self.recent.diagnose(text, f"<{path}>" if path else "<candidate>")
+        filename = f"<{path}>" if path else "<candidate>"
+        if self.worker is not None:
+            return self.worker.diagnose(text, filename)
+        return self.recent.diagnose(text, filename)
 
 
 def compile_diagnostics(text: str, filename: str) -> list[Diagnostic]:

@@ -1,0 +1,152 @@
+"""Python's compiler in a helper process, so a check never stalls the model's thread.
+
+``compile()`` is one C call that holds the interpreter lock from start to end (8-25 ms on a
+2,600-line file), and the repair loop checks the document while the model decodes in another thread
+of the same process: every such check stopped the decoding for its whole length. In a helper process
+the check costs the other core instead.
+
+:class:`CompileWorker` keeps one ``python -m glm5_lsp.repair.providers.compile_worker`` process and
+talks to it in JSON lines over its stdin and stdout: a request ``{"text", "filename"}``, an answer
+``{"diagnostics": [[line, col, end_line, end_col, message, severity, source, code], ...]}`` or
+``{"error": "..."}``. The helper answers with :class:`~glm5_lsp.repair.providers.python_compile.RecentCompiles`,
+so its incremental checks (one segment recompiled after a small edit) are kept across requests.
+
+One request at a time (a lock); an answer not back within the timeout kills the helper and raises
+``TimeoutError``; a helper that died raises ``RuntimeError`` with its exit status. Either way the
+next request starts a fresh helper. Reading with a timeout needs ``select`` on a pipe, which POSIX
+has: elsewhere :func:`worker_available` is False and the provider compiles in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+
+from glm5_lsp.repair.diagnostics import Diagnostic
+
+log = logging.getLogger(__name__)
+
+_MAX_MESSAGE = 2000  # characters of a failure's description sent back
+
+
+def worker_available() -> bool:
+    return os.name == "posix"
+
+
+class CompileWorker:
+    """A helper process answering compile checks; started on first use, restarted after a failure."""
+
+    def __init__(self, timeout_s: float = 10.0, recent_texts: int = 4) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self.argv = [sys.executable, "-m", __name__, str(recent_texts)]  # the helper's command line
+        self.started = 0  # helper processes started (for tests and logs)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pending = b""  # bytes read past the last answer (never expected; kept for safety)
+        self._lock = threading.Lock()
+
+    def diagnose(self, text: str, filename: str) -> list[Diagnostic]:
+        request = json.dumps({"text": text, "filename": filename}, ensure_ascii=False).encode("utf-8") + b"\n"
+        with self._lock:
+            process = self._running()
+            try:
+                assert process.stdin is not None
+                process.stdin.write(request)
+                process.stdin.flush()
+                answer = self._read_line(process, time.monotonic() + self.timeout_s)
+            except TimeoutError:
+                self._stop()
+                raise TimeoutError(f"the compile helper gave no answer within {self.timeout_s:g}s") from None
+            except (OSError, EOFError) as error:
+                status = self._stop()
+                raise RuntimeError(f"the compile helper stopped (exit status {status}): {error}") from None
+        reply = json.loads(answer)
+        if "error" in reply:
+            raise RuntimeError(f"the compile helper failed: {reply['error']}")
+        return [Diagnostic(*fields) for fields in reply["diagnostics"]]
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        if self._process is not None:
+            log.warning("the compile helper had stopped (exit status %s); starting another", self._process.returncode)
+        self._process = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        self._pending = b""
+        self.started += 1
+        return self._process
+
+    def _read_line(self, process: subprocess.Popen[bytes], deadline: float) -> bytes:
+        assert process.stdout is not None
+        fd = process.stdout.fileno()
+        chunks = [self._pending]
+        while True:
+            end = chunks[-1].find(b"\n")
+            if end >= 0:
+                data = b"".join(chunks)
+                end = data.find(b"\n")
+                self._pending = data[end + 1:]
+                return data[:end]
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise EOFError("its output closed")
+            chunks.append(chunk)
+
+    def _stop(self) -> int | None:
+        process, self._process = self._process, None
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.kill()
+        try:
+            status = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            status = None
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+        return status
+
+    def __del__(self) -> None:  # a dropped worker does not leave its helper behind
+        process = getattr(self, "_process", None)
+        if process is not None and process.poll() is None:
+            process.kill()
+
+
+def serve(recent_texts: int, stdin=None, stdout=None) -> None:
+    """The helper's loop: one JSON request a line in, one JSON answer a line out, until end of input."""
+    from glm5_lsp.repair.providers.python_compile import RecentCompiles
+
+    source = stdin if stdin is not None else sys.stdin.buffer
+    sink = stdout if stdout is not None else sys.stdout.buffer
+    recent = RecentCompiles(recent_texts)
+    for line in source:
+        try:
+            request = json.loads(line)
+            found = recent.diagnose(request["text"], request["filename"])
+            reply = {"diagnostics": [[d.line, d.col, d.end_line, d.end_col, d.message, d.severity, d.source, d.code]
+                                     for d in found]}
+        except Exception as error:  # noqa: BLE001 -- reported to the caller, which skips the check
+            reply = {"error": f"{type(error).__name__}: {error}"[:_MAX_MESSAGE]}
+        sink.write(json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n")
+        sink.flush()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]) if len(sys.argv) > 1 else 4)
