@@ -1,4 +1,4 @@
-"""The one edit between two versions of a text: longest common prefix and suffix.
+"""The edits between two versions of a text: longest common prefix and suffix.
 
 Both searches compare slices, so the character work runs at C speed (a binary search of about
 log2(n) slice comparisons) instead of a Python loop over every character; they work on ``str`` and
@@ -42,3 +42,42 @@ def diff_region(old: Text, new: Text) -> tuple[int, int, Text]:
     start = common_prefix(old, new)
     tail = common_suffix(old, new, min(len(old), len(new)) - start)
     return start, len(old) - tail, new[start : len(new) - tail]
+
+
+def diff_regions(old: str, new: str, max_head_lines: int = 3, min_shared: int = 256) -> list[tuple[int, int, str]]:
+    """One or two replacements, applied in order, that turn ``old`` into ``new``.
+
+    :func:`diff_region` spans everything between the first and the last change, so two edits far
+    apart (the cursor jumped: a line restored near the top, another changed near the bottom) make
+    one region as long as the text between them, which a parser then re-reads whole. Here, when the
+    region's first few lines are followed by at least ``min_shared`` characters both versions share,
+    the change is split in two around them: the head (up to ``max_head_lines`` lines of each version)
+    and the rest. Offsets of the second edit are in the text the first one produced.
+    """
+    start, end, middle = diff_region(old, new)
+    if end - start + len(middle) < 2 * min_shared:
+        return [(start, end, middle)] if (start, end, middle) != (len(old), len(old), "") else []
+    before = old[start:end]
+    best: tuple[int, int, int] | None = None  # (shared length, old head, new head)
+    for old_head in _line_ends(before, max_head_lines):
+        for new_head in _line_ends(middle, max_head_lines):
+            shared = common_prefix(before[old_head:], middle[new_head:])
+            if shared >= min_shared and (best is None or shared > best[0]):
+                best = (shared, old_head, new_head)
+    if best is None:
+        return [(start, end, middle)]
+    shared, old_head, new_head = best
+    second = start + new_head + shared
+    return [(start, start + old_head, middle[:new_head]),
+            (second, second + len(before) - old_head - shared, middle[new_head + shared:])]
+
+
+def _line_ends(text: str, lines: int) -> list[int]:
+    """Offsets just after each of the first ``lines`` line breaks of ``text`` (0 too: an empty head)."""
+    ends, at = [0], -1
+    for _ in range(lines):
+        at = text.find("\n", at + 1)
+        if at < 0:
+            break
+        ends.append(at + 1)
+    return ends

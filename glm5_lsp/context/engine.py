@@ -24,7 +24,7 @@ from glm5_lsp.context.summary import SymbolInfo
 from glm5_lsp.context.symbols import IndexStats, SymbolTable
 from glm5_lsp.context.tokens import TokenCounter
 from glm5_lsp.spans import Prompt
-from glm5_lsp.textdiff import common_prefix, common_suffix
+from glm5_lsp.textdiff import diff_regions
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +79,8 @@ class ContextEngine:
         if doc is None:
             raise KeyError(f"document {key} is not open")
         for change in changes:
-            if isinstance(change, str):
-                change = _diff_edit(doc, change)
-                if change is None:
-                    continue
-            self.symbols.update_document(doc, doc.apply(change))
+            for edit in _diff_edits(doc, change) if isinstance(change, str) else [change]:
+                self.symbols.update_document(doc, doc.apply(edit))
         if version is not None:
             doc.version = version
         return doc
@@ -216,13 +213,19 @@ class ContextEngine:
 _RECEIVER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*\.\s*[A-Za-z0-9_]*$")
 
 
-def _diff_edit(doc: Document, new: str) -> Edit | None:
-    """The single edit turning ``doc.text`` into ``new`` (common prefix and suffix kept), or None."""
+def _diff_edits(doc: Document, new: str) -> list[Edit]:
+    """The edits turning ``doc.text`` into ``new``, in order: none, one, or two far apart
+    (:func:`~glm5_lsp.textdiff.diff_regions`), so each re-parse and re-summary stays local."""
+    edits = []
     old = doc.text
-    if old == new:
-        return None
-    prefix = common_prefix(old, new)
-    suffix = common_suffix(old, new, min(len(old), len(new)) - prefix)
-    start_line, start_col = doc.position(prefix)
-    end_line, end_col = doc.position(len(old) - suffix)
-    return Edit(start_line, start_col, end_line, end_col, new[prefix : len(new) - suffix])
+    for start, end, text in diff_regions(old, new):
+        start_line, start_col = _position(old, start)
+        end_line, end_col = _position(old, end)
+        edits.append(Edit(start_line, start_col, end_line, end_col, text))
+        old = old[:start] + text + old[end:]
+    return edits
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset)
+    return line, offset - (text.rfind("\n", 0, offset) + 1)
