@@ -102,6 +102,10 @@ def test_the_runner_skips_a_hanging_helper_and_keeps_the_other_findings() -> Non
     provider.worker.close()
 
 
-def test_python_checks_compile_in_the_helper_by_default() -> None:
+def test_python_checks_compile_in_the_helper_by_default_started_at_once() -> None:
     (compiler,) = [p for p in default_providers("python") if p.name == "compile"]
     assert isinstance(compiler, PythonCompileProvider) and compiler.worker is not None
+    assert compiler.worker.started == 1  # the helper comes up while the rest is set up
+    compiler.diagnose("x = 1\n", "t.py", "python")
+    assert compiler.worker.started == 1
+    compiler.worker.close()

@@ -49,6 +49,8 @@ def default_providers(language: str, use_external: bool = True) -> list[Diagnost
             log.info("no ruff, pyflakes checks Python names: %s", exc)
     if language == "python":
         compiler = PythonCompileProvider(in_worker=True)
+        if compiler.worker is not None:
+            compiler.worker.start()
         providers += [compiler] if ruff is not None else [compiler, PyflakesProvider()]
     tree_sitter = TreeSitterProvider()
     if language in tree_sitter.languages and ruff is None:

@@ -72,6 +72,12 @@ class CompileWorker:
             raise RuntimeError(f"the compile helper failed: {reply['error']}")
         return [Diagnostic(*fields) for fields in reply["diagnostics"]]
 
+    def start(self) -> None:
+        """Start the helper now (its interpreter takes about 0.1 s to come up, in its own process),
+        so the first check does not wait for it."""
+        with self._lock:
+            self._running()
+
     def close(self) -> None:
         with self._lock:
             self._stop()
