@@ -23,6 +23,7 @@ TEXTS = [
     "s = 'caf\u00e9'\nt = (\n",  # non-ASCII text, an unclosed bracket at the end
     "class A:\n    def m(self):\n        return 1\n  x = 2\n",
     "a\0b\n",
+    "s = '\ud800'\n",  # a lone surrogate, as an editor's UTF-16 can send
 ]
 
 
@@ -109,3 +110,26 @@ def test_python_checks_compile_in_the_helper_by_default_started_at_once() -> Non
     compiler.diagnose("x = 1\n", "t.py", "python")
     assert compiler.worker.started == 1
     compiler.worker.close()
+
+
+def test_a_helper_that_never_answers_leaves_the_compile_check_in_process(caplog: pytest.LogCaptureFixture) -> None:
+    provider = PythonCompileProvider(in_worker=True)
+    assert provider.worker is not None
+    provider.worker.argv = [sys.executable, "-c", "raise SystemExit(1)"]  # as if it could not import us
+    found = provider.diagnose("x = (\n", "t.py", "python")
+    assert found[0].message == "'(' was never closed" and provider.worker is None
+    assert "compiled in-process from now on" in caplog.text
+
+
+def test_a_helper_that_answered_before_is_restarted_not_given_up() -> None:
+    provider = PythonCompileProvider(in_worker=True)
+    worker = provider.worker
+    assert worker is not None and provider.diagnose("x = 1\n", "t.py", "python") == []
+    real = worker.argv
+    worker.close()
+    worker.argv = [sys.executable, "-c", "import sys; sys.stdin.readline(); sys.exit(3)"]
+    with pytest.raises(RuntimeError, match="exit status 3"):
+        provider.diagnose("x = 2\n", "t.py", "python")
+    worker.argv = real
+    assert provider.worker is worker and provider.diagnose("x = (\n", "t.py", "python")
+    worker.close()

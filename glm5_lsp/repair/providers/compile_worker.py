@@ -48,12 +48,14 @@ class CompileWorker:
         self.timeout_s = timeout_s
         self.argv = [sys.executable, "-m", __name__, str(recent_texts)]  # the helper's command line
         self.started = 0  # helper processes started (for tests and logs)
+        self.answered = 0  # answers received, failures reported by the helper included
         self._process: subprocess.Popen[bytes] | None = None
         self._pending = b""  # bytes read past the last answer (never expected; kept for safety)
         self._lock = threading.Lock()
 
     def diagnose(self, text: str, filename: str) -> list[Diagnostic]:
-        request = json.dumps({"text": text, "filename": filename}, ensure_ascii=False).encode("utf-8") + b"\n"
+        # ASCII escapes carry any str, lone surrogates from an editor's UTF-16 included.
+        request = json.dumps({"text": text, "filename": filename}).encode("ascii") + b"\n"
         with self._lock:
             process = self._running()
             try:
@@ -67,6 +69,7 @@ class CompileWorker:
             except (OSError, EOFError) as error:
                 status = self._stop()
                 raise RuntimeError(f"the compile helper stopped (exit status {status}): {error}") from None
+            self.answered += 1
         reply = json.loads(answer)
         if "error" in reply:
             raise RuntimeError(f"the compile helper failed: {reply['error']}")
@@ -150,7 +153,7 @@ def serve(recent_texts: int, stdin=None, stdout=None) -> None:
                                      for d in found]}
         except Exception as error:  # noqa: BLE001 -- reported to the caller, which skips the check
             reply = {"error": f"{type(error).__name__}: {error}"[:_MAX_MESSAGE]}
-        sink.write(json.dumps(reply, ensure_ascii=False).encode("utf-8") + b"\n")
+        sink.write(json.dumps(reply).encode("ascii") + b"\n")
         sink.flush()
 
 

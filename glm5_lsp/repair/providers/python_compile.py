@@ -62,6 +62,7 @@ import __future__
 
 import ast
 import enum
+import logging
 import functools
 import operator
 import re
@@ -76,6 +77,7 @@ from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.providers.compile_worker import CompileWorker, worker_available
 from glm5_lsp.textdiff import common_prefix, common_suffix
 
+log = logging.getLogger(__name__)
 
 class PythonCompileProvider:
     """``compile(text, path, "exec")``; at most one diagnostic (the compiler stops at the first error).
@@ -96,8 +98,18 @@ class PythonCompileProvider:
         # from the file on disk and counts the column in it, and the text checked here is seldom what
         # is saved (a 2-character column came back for a 31-character line).
         filename = f"<{path}>" if path else "<candidate>"
-        if self.worker is not None:
-            return self.worker.diagnose(text, filename)
+        worker = self.worker
+        if worker is not None:
+            try:
+                return worker.diagnose(text, filename)
+            except RuntimeError:
+                if worker.answered:
+                    raise  # it worked before: the next check starts another helper
+                # It never answered (it cannot import this package, say): compile here from now on.
+                log.warning("the compile helper never answered; Python is compiled in-process from now on",
+                            exc_info=True)
+                worker.close()
+                self.worker = None
         return self.recent.diagnose(text, filename)
 
 
