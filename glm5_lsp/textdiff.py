@@ -44,7 +44,7 @@ def diff_region(old: Text, new: Text) -> tuple[int, int, Text]:
     return start, len(old) - tail, new[start : len(new) - tail]
 
 
-def diff_regions(old: str, new: str, max_head_lines: int = 3, min_shared: int = 256) -> list[tuple[int, int, str]]:
+def diff_regions(old: Text, new: Text, max_head_lines: int = 3, min_shared: int = 256) -> list[tuple[int, int, Text]]:
     """One or two replacements, applied in order, that turn ``old`` into ``new``.
 
     :func:`diff_region` spans everything between the first and the last change, so two edits far
@@ -55,8 +55,10 @@ def diff_regions(old: str, new: str, max_head_lines: int = 3, min_shared: int = 
     and the rest. Offsets of the second edit are in the text the first one produced.
     """
     start, end, middle = diff_region(old, new)
+    if start == end == len(old) and not middle:
+        return []
     if end - start + len(middle) < 2 * min_shared:
-        return [(start, end, middle)] if (start, end, middle) != (len(old), len(old), "") else []
+        return [(start, end, middle)]
     before = old[start:end]
     best: tuple[int, int, int] | None = None  # (shared length, old head, new head)
     for old_head in _line_ends(before, max_head_lines):
@@ -72,11 +74,12 @@ def diff_regions(old: str, new: str, max_head_lines: int = 3, min_shared: int = 
             (second, second + len(before) - old_head - shared, middle[new_head + shared:])]
 
 
-def _line_ends(text: str, lines: int) -> list[int]:
+def _line_ends(text: Text, lines: int) -> list[int]:
     """Offsets just after each of the first ``lines`` line breaks of ``text`` (0 too: an empty head)."""
     ends, at = [0], -1
+    newline = b"\n" if isinstance(text, bytes) else "\n"
     for _ in range(lines):
-        at = text.find("\n", at + 1)
+        at = text.find(newline, at + 1)  # type: ignore[arg-type]
         if at < 0:
             break
         ends.append(at + 1)

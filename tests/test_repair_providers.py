@@ -186,6 +186,28 @@ def test_tree_sitter_reparses_incrementally_with_the_same_findings(language: str
     assert warm.trees.incremental >= 55  # nearly every check started from an earlier tree
 
 
+def test_tree_sitter_reparses_two_far_edits_exactly() -> None:
+    """With one tree kept, each text is two edits from the last (one restored, one made far away):
+    the tree parsed from the last one through both edits equals a fresh parse."""
+    import random
+
+    from tree_sitter import Parser
+
+    from glm5_lsp.context.languages import tree_sitter_language
+    from glm5_lsp.repair.providers.tree_sitter_errors import RecentTrees
+
+    source = Path(textwrap.__file__).read_text()
+    parser = Parser(tree_sitter_language("python"))
+    trees = RecentTrees(1)
+    rng = random.Random(3)
+    pieces = ["(", "x = ", "def f(:\n", '"""', "if x", "a.b(", "\n", "é"]
+    for _ in range(40):
+        i = rng.randrange(len(source))
+        edited = (source[:i] + rng.choice(pieces) + source[i + rng.choice([0, 1, 7]):]).encode("utf-8")
+        assert str(trees.parse(parser, "python", edited).root_node) == str(parser.parse(edited).root_node), i
+    assert trees.incremental >= 35
+
+
 def test_common_prefix_and_suffix() -> None:
     from glm5_lsp.textdiff import common_prefix, common_suffix
 
