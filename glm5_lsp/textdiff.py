@@ -1,4 +1,5 @@
-"""The edits between two versions of a text: longest common prefix and suffix.
+"""The edits between two versions of a text (longest common prefix and suffix), and where an
+offset lies in a text (:func:`line_col`).
 
 Both searches compare slices, so the character work runs at C speed (a binary search of about
 log2(n) slice comparisons) instead of a Python loop over every character; they work on ``str`` and
@@ -35,6 +36,14 @@ def common_suffix(a: Text, b: Text, limit: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def line_col(text: Text, offset: int) -> tuple[int, int]:
+    """The 0-based line of ``text[offset]`` and its column, counted in the text's own units
+    (characters for ``str``, bytes for ``bytes``: tree-sitter's points)."""
+    newline = b"\n" if isinstance(text, bytes) else "\n"
+    line = text.count(newline, 0, offset)  # type: ignore[arg-type]
+    return line, offset - (text.rfind(newline, 0, offset) + 1)  # type: ignore[arg-type]
 
 
 def diff_region(old: Text, new: Text) -> tuple[int, int, Text]:

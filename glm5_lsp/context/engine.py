@@ -24,7 +24,7 @@ from glm5_lsp.context.summary import SymbolInfo
 from glm5_lsp.context.symbols import IndexStats, SymbolTable
 from glm5_lsp.context.tokens import TokenCounter
 from glm5_lsp.spans import Prompt
-from glm5_lsp.textdiff import diff_regions
+from glm5_lsp.textdiff import diff_regions, line_col
 
 log = logging.getLogger(__name__)
 
@@ -219,13 +219,8 @@ def _diff_edits(doc: Document, new: str) -> list[Edit]:
     edits = []
     old = doc.text
     for start, end, text in diff_regions(old, new):
-        start_line, start_col = _position(old, start)
-        end_line, end_col = _position(old, end)
+        start_line, start_col = line_col(old, start)
+        end_line, end_col = line_col(old, end)
         edits.append(Edit(start_line, start_col, end_line, end_col, text))
         old = old[:start] + text + old[end:]
     return edits
-
-
-def _position(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset)
-    return line, offset - (text.rfind("\n", 0, offset) + 1)

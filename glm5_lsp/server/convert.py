@@ -13,6 +13,7 @@ import re
 from lsprotocol import types
 
 from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.textdiff import line_col
 
 _SEVERITY_TO_LSP = {
     "error": types.DiagnosticSeverity.Error,
@@ -119,7 +120,7 @@ def diagnostic_from_lsp(text: str, diagnostic: types.Diagnostic, encoding: str =
     end = lsp_offset(text, diagnostic.range.end, encoding)
     start = len(text) if start is None else start
     end = max(start, len(text) if end is None else end)
-    start_pos, end_pos = _line_col(text, start), _line_col(text, end)
+    start_pos, end_pos = line_col(text, start), line_col(text, end)
     return Diagnostic(
         line=start_pos[0],
         col=start_pos[1],
@@ -140,10 +141,6 @@ def _provider_of(source: str | None) -> str:
 
 _OUR_SOURCE = re.compile(r"glm5-lsp \((.+)\)")
 
-
-def _line_col(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset)
-    return line, offset - (text.rfind("\n", 0, offset) + 1)
 
 
 def lsp_text_edit(old: str, start: int, end: int, text: str, encoding: str = UTF16) -> types.TextEdit:

@@ -50,7 +50,6 @@ class CompileWorker:
         self.started = 0  # helper processes started (for tests and logs)
         self.answered = 0  # answers received, failures reported by the helper included
         self._process: subprocess.Popen[bytes] | None = None
-        self._pending = b""  # bytes read past the last answer (never expected; kept for safety)
         self._lock = threading.Lock()
 
     def diagnose(self, text: str, filename: str) -> list[Diagnostic]:
@@ -94,21 +93,15 @@ class CompileWorker:
             self.argv,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
-        self._pending = b""
         self.started += 1
         return self._process
 
     def _read_line(self, process: subprocess.Popen[bytes], deadline: float) -> bytes:
+        """The helper's answer: one line (its JSON is ASCII, so the only line break is the last byte)."""
         assert process.stdout is not None
         fd = process.stdout.fileno()
-        chunks = [self._pending]
-        while True:
-            end = chunks[-1].find(b"\n")
-            if end >= 0:
-                data = b"".join(chunks)
-                end = data.find(b"\n")
-                self._pending = data[end + 1:]
-                return data[:end]
+        chunks: list[bytes] = []
+        while not chunks or not chunks[-1].endswith(b"\n"):
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise TimeoutError
@@ -116,6 +109,7 @@ class CompileWorker:
             if not chunk:
                 raise EOFError("its output closed")
             chunks.append(chunk)
+        return b"".join(chunks)
 
     def _stop(self) -> int | None:
         process, self._process = self._process, None

@@ -20,7 +20,7 @@ from tree_sitter import Node, Parser, Tree
 from glm5_lsp.context.languages import grammar_language_ids, tree_sitter_language
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.providers.positions import byte_col_to_char
-from glm5_lsp.textdiff import common_prefix, common_suffix, diff_regions
+from glm5_lsp.textdiff import common_prefix, common_suffix, diff_regions, line_col
 
 
 class TreeSitterProvider:
@@ -100,8 +100,8 @@ class RecentTrees:
                 new_end = start + len(middle)
                 edited = old[:start] + middle + old[end:]
                 tree.edit(start_byte=start, old_end_byte=end, new_end_byte=new_end,
-                          start_point=_point(edited, start), old_end_point=_point(old, end),
-                          new_end_point=_point(edited, new_end))
+                          start_point=line_col(edited, start), old_end_point=line_col(old, end),
+                          new_end_point=line_col(edited, new_end))
                 old = edited
             tree = parser.parse(source, tree)
             self.incremental += 1
@@ -111,7 +111,3 @@ class RecentTrees:
             self.entries.append((language, source, tree))
         return tree
 
-
-def _point(source: bytes, offset: int) -> tuple[int, int]:
-    """Tree-sitter's (row, byte column) of a byte offset."""
-    return source.count(b"\n", 0, offset), offset - (source.rfind(b"\n", 0, offset) + 1)
