@@ -142,7 +142,6 @@ def _provider_of(source: str | None) -> str:
 _OUR_SOURCE = re.compile(r"glm5-lsp \((.+)\)")
 
 
-
 def lsp_text_edit(old: str, start: int, end: int, text: str, encoding: str = UTF16) -> types.TextEdit:
     """An edit replacing ``old[start:end]`` (character offsets) with ``text``."""
     return types.TextEdit(range=lsp_range(old, start, end, encoding), new_text=text)

@@ -62,8 +62,8 @@ import __future__
 
 import ast
 import enum
-import logging
 import functools
+import logging
 import operator
 import re
 import threading
@@ -78,6 +78,7 @@ from glm5_lsp.repair.providers.compile_worker import CompileWorker, worker_avail
 from glm5_lsp.textdiff import common_prefix, common_suffix
 
 log = logging.getLogger(__name__)
+
 
 class PythonCompileProvider:
     """``compile(text, path, "exec")``; at most one diagnostic (the compiler stops at the first error).

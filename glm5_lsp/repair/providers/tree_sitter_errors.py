@@ -6,8 +6,9 @@ whose grammar package is absent is simply not checked by this provider.
 The repair loop checks a document and then the same document with one candidate spliced in, again
 and again, so the provider keeps the last few trees (:class:`RecentTrees`) and re-parses a new text
 incrementally from the one that shares the most with it: the edits between them (the longest
-common prefix and suffix, split in two when the changes lie far apart, ``textdiff.diff_regions``). Incremental and fresh parses report the same errors (``tests/test_repair_providers.py``
-checks it on random edits); on a 2,600-line file the incremental parse is about 4x faster.
+common prefix and suffix, split in two when the changes lie far apart, ``textdiff.diff_regions``).
+Incremental and fresh parses report the same errors (``tests/test_repair_providers.py`` checks it on
+random edits); on a 2,600-line file the incremental parse is about 4x faster.
 """
 
 from __future__ import annotations
