@@ -110,3 +110,79 @@ def test_lean_step_stands_aside_where_it_does_not_apply() -> None:
     model.lean_decode = False
     with torch.no_grad():
         assert not lean.applies(model, token, cache, step)
+
+
+def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=False):
+    """Prefill ``sum(chunks)`` tokens in pieces (``last_only``, as the generator does), into one cache
+    with the lean paths on and one with them off; then two decoding steps. Returns, per side, the
+    logits of every piece and step and the cache."""
+    total = sum(chunks)
+    ids = _ids(total + 2, seed=total)
+    out = {}
+    for lean_on in (True, False):
+        model.lean_decode = lean_on
+        cache = KVCache(model.config)
+        logits, at = [], 0
+        with torch.no_grad():
+            for n in chunks:
+                part_roles = None if roles is None else roles[:, at : at + n]
+                logits.append(model(ids[:, at : at + n], cache=cache, roles=part_roles, policy=policy, dense=dense,
+                                    last_only=True))
+                at += n
+            for t in range(total, total + 2):
+                logits.append(model(ids[:, t : t + 1], cache=cache, policy=policy, dense=dense))
+        out[lean_on] = (logits, cache)
+    model.lean_decode = True
+    return out[True], out[False]
+
+
+@pytest.mark.parametrize(
+    ("chunks", "dense", "overrides"),
+    [
+        ([11], False, {}),  # a whole prompt within the top-k budget
+        ([5, 6], False, {}),  # a cached prefix, then the rest of the prompt
+        ([30], True, {}),  # dense mode, longer than the budget
+        ([9, 3], False, {"indexer_types": ["full", "shared", "full"]}),
+        ([12], False, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}),
+    ],
+)
+def test_dense_prefill_gives_the_general_paths_logits_and_cache(chunks, dense, overrides) -> None:
+    model = tiny_model(index_topk=12, **overrides)
+    (lean_logits, lean_cache), (gen_logits, gen_cache) = _prefill_both(model, chunks, dense=dense)
+    for a, b in zip(lean_logits, gen_logits):
+        assert a.shape == b.shape
+        assert (a - b).abs().max().item() < TOL
+    n = sum(chunks) + 2
+    for layer in range(model.config.num_hidden_layers):
+        assert (lean_cache.latents[layer][:, :n] - gen_cache.latents[layer][:, :n]).abs().max().item() < TOL
+        if lean_cache.index_keys[layer] is not None:
+            assert (lean_cache.index_keys[layer][:, :n] - gen_cache.index_keys[layer][:, :n]).abs().max().item() < TOL
+    assert torch.equal(lean_cache.token_ids[:, :n], gen_cache.token_ids[:, :n])
+
+
+def _code(batch: int, n: int) -> torch.Tensor:
+    return torch.full((batch, n), int(Role.CODE), dtype=torch.long)
+
+
+def test_dense_prefill_under_the_policy_and_where_it_stands_aside() -> None:
+    model = tiny_model(index_topk=12)
+    roles = torch.full((1, 16), int(Role.CODE), dtype=torch.long)  # the policy's budget: 16 keys
+    roles[0, 1:4] = int(Role.API_DOC)
+    roles[0, 6] = int(Role.ERROR_CONTEXT)
+    policy = AttentionPolicy.from_config()
+    (lean_logits, _), (gen_logits, _) = _prefill_both(model, [10, 6], policy=policy, roles=roles)
+    for a, b in zip(lean_logits, gen_logits):
+        assert (a - b).abs().max().item() < TOL
+    cache = KVCache(model.config)
+    with torch.no_grad():
+        model(_ids(8), cache=cache)
+        assert lean.applies_dense(model, _ids(4), cache, model._step(1, 4, cache, _code(1, 4), policy, False, False))
+        sparse = model._step(1, 9, cache, _code(1, 9), policy, False, False)  # 17 keys: more than the budget
+        assert sparse.topk == 16 and not lean.applies_dense(model, _ids(9), cache, sparse)
+        assert lean.applies_dense(model, _ids(5), cache, model._step(1, 5, cache, _code(1, 5), policy, True, False))
+        assert not lean.applies_dense(model, _ids(1), cache, model._step(1, 1, cache, _code(1, 1), None, False, False))
+        assert not lean.applies_dense(model, torch.cat([_ids(3), _ids(3)]), cache,
+                                      model._step(2, 3, cache, _code(2, 3), None, False, False))  # two sequences
+        model.lean_decode = False
+        assert not lean.applies_dense(model, _ids(4), cache, model._step(1, 4, cache, _code(1, 4), None, False, False))
+    model.lean_decode = True

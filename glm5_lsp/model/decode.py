@@ -1,4 +1,5 @@
-"""One new token of one sequence on the CPU: the decoding step, as few operations as the layer allows.
+"""The editor's two hot forward calls on the CPU, in as few operations as the layers allow: one new
+token (the decoding step) and a short prompt whose every query sees all its keys (its prefill).
 
 A decoding step on a small model is bound by per-operation overhead, not arithmetic: the general
 ``forward`` spends most of a step in module calls, views and bookkeeping sized for many tokens.
@@ -15,6 +16,13 @@ weights:
 It writes the same cache entries and selects the same keys as ``forward`` (the indexer's scores,
 bias rule and top-k are computed by the same operations), so decoding may switch between the two
 paths at any token; ``tests/test_model_decode.py`` checks logits and selected sets against it.
+
+:func:`prefill_dense` is the same idea for several tokens of one sequence when no query has more
+causal keys than the top-k budget (the editor's prompts are mostly shorter than the embedded
+model's 128), or attention is dense: the selection is then every key, so the indexer's scores,
+the policy's biases and its forced keys change nothing and are skipped; the indexer's keys are still
+cached for the steps that follow. Only the last position's logits are computed. On the embedded
+model it takes a 100-token prompt from about 19 to 16 ms and a 10-token one from 13 to 10 ms.
 """
 
 from __future__ import annotations
@@ -32,20 +40,36 @@ if TYPE_CHECKING:
     from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM, Step
 
 
-def applies(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache | None, step: Step) -> bool:
-    """Whether :func:`decode_one` may run this ``forward`` call (it falls back to the general path otherwise)."""
+def _lean_ok(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache | None, step: Step) -> bool:
     weight = model.lm_head.weight
     return (
         model.lean_decode
         and cache is not None
-        and input_ids.shape == (1, 1)
+        and input_ids.shape[0] == 1
         and step.stage is None
         and not step.reference
-        and step.forced_keys is None
         and weight.dtype == torch.float32
         and weight.device.type == "cpu"
         and not model.config.attention_bias
         and not torch.is_grad_enabled()
+    )
+
+
+def applies(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache | None, step: Step) -> bool:
+    """Whether :func:`decode_one` may run this ``forward`` call (it falls back to the general path otherwise)."""
+    return input_ids.shape == (1, 1) and step.forced_keys is None and _lean_ok(model, input_ids, cache, step)
+
+
+def applies_dense(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache | None, step: Step) -> bool:
+    """Whether :func:`prefill_dense` may run this ``forward`` call: several tokens of one sequence
+    whose every query attends to all its causal keys (dense attention, or no more keys than the
+    top-k budget, so the selection is every key and the policy's biases and forced keys change
+    nothing)."""
+    t = input_ids.shape[-1]
+    return (
+        t > 1
+        and (step.dense or step.start + t <= step.topk)
+        and _lean_ok(model, input_ids, cache, step)
     )
 
 
@@ -142,6 +166,79 @@ def _swiglu_mlp(mlp, h: torch.Tensor) -> torch.Tensor:
     """``MLP.forward`` without the module calls."""
     gate = F.silu(F.linear(h, mlp.gate_proj.weight))
     return F.linear(gate * F.linear(h, mlp.up_proj.weight), mlp.down_proj.weight)
+
+
+def _rms_rows(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def _attention_dense(attn, x: torch.Tensor, step: Step, cache: KVCache) -> torch.Tensor:
+    """One layer's attention for ``T`` new tokens ``x [T, D]``, each over every causal key: ``[T, D]``.
+    Writes the new latents and indexer keys to ``cache``; the indexer's queries are not needed."""
+    t = x.shape[0]
+    pos = step.start
+    kend = pos + t
+    heads, nope, rope = attn.n_heads, attn.nope_dim, attn.rope_dim
+    indexer = attn.indexer
+    w_x, _ = attn._fused_weights()
+    sizes = [attn.q_a_proj.out_features, attn.kv_rank, rope]
+    if indexer is not None:
+        sizes += [indexer.head_dim, indexer.n_heads]
+    parts = F.linear(x, w_x).split(sizes, dim=-1)
+    q_resid = _rms_rows(parts[0], attn.q_a_layernorm.weight, attn.q_a_layernorm.eps)
+    q = F.linear(q_resid, attn.q_b_proj.weight).view(t, heads, attn.q_dim)
+    rows = [q[:, :, nope:], parts[2].unsqueeze(1)]
+    if indexer is not None:
+        ik = F.layer_norm(parts[3], (indexer.head_dim,), indexer.k_norm.weight, indexer.k_norm.bias, indexer.k_norm.eps)
+        rows.append(ik[:, None, :rope])
+    rot = apply_rope(torch.cat(rows, dim=1).unsqueeze(0), step.cos, step.sin)[0]  # [T, H + 1 (+1), R]
+
+    latents = cache.latents[attn.layer_idx][0]
+    latents[pos:kend, : attn.kv_rank] = _rms_rows(parts[1], attn.kv_a_layernorm.weight, attn.kv_a_layernorm.eps)
+    latents[pos:kend, attn.kv_rank :] = rot[:, heads]
+    if indexer is not None:
+        keys = cache.index_keys[attn.layer_idx][0]
+        keys[pos:kend, :rope] = rot[:, heads + 1]
+        keys[pos:kend, rope:] = ik[:, rope:]
+
+    w_uk, w_uv_t = attn._absorbed_weights()
+    q_lat = torch.bmm(q[:, :, :nope].transpose(0, 1), w_uk)  # [H, T, L]
+    q_cat = torch.cat([q_lat, rot[:, :heads].transpose(0, 1)], dim=-1)  # [H, T, L + R]
+    keys_all = latents[:kend]
+    scores = torch.matmul(q_cat, keys_all.t()).mul_(attn.scale)  # [H, T, Tk]
+    if t > 1:
+        scores.masked_fill_(_future(pos, t, scores.device), float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    o_lat = torch.matmul(probs, keys_all[:, : attn.kv_rank])  # [H, T, L]
+    out = torch.bmm(o_lat, w_uv_t).transpose(0, 1).reshape(t, heads * attn.v_dim)
+    return F.linear(out, attn.o_proj.weight)
+
+
+def _future(start: int, t: int, device: torch.device) -> torch.Tensor:
+    """``[T, start + T]`` bool: key ``j`` lies after query ``start + i`` (masked out)."""
+    return torch.arange(start + t, device=device)[None, :] > torch.arange(start, start + t, device=device)[:, None]
+
+
+def _mlp_rows(mlp, h: torch.Tensor) -> torch.Tensor:
+    if not hasattr(mlp, "experts"):  # dense
+        return _swiglu_mlp(mlp, h)
+    idx, weights = mlp.gate(h)
+    return mlp.experts(h, idx, weights) + _swiglu_mlp(mlp.shared_experts, h)
+
+
+def prefill_dense(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache, step: Step,
+                  role_ids: torch.Tensor) -> torch.Tensor:
+    """The last position's logits ``[1, 1, V]`` for ``input_ids [1, T]`` appended to ``cache`` (which
+    must have room), every query attending to all its causal keys (see :func:`applies_dense`)."""
+    x = F.embedding(input_ids[0], model.model.embed_tokens.weight)  # [T, H]
+    for layer in model.model.layers:
+        norm = layer.input_layernorm
+        x = x + _attention_dense(layer.self_attn, _rms_rows(x, norm.weight, norm.eps), step, cache)
+        norm = layer.post_attention_layernorm
+        x = x + _mlp_rows(layer.mlp, _rms_rows(x, norm.weight, norm.eps))
+    cache.commit(input_ids, role_ids)
+    norm = model.model.norm
+    return F.linear(_rms(x[-1:], norm.weight, norm.eps), model.lm_head.weight).view(1, 1, -1)
 
 
 def decode_one(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache, step: Step,

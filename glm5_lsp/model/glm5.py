@@ -700,6 +700,8 @@ class GlmMoeDsaForCausalLM(nn.Module):
             if picked is None:
                 return logits
             return logits, [None if step.dense else [_one_selection(idx, step.start + 1)] for idx in picked]
+        if cache is not None and last_only and not return_selections and decode.applies_dense(self, input_ids, cache, step):
+            return decode.prefill_dense(self, input_ids, cache, step, role_ids)  # a short prompt: every key attended
         x = self.model.embed_tokens(input_ids)
         selections = None
         per_layer = []
