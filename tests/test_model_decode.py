@@ -180,6 +180,8 @@ def test_dense_prefill_under_the_policy_and_where_it_stands_aside() -> None:
         sparse = model._step(1, 9, cache, _code(1, 9), policy, False, False)  # 17 keys: more than the budget
         assert sparse.topk == 16 and not lean.applies_dense(model, _ids(9), cache, sparse)
         assert lean.applies_dense(model, _ids(5), cache, model._step(1, 5, cache, _code(1, 5), policy, True, False))
+        long = lean.PREFILL_MAX_TOKENS + 1
+        assert not lean.applies_dense(model, _ids(long), cache, model._step(1, long, cache, _code(1, long), None, True, False))
         assert not lean.applies_dense(model, _ids(1), cache, model._step(1, 1, cache, _code(1, 1), None, False, False))
         assert not lean.applies_dense(model, torch.cat([_ids(3), _ids(3)]), cache,
                                       model._step(2, 3, cache, _code(2, 3), None, False, False))  # two sequences

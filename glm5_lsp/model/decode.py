@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM, Step
 
 
+PREFILL_MAX_TOKENS = 512  # longer prompts take the general path, which bounds its score matrices
+
+
 def _lean_ok(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache | None, step: Step) -> bool:
     weight = model.lm_head.weight
     return (
@@ -67,7 +70,7 @@ def applies_dense(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: K
     nothing)."""
     t = input_ids.shape[-1]
     return (
-        t > 1
+        1 < t <= PREFILL_MAX_TOKENS
         and (step.dense or step.start + t <= step.topk)
         and _lean_ok(model, input_ids, cache, step)
     )
