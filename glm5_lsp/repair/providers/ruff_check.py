@@ -2,8 +2,12 @@
 
 Runs ``ruff check --isolated`` so a project's own ruff configuration (import sorting, line length)
 does not turn style nits into blocking diagnostics; ``select`` chooses the rules (syntax + pyflakes
-by default). Severity: syntax errors and the rules that fail at run time are errors, ``F841``
-(unused local, normal mid-edit) is info, the rest are warnings.
+by default). Severity (:func:`severity_of`): syntax errors and the rules that fail at run time are
+errors, ``F841`` (unused local, normal mid-edit) is info, the rest are warnings.
+
+:class:`RuffProvider` starts one ``ruff check`` a check (about 5 ms of its 9 ms on a 2,600-line
+file is the process starting); :mod:`.ruff_server` asks one long-lived ``ruff server`` instead and
+converts its answers with :func:`ruff_diagnostic`, so both report the same.
 """
 
 from __future__ import annotations
@@ -44,11 +48,25 @@ class RuffProvider:
         return [self._convert(text, item) for item in json.loads(out.stdout or "[]")]
 
     def _convert(self, text: str, item: dict) -> Diagnostic:
-        code = str(item.get("code") or "invalid-syntax")
         start, end = item.get("location") or {}, item.get("end_location") or {}
-        line, col = clamp_position(text, int(start.get("row", 1)) - 1, int(start.get("column", 1)) - 1)
-        end_line, end_col = clamp_position(text, int(end.get("row", line + 1)) - 1, int(end.get("column", 1)) - 1)
-        end_line, end_col = max((end_line, end_col), (line, col))
-        severity = "error" if code in ERROR_CODES or code.startswith("E9") else (
-            "info" if code in INFO_CODES else "warning")
-        return Diagnostic(line, col, end_line, end_col, str(item.get("message", "")), severity, self.name, code)
+        line, col = int(start.get("row", 1)) - 1, int(start.get("column", 1)) - 1
+        end_line, end_col = int(end.get("row", line + 1)) - 1, int(end.get("column", 1)) - 1
+        return ruff_diagnostic(text, item.get("code"), str(item.get("message", "")), (line, col), (end_line, end_col),
+                               self.name)
+
+
+def severity_of(code: str) -> str:
+    """Syntax errors and the rules that fail at run time are errors, unused locals info, the rest warnings."""
+    if code in ERROR_CODES or code.startswith("E9"):
+        return "error"
+    return "info" if code in INFO_CODES else "warning"
+
+
+def ruff_diagnostic(text: str, code: object, message: str, start: tuple[int, int], end: tuple[int, int],
+                    source: str = "ruff") -> Diagnostic:
+    """One ruff finding as a :class:`Diagnostic`: 0-based ``(line, character column)`` positions
+    clamped into ``text`` (ruff points one past the end at times), a missing code read as a syntax error."""
+    code = str(code or "invalid-syntax")
+    line, col = clamp_position(text, *start)
+    end_line, end_col = max(clamp_position(text, *end), (line, col))
+    return Diagnostic(line, col, end_line, end_col, message, severity_of(code), source, code)
