@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import builtins
 import keyword
+import random
 import re
+import sysconfig
 import time
 from pathlib import Path
 
@@ -16,12 +18,14 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from glm5_lsp.repair.monitor import (
+    _IDENT_WORD,
     JediAttributes,
     MonitorSettings,
     NameMonitor,
     NameTrie,
     TokenIndex,
     decoding_state,
+    identifiers,
     python_monitor_factory,
     warm_jedi,
 )
@@ -520,3 +524,15 @@ def test_a_lookup_still_running_at_the_request_deadline_is_stopped(strings: list
     assert time.perf_counter() - started < 1.0
     plain = [i for i, s in enumerate(strings) if "." not in s]  # (openers such as ``.x`` have their own rule)
     assert torch.equal(out[plain], logits[plain]) and monitor.provider_skipped >= 1  # unchecked: no mask
+
+
+def test_identifiers_read_in_kept_pieces_are_every_identifier_of_the_text() -> None:
+    path = Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"
+    if not path.is_file():
+        pytest.skip(f"{path} is not on this machine")
+    text = path.read_text(encoding="utf-8")
+    rng = random.Random(5)
+    for _ in range(10):
+        cut = text[: rng.randrange(len(text))]
+        assert identifiers(cut) == set(_IDENT_WORD.findall(cut))
+    assert identifiers("x = r'raw'\ndef f(a):\n    return a\n") == {"x", "def", "f", "a", "return"}

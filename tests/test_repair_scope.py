@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from glm5_lsp.repair import scope
 from glm5_lsp.repair.scope import ALWAYS, logical_lines, names_in_scope
 
 
@@ -99,3 +100,43 @@ def test_every_name_jedi_completes_at_a_read_position_is_in_scope(module: str) -
         assert not missing, (lines[number], missing)
         checked += 1
     assert checked >= 4
+
+
+def _whole(before: str, after: str) -> tuple[frozenset[str], str]:
+    """``scope_at`` reading the text in one go (no pieces kept): the reference for the piecewise read."""
+    original = scope.top_level_pieces
+    scope.top_level_pieces = lambda text: [text]
+    try:
+        return scope.scope_at.__wrapped__(before, after)
+    finally:
+        scope.top_level_pieces = original
+
+
+@pytest.mark.parametrize("module", ["argparse.py", "textwrap.py", "dataclasses.py"])
+def test_reading_the_file_in_kept_pieces_gives_what_one_read_gives(module: str) -> None:
+    """Cursors anywhere, in the real file and in copies broken by an unclosed triple quote, bracket
+    or line continuation (so pieces must be read together), give the same names and block kind."""
+    path = STDLIB / module
+    if not path.is_file():
+        pytest.skip(f"{path} is not on this machine")
+    text = path.read_text(encoding="utf-8")
+    rng = random.Random(3)
+    for case in range(24):
+        damaged = text
+        if case % 2:
+            at = rng.randrange(len(text))
+            damaged = text[:at] + rng.choice(['"""', "'''", "(", "[", "\\\n", "'''x"]) + text[at:]
+        cursor = rng.randrange(len(damaged))
+        before, after = damaged[:cursor], damaged[cursor:]
+        assert scope.scope_at.__wrapped__(before, after) == _whole(before, after), (case, cursor)
+
+
+def test_pieces_are_cut_at_top_level_definitions_only() -> None:
+    code = "import os\n\n@dec\ndef f():\n    def g():\n        pass\nclass C:\n    x = 1\nasync def h():\n    pass\n"
+    pieces = scope.top_level_pieces(code)
+    assert "".join(pieces) == code
+    assert [p.split("\n", 1)[0] for p in pieces] == ["import os", "@dec", "def f():", "class C:", "async def h():"]
+    assert scope.top_level_pieces("x = 1") == ["x = 1"]
+    # A piece left inside a string is read with the next one: the string's words are no names.
+    names = own('X = 1\n"""\ndef fake():\n    pass\n"""\ndef real():\n    ', "")
+    assert {"X", "real"} <= names and "fake" not in names

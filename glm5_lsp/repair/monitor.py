@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.postprocess import IDENTIFIER_CHARS, ends_in_code, open_brackets
 from glm5_lsp.repair.members import self_attributes
-from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, scope_at
+from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, scope_at, top_level_pieces
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,21 @@ STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+\*", re.MULT
 # Regexes anchored at the end still scan from the start of the string: they get this much of the
 # text (a receiver or a partial name longer than that is not one anybody writes).
 TAIL_CHARS = 512
+
+
+def identifiers(text: str) -> set[str]:
+    """Every identifier in ``text`` (a string prefix such as ``r''`` apart), read per top-level piece
+    (:func:`~glm5_lsp.repair.scope.top_level_pieces`) and kept, so a request reads only the pieces
+    that changed (a 2,600-line file: about 5 ms at once)."""
+    found: set[str] = set()
+    for piece in top_level_pieces(text):
+        found |= _piece_identifiers(piece)
+    return found
+
+
+@functools.lru_cache(maxsize=2048)
+def _piece_identifiers(piece: str) -> frozenset[str]:
+    return frozenset(_IDENT_WORD.findall(piece))
 
 
 def _dotted_receiver(text: str) -> re.Match[str] | None:
@@ -289,7 +304,7 @@ class NameMonitor:
         self.settings = settings or MonitorSettings()
         if known_names is None:  # the document's identifiers, less the one being typed at the cursor
             # (rstrip drops the typed word; a regex search for it from the end would try every start)
-            known_names = _IDENT_WORD.findall(context.rstrip(IDENTIFIER_CHARS))
+            known_names = identifiers(context.rstrip(IDENTIFIER_CHARS))
         # What the document and Python bind; keywords apart: where a name is only read it is an
         # operand, and a statement keyword (``while``, ``def``) cannot be one.
         self.name_trie = NameTrie((set(known_names) - _KEYWORDS) | set(dir(builtins)) | MODULE_ATTRIBUTES)

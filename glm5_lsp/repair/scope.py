@@ -54,6 +54,12 @@ class _Block:
     names: set[str] = field(default_factory=set)
 
 
+# A triple-quoted string the text ends inside (its opening quotes, then no closing ones).
+_UNTERMINATED = re.compile(r"""[rRbBuUfF]{0,2}(\"\"\"(?![\s\S]*\"\"\"\Z)|'\'\'(?![\s\S]*'\'\'\Z)|\"\"\"\Z|'\'\'\Z)""")
+# Where a top-level ``def``, ``class`` or decorator starts a line: the file is read in pieces cut there.
+_TOP_LEVEL = re.compile(r"^(?=(?:async[ \t]+)?def[ \t]|class[ \t]|@)", re.MULTILINE)
+
+
 def _blank(match: re.Match[str]) -> str:
     return "" if match.group(0).startswith("#") else "0"  # a string stays an operand, on one line
 
@@ -62,12 +68,27 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
     """``(indentation, code)`` for each logical line of ``text``, strings and comments blanked out.
 
     The last physical line is kept even when blank: its indentation is where the cursor stands."""
-    code = _STRING_OR_COMMENT.sub(_blank, text)
+    return _logical_lines(text)[0]
+
+
+def _logical_lines(text: str) -> tuple[list[tuple[int, str]], bool]:
+    """:func:`logical_lines`, and whether ``text`` ends closed: outside any string and bracket, with
+    no line continued (the next text then starts afresh)."""
+    unterminated = False
+
+    def blank(match: re.Match[str]) -> str:
+        nonlocal unterminated
+        if match.end() == len(text) and _UNTERMINATED.match(match.group(0)):
+            unterminated = True
+        return _blank(match)
+
+    code = _STRING_OR_COMMENT.sub(blank, text)
     out: list[tuple[int, str]] = []
     depth = 0
     joined: list[str] = []
     indent = 0
     physical = code.split("\n")
+    closed = True
     for number, line in enumerate(physical):
         if not joined:
             stripped = line.lstrip(" \t")
@@ -78,12 +99,13 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
         else:
             joined.append(line)
         depth = max(0, depth + (len(line) - len(line.translate(_OPEN))) - (len(line) - len(line.translate(_CLOSE))))
-        if depth == 0 and not line.endswith("\\"):
+        closed = depth == 0 and not line.endswith("\\")
+        if closed:
             out.append((indent, " ".join(joined)))
             joined = []
     if joined:
         out.append((indent, " ".join(joined)))
-    return out
+    return out, closed and not unterminated
 
 
 def _scan(lines: list[tuple[int, str]], blocks: list[_Block], module: set[str], *, collect: bool = True) -> None:
@@ -110,14 +132,48 @@ def names_in_scope(before: str, after: str = "") -> set[str]:
     return set(scope_at(before, after)[0])
 
 
+def top_level_pieces(text: str) -> list[str]:
+    """``text`` cut at the start of every line that opens a top-level ``def``, ``class`` or
+    decorator (every piece but the last ends with a line break). Keystrokes change one piece, so
+    what is worked out per piece can be kept across requests."""
+    cuts = [m.start() for m in _TOP_LEVEL.finditer(text) if m.start()]
+    if not cuts:
+        return [text]
+    return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+
+
+MERGED_PIECES = 3  # pieces read together before the rest of an unclosed text is read in one go
+
+
+@dataclass(frozen=True)
+class _Piece:
+    closed: bool  # it ends outside strings and brackets: the next piece starts afresh
+    module: frozenset[str]  # the names its module-level code binds or reads
+
+
+@functools.lru_cache(maxsize=2048)
+def _piece(text: str) -> _Piece:
+    lines, closed = _logical_lines(text)
+    module: set[str] = set()
+    _scan(lines, [], module, collect=False)
+    return _Piece(closed, frozenset(module))
+
+
 @functools.lru_cache(maxsize=4)
 def scope_at(before: str, after: str = "") -> tuple[frozenset[str], str]:
     """:func:`names_in_scope` and the kind of the innermost block at the cursor: ``"def"``,
     ``"class"`` (directly in a class body) or ``"module"``. The last few answers are kept: the
-    decoding monitor and the word finisher of one request ask about the same cursor."""
+    decoding monitor and the word finisher of one request ask about the same cursor.
+
+    The code before the top-level statement the cursor is in contributes its module-level names
+    only; those are worked out per :func:`top_level_pieces` piece and kept, so a request re-reads
+    the piece it edits and the cursor's own. A piece that ends inside a string or a bracket is read
+    together with the next one, which makes the answer the same as reading the text in one go."""
     blocks: list[_Block] = []
     module: set[str] = set()
-    lines = logical_lines(before)
+    pieces = top_level_pieces(before)
+    pending = _module_names(pieces[:-1], module)
+    lines = logical_lines(pending + pieces[-1])
     if lines:  # the cursor's own line closes the blocks it is not inside
         *body, (indent, code) = lines
         _scan(body, blocks, module)
@@ -130,6 +186,35 @@ def scope_at(before: str, after: str = "") -> tuple[frozenset[str], str]:
     innermost = blocks[-1].kind if blocks else "module"
     newline = after.find("\n")
     if newline != -1:
-        _scan(logical_lines(after[newline + 1:]), blocks, module, collect=False)
+        # The rest of the cursor's top-level statement is read with its blocks still open (their
+        # names are not the module's); the pieces after it start afresh.
+        rest = top_level_pieces(after[newline + 1:])
+        count = 1
+        lines, closed = _logical_lines(rest[0])
+        while not closed and count < len(rest):
+            count = count + 1 if count < MERGED_PIECES else len(rest)  # broken code: read the rest at once
+            lines, closed = _logical_lines("".join(rest[:count]))
+        _scan(lines, blocks, module, collect=False)
+        tail = _module_names(rest[count:], module)
+        if tail:
+            module |= _piece(tail).module
         visible |= module
     return frozenset(visible | ALWAYS), innermost
+
+
+def _module_names(pieces: list[str], module: set[str]) -> str:
+    """Add the module-level names of consecutive ``pieces`` to ``module`` (kept per piece); returns
+    the trailing text that does not end closed (to be read with what follows it)."""
+    pending = ""
+    merged = 0
+    for number, piece in enumerate(pieces):
+        pending += piece
+        known = _piece(pending)
+        if known.closed:
+            module |= known.module
+            pending, merged = "", 0
+            continue
+        merged += 1
+        if merged >= MERGED_PIECES:  # broken code (an unclosed string or bracket): the rest in one go
+            return pending + "".join(pieces[number + 1:])
+    return pending
