@@ -42,6 +42,7 @@ comment) the logits pass through unchanged.
 
 from __future__ import annotations
 
+import array
 import bisect
 import builtins
 import functools
@@ -439,13 +440,16 @@ class NameMonitor:
         import torch
 
         assert isinstance(logits, torch.Tensor)
-        mask = torch.ones(logits.shape[-1], dtype=torch.bool)
-        ids = [i for i in keep if i < logits.shape[-1]]
-        if not ids:
+        if not keep:
             return
-        mask[torch.tensor(ids, dtype=torch.long)] = False
+        ids = torch.frombuffer(array.array("q", keep), dtype=torch.long)  # thousands of ids: no Python loop
+        ids = ids[ids < logits.shape[-1]]
+        if not len(ids):
+            return
+        mask = torch.ones(logits.shape[-1], dtype=torch.bool)
+        mask[ids] = False
         if self.settings.mask_attributes:
-            logits[mask] = float("-inf")
+            logits.masked_fill_(mask, float("-inf"))
         else:
             logits[~mask] += self.settings.attribute_bias
         self.masked_steps += 1
