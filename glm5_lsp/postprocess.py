@@ -14,8 +14,10 @@ Rules, in the order :func:`tidy` and the pipeline apply them:
 - brackets balanced against the code before the cursor (:func:`balance_brackets`);
 - trailing whitespace (:func:`trim_trailing_space`).
 
-Every bracket count goes through one scanner, :func:`code_chars`, which skips strings and
-comments.
+Every bracket count skips strings and comments by the same rules: :func:`code_chars` walks the
+text a character at a time; :func:`_brackets` and the bracket counts built on it find the same
+strings, comments and brackets with one compiled regular expression a language family, so that
+the regex engine, not Python, steps over the plain code between them.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ def cut_at_block_end(text: str, prefix: str, language: str) -> str:
             kept.append(line)
         return "\n".join(kept).rstrip() if len(kept) < len(pieces) else "\n".join(kept)
     depth = 0
-    for at, char in code_chars(text, language):
+    for at, char in _brackets(text, language):
         if char == "{":
             depth += 1
         elif char == "}":
@@ -135,6 +137,15 @@ def cut_at_block_end(text: str, prefix: str, language: str) -> str:
 
 
 # ---- the bracket scanner ----------------------------------------------------------------------
+
+
+def _family(language: str | None) -> tuple[tuple[str, ...], bool, bool]:
+    """The scanner's rules for ``language``: its line-comment markers, whether ``/* */`` is a
+    comment, whether triple quotes open a string."""
+    if language is None:
+        return ("#", "//"), False, True
+    marker = LINE_COMMENTS.get(language, "//")
+    return (marker,), marker == "//", language == "python"
 
 
 def code_chars(text: str, language: str | None = None) -> Iterator[tuple[int, str]]:
@@ -148,24 +159,9 @@ def code_chars(text: str, language: str | None = None) -> Iterator[tuple[int, st
     yield from _scan(text, language)
 
 
-def ends_in_code(text: str, language: str | None = None) -> bool:
-    """Whether the end of ``text`` is code: not inside a string or a comment (the same scanner)."""
-    scanner = _scan(text, language)
-    while True:
-        try:
-            next(scanner)
-        except StopIteration as done:
-            return done.value == "code"
-
-
 def _scan(text: str, language: str | None) -> Generator[tuple[int, str], None, str]:
     """:func:`code_chars`'s scanner; returns where the text ends: ``"code"``, ``"string"`` or ``"comment"``."""
-    if language is None:
-        line_comments: tuple[str, ...] = ("#", "//")
-    else:
-        line_comments = (LINE_COMMENTS.get(language, "//"),)
-    block_comments = "//" in line_comments and language is not None
-    triple = language in (None, "python")
+    line_comments, block_comments, triple = _family(language)
     quote = ""
     i = 0
     n = len(text)
@@ -206,17 +202,82 @@ def _scan(text: str, language: str | None) -> Generator[tuple[int, str], None, s
     return "string" if quote else "code"
 
 
+# The regex twins of _scan's strings, ``Q`` standing for the quote and ``END`` for the end of the
+# text. Inside, a backslash takes the next character whatever it is (or ends the text); a
+# one-quote string ends at its quote, at a line end (taken with it) or at the end of the text; a
+# triple-quoted one at three quotes or at the end. Written as unrolled loops, so that the greedy
+# first try is _scan's own reading and always matches: no backtracking.
+_TRIPLE_STRING = r"QQQ[^Q\\]*(?:(?:\\.?|Q(?!QQ))[^Q\\]*)*(?:QQQ|END)"
+_ONE_QUOTE_STRING = r"Q[^Q\\\n]*(?:\\.?[^Q\\\n]*)*(?:[Q\n]|END)"
+
+
+def _skip_alternatives(language: str | None, end: str) -> list[str]:
+    """The alternatives for what ``language``'s scanner skips (strings, then comments), in
+    _scan's order; ``end`` is the end of the text where a string or comment runs into it."""
+    line_comments, block_comments, triple = _family(language)
+    strings = [_TRIPLE_STRING, _ONE_QUOTE_STRING] if triple else [_ONE_QUOTE_STRING]
+    alternatives = [pattern.replace("Q", quote).replace("END", end) for quote in "\"'`" for pattern in strings]
+    if block_comments:
+        alternatives.append(r"/\*(?:.*?\*/|.*" + end + ")")
+    alternatives += [re.escape(marker) + r"[^\n]*" + ("" if end == r"\Z" else "(?:" + end + ")?")
+                     for marker in line_comments]
+    return alternatives
+
+
+# Per language family: strings, comments and brackets, each alternative starting with a plain
+# character so that the engine's search jumps from one possible start to the next.
+_BRACKET_TOKENS: dict[tuple[tuple[str, ...], bool, bool], re.Pattern[str]] = {}
+# Per language family: strings and comments, with an empty group that takes part only where one
+# runs into the end of the text unclosed.
+_END_TOKENS: dict[tuple[tuple[str, ...], bool, bool], re.Pattern[str]] = {}
+
+
+def _bracket_tokens(language: str | None) -> re.Pattern[str]:
+    family = _family(language)
+    pattern = _BRACKET_TOKENS.get(family)
+    if pattern is None:
+        alternatives = _skip_alternatives(language, r"\Z") + [re.escape(bracket) for bracket in "()[]{}"]
+        pattern = _BRACKET_TOKENS[family] = re.compile("|".join(alternatives), re.DOTALL)
+    return pattern
+
+
+def _end_tokens(language: str | None) -> re.Pattern[str]:
+    family = _family(language)
+    pattern = _END_TOKENS.get(family)
+    if pattern is None:
+        pattern = _END_TOKENS[family] = re.compile("|".join(_skip_alternatives(language, r"(\Z)")), re.DOTALL)
+    return pattern
+
+
+def _brackets(text: str, language: str | None = None) -> Iterator[tuple[int, str]]:
+    """``(index, bracket)`` for every bracket :func:`code_chars` yields, found by regex."""
+    for match in _bracket_tokens(language).finditer(text):
+        token = match.group()
+        if token in OPENERS or token in CLOSERS:
+            yield match.start(), token
+
+
+def ends_in_code(text: str, language: str | None = None) -> bool:
+    """Whether the end of ``text`` is code: not inside a string or a comment (:func:`_scan`'s
+    rules, read by regex: the last string or comment is the one that may run into the end)."""
+    last = None
+    for last in _end_tokens(language).finditer(text):
+        pass
+    return last is None or last.lastindex is None
+
+
 def open_brackets(text: str, language: str | None = None) -> list[str]:
     """The brackets still open at the end of ``text`` (a mismatched closer unwinds to its opener)."""
     stack: list[str] = []
-    for _, ch in code_chars(text, language):
-        if ch in OPENERS:
-            stack.append(ch)
-        elif ch in CLOSERS:
-            if stack and stack[-1] == CLOSERS[ch]:
+    for token in _bracket_tokens(language).findall(text):
+        if token in OPENERS:
+            stack.append(token)
+        elif token in CLOSERS:
+            opener = CLOSERS[token]
+            if stack and stack[-1] == opener:
                 stack.pop()
-            elif CLOSERS[ch] in stack:
-                while stack and stack.pop() != CLOSERS[ch]:
+            elif opener in stack:
+                while stack and stack.pop() != opener:
                     pass
     return stack
 
@@ -224,10 +285,10 @@ def open_brackets(text: str, language: str | None = None) -> list[str]:
 def bracket_depth(text: str, language: str | None = None) -> int:
     """Openers less closers in ``text``, outside strings and comments (< 0: it closes more)."""
     depth = 0
-    for _, ch in code_chars(text, language):
-        if ch in OPENERS:
+    for token in _bracket_tokens(language).findall(text):
+        if token in OPENERS:
             depth += 1
-        elif ch in CLOSERS:
+        elif token in CLOSERS:
             depth -= 1
     return depth
 
@@ -235,10 +296,10 @@ def bracket_depth(text: str, language: str | None = None) -> int:
 def _own_open(text: str, language: str | None) -> int:
     """How many brackets ``text`` opens and leaves open (closers of earlier brackets ignored)."""
     own = 0
-    for _, ch in code_chars(text, language):
-        if ch in OPENERS:
+    for token in _bracket_tokens(language).findall(text):
+        if token in OPENERS:
             own += 1
-        elif ch in CLOSERS and own:
+        elif token in CLOSERS and own:
             own -= 1
     return own
 
@@ -302,7 +363,7 @@ def balance_brackets(text: str, prefix: str, language: str | None = None) -> str
     """
     stack = open_brackets(prefix[-_SCAN_CHARS:], language)
     own: list[str] = []  # brackets opened by the completion itself, still open
-    for i, ch in code_chars(text, language):
+    for i, ch in _brackets(text, language):
         if ch in OPENERS:
             stack.append(ch)
             own.append(ch)

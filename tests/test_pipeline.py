@@ -7,6 +7,7 @@ here is what the pipeline does with the model's text, not the model.
 from __future__ import annotations
 
 import importlib.util
+import random
 import time
 from pathlib import Path
 
@@ -117,6 +118,97 @@ def test_the_bracket_scanner_skips_strings_and_comments(text: str, language: str
 ])
 def test_the_scanner_tells_where_a_text_ends(text: str, language: str, expected: bool) -> None:
     assert pp.ends_in_code(text, language) is expected
+
+
+# ---- the regex bracket scanner against the character scanner ----------------------------------
+
+
+def _reference_open_brackets(text: str, language: str | None) -> list[str]:
+    """open_brackets as it was, over code_chars: the reference the regex scanner must equal."""
+    stack: list[str] = []
+    for _, ch in pp.code_chars(text, language):
+        if ch in pp.OPENERS:
+            stack.append(ch)
+        elif ch in pp.CLOSERS:
+            if stack and stack[-1] == pp.CLOSERS[ch]:
+                stack.pop()
+            elif pp.CLOSERS[ch] in stack:
+                while stack and stack.pop() != pp.CLOSERS[ch]:
+                    pass
+    return stack
+
+
+def _reference_own_open(text: str, language: str | None) -> int:
+    own = 0
+    for _, ch in pp.code_chars(text, language):
+        if ch in pp.OPENERS:
+            own += 1
+        elif ch in pp.CLOSERS and own:
+            own -= 1
+    return own
+
+
+def _reference_brackets(text: str, language: str | None) -> list[tuple[int, str]]:
+    return [(at, ch) for at, ch in pp.code_chars(text, language) if ch in "()[]{}"]
+
+
+def _reference_ends_in_code(text: str, language: str | None) -> bool:
+    scanner = pp._scan(text, language)
+    while True:
+        try:
+            next(scanner)
+        except StopIteration as done:
+            return done.value == "code"
+
+
+def _check_against_the_scanner(text: str, language: str | None) -> None:
+    brackets = _reference_brackets(text, language)
+    where = f"{text!r} ({language})"
+    assert list(pp._brackets(text, language)) == brackets, where
+    assert pp.open_brackets(text, language) == _reference_open_brackets(text, language), where
+    assert pp.bracket_depth(text, language) == sum(1 if ch in "([{" else -1 for _, ch in brackets), where
+    assert pp._own_open(text, language) == _reference_own_open(text, language), where
+    assert pp.ends_in_code(text, language) is _reference_ends_in_code(text, language), where
+
+
+# Every language the scanner tells apart: unknown, each "#" language, "//" languages, one not named.
+_SCANNER_LANGUAGES = [None, "python", "javascript", "c", "go", "rust", "typescript", "lua",
+                      *sorted(set(pp.LINE_COMMENTS) - {"python"})]
+# Single characters and fragments that open, close or escape strings and comments.
+_TRICKY = ['"', "'", "`", "\\", "\n", "#", "/", "*", "(", ")", "[", "]", "{", "}", " ", "a", "b", "x",
+           '"""', "'''", "```", "/*", "*/", "//", 'r"', "\\\n", '\\"', "\\'", "  ", "\n    "]
+
+
+@pytest.mark.parametrize("language", _SCANNER_LANGUAGES)
+def test_postprocess_bracket_regex_equals_the_character_scanner(language: str | None) -> None:
+    """Random texts rich in quotes, escapes, comment markers and brackets: the regex bracket
+    functions and ends_in_code give exactly what the character scanner gives."""
+    rng = random.Random(f"brackets-{language}")
+    for _ in range(2000):
+        pieces = rng.choices(_TRICKY, k=rng.randint(0, 200))
+        text = "".join(pieces)[: rng.randint(0, 200)]
+        _check_against_the_scanner(text, language)
+
+
+@pytest.mark.parametrize("text, language, expected", [
+    ('x = f(1, """ ( [', "python", ["("]),  # an unterminated triple string runs to the end
+    ("s = ''' ( '' ", None, []),
+    ('f("a\\', "python", ["("]),  # an escape at the very end, inside a string
+    ("f(a\\", "python", ["("]),  # ... and in code
+    ('f("#", (', "python", ["(", "("]),  # a "#" inside a string starts no comment
+    ("f(a // (b", "python", ["(", "("]),  # "//" in Python: floor division, not a comment
+    ("f(a // (b", None, ["("]),  # both markers when the language is unknown
+    ("g(/* ( */ a", "c", ["("]),
+    ("g(/* ( */ a", None, ["(", "("]),  # "/*" comments only in a known "//" language
+    ("g(/* ( a", "c", ["("]),  # an unclosed block comment runs to the end
+    ("g(/*/ ( */", "go", ["("]),  # "/*/" does not close itself
+    ("`(` + [", "javascript", ["["]),
+    ("f('a\\\n(', [", "python", ["(", "["]),  # an escaped line end stays in the string
+    ("f('a\n(', [", "python", ["(", "("]),  # an unescaped one ends it (and the next quote opens one)
+])
+def test_postprocess_bracket_regex_explicit_cases(text: str, language: str | None, expected: list[str]) -> None:
+    _check_against_the_scanner(text, language)
+    assert pp.open_brackets(text, language) == expected
 
 
 @pytest.mark.parametrize("text, prefix, language, expected", [
