@@ -159,6 +159,7 @@ class TokenIndex:
             else:
                 self.ending.setdefault(run, []).append(token_id)
         self.opening_ids = [entry[0] for entry in self.opening]
+        self._openers: dict[int, tuple[list[tuple[int, str, str, str]], object]] = {}
         self.whole_ids: set[int] = {i for ids in self.whole.values() for i in ids}
         self._by_first: dict[str, list[int]] = {}
         for token_id, text in enumerate(self.strings):
@@ -183,6 +184,17 @@ class TokenIndex:
                     self.target_enders.add(i)
                 if not bare or _ASSIGNS.match(bare):
                     self.assign_enders.add(i)
+
+    def openers_within(self, vocab: int) -> tuple[list[tuple[int, str, str, str]], object]:
+        """The ``opening`` entries whose ids a ``vocab``-wide logits row has, and those ids as a
+        tensor (worked out once per width: the monitor asks at every step)."""
+        found = self._openers.get(vocab)
+        if found is None:
+            import torch
+
+            kept = [entry for entry in self.opening if entry[0] < vocab]
+            found = self._openers[vocab] = (kept, torch.tensor([entry[0] for entry in kept], dtype=torch.long))
+        return found
 
     def starting_with(self, char: str) -> list[int]:
         """Tokens whose text starts with ``char``."""
@@ -459,10 +471,9 @@ class NameMonitor:
         import torch
 
         assert isinstance(logits, torch.Tensor)
-        opening = [entry for entry in self.index.opening if entry[0] < logits.shape[-1]]
+        opening, ids = self.index.openers_within(logits.shape[-1])
         if not opening or _in_comment_or_string(text):
             return
-        ids = torch.tensor([entry[0] for entry in opening], dtype=torch.long)
         scores = logits[ids]
         order = torch.argsort(scores, descending=True).tolist()
         floor = float(logits.max()) - self.settings.check_margin
