@@ -16,6 +16,7 @@ reads, streamed as bare matrix-vector products, which no fp32 runtime on this ma
     python benchmarks/runtime.py                 # everything (about 10-15 minutes on 2 cores)
     python benchmarks/runtime.py --part reference --context 1024   # a quicker look
     python benchmarks/runtime.py --part steps    # decode-step times alone, to compare two versions
+    python benchmarks/runtime.py --part prompts  # the embedded model's short-prompt prefill, general vs lean
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -229,11 +231,34 @@ def decode_steps(path: Path, context: int, steps: int = 13, rounds: int = 3) -> 
     return best
 
 
+def prompt_prefills(path: Path, lengths=(10, 50, 100), repeats: int = 15) -> dict[int, tuple[float, float]]:
+    """A short prompt's prefill into an empty cache, in ms (median of ``repeats``): the general
+    path and the lean dense one (``model.lean_decode``), alternating, on the same ids."""
+    model = load_model(path)
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    with torch.inference_mode():
+        for n in lengths:
+            times: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(repeats + 2):
+                ids = torch.randint(0, model.config.vocab_size, (1, n), generator=gen)
+                for lean in (False, True):
+                    model.lean_decode = lean
+                    cache = KVCache(model.config, capacity=n + 8)
+                    t0 = time.perf_counter()
+                    model(ids, cache=cache, last_only=True)
+                    times[lean].append((time.perf_counter() - t0) * 1000)
+            model.lean_decode = True
+            out[n] = tuple(statistics.median(times[lean][2:]) for lean in (False, True))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps"], default="all",
+    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts"], default="all",
                         help="steps: decode-step times only (the benchmark model at 4k and 16k, DSA and dense, "
-                             "and the embedded model at 400 tokens), for comparing two versions of the runtime")
+                             "and the embedded model at 400 tokens), for comparing two versions of the runtime; "
+                             "prompts: the embedded model's prefill of short prompts, general path against lean")
     parser.add_argument("--context", type=int, default=4096, help="context for the reference comparison")
     parser.add_argument("--long-context", type=int, default=16384, help="context for DSA vs dense")
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -255,6 +280,11 @@ def main() -> None:
                 ms = decode_steps(path, context)
                 results[label] = ms
                 print(f"decode step, {label}: {ms:.2f} ms")
+        if args.part == "prompts":
+            for n, (general, lean) in prompt_prefills(Path(default_model_path())).items():
+                results[f"prefill_{n}_general_ms"], results[f"prefill_{n}_lean_ms"] = general, lean
+                print(f"embedded model, {n}-token prompt: prefill general {general:.2f} ms vs lean {lean:.2f} ms "
+                      f"-> {general / lean:.2f}x")
         if args.part in ("all", "reference"):
             ids = prompt(args.context)
             o_pre, o_dec = ours_prefill_and_decode(sparse, ids, args.new_tokens)
