@@ -104,6 +104,17 @@ def _route(router, h: torch.Tensor) -> tuple[list[int], list[float]]:
     return chosen, [w * router.scaling for w in weights]
 
 
+def _fused_parts(attn, x: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    """The hidden state's fused projection split into the q latent, the kv latent, the rope key and
+    (with an indexer) its key and head weights; and the q latent's fused weights."""
+    indexer = attn.indexer
+    w_x, w_q = attn._fused_weights()
+    sizes = [attn.q_a_proj.out_features, attn.kv_rank, attn.rope_dim]
+    if indexer is not None:
+        sizes += [indexer.head_dim, indexer.n_heads]
+    return F.linear(x, w_x).split(sizes, dim=-1), w_q
+
+
 def _attention(attn, x: torch.Tensor, step: Step, cache: KVCache, selected: torch.Tensor | None):
     """One layer's attention for the newest token: ``(output [1, H], the keys it selected or None)``.
     A "shared" layer (no indexer) attends to ``selected``, the previous full layer's keys."""
@@ -111,11 +122,7 @@ def _attention(attn, x: torch.Tensor, step: Step, cache: KVCache, selected: torc
     kend = pos + 1
     heads, nope, rope = attn.n_heads, attn.nope_dim, attn.rope_dim
     indexer = attn.indexer
-    w_x, w_q = attn._fused_weights()
-    sizes = [attn.q_a_proj.out_features, attn.kv_rank, rope]
-    if indexer is not None:
-        sizes += [indexer.head_dim, indexer.n_heads]
-    parts = F.linear(x, w_x).split(sizes, dim=-1)
+    parts, w_q = _fused_parts(attn, x)
     qs = F.linear(_rms(parts[0], attn.q_a_layernorm.weight, attn.q_a_layernorm.eps), w_q)[0]
     q = qs[: heads * attn.q_dim].view(heads, attn.q_dim)
     rows = [q[:, nope:], parts[2]]
@@ -183,11 +190,7 @@ def _attention_dense(attn, x: torch.Tensor, step: Step, cache: KVCache) -> torch
     kend = pos + t
     heads, nope, rope = attn.n_heads, attn.nope_dim, attn.rope_dim
     indexer = attn.indexer
-    w_x, _ = attn._fused_weights()
-    sizes = [attn.q_a_proj.out_features, attn.kv_rank, rope]
-    if indexer is not None:
-        sizes += [indexer.head_dim, indexer.n_heads]
-    parts = F.linear(x, w_x).split(sizes, dim=-1)
+    parts, _ = _fused_parts(attn, x)
     q_resid = _rms_rows(parts[0], attn.q_a_layernorm.weight, attn.q_a_layernorm.eps)
     q = F.linear(q_resid, attn.q_b_proj.weight).view(t, heads, attn.q_dim)
     rows = [q[:, :, nope:], parts[2].unsqueeze(1)]

@@ -29,6 +29,7 @@ import threading
 import time
 
 from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.providers.process import end_process, kill_if_running
 
 log = logging.getLogger(__name__)
 
@@ -113,23 +114,10 @@ class CompileWorker:
 
     def _stop(self) -> int | None:
         process, self._process = self._process, None
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.kill()
-        try:
-            status = process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            status = None
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
-        return status
+        return end_process(process) if process is not None else None
 
     def __del__(self) -> None:  # a dropped worker does not leave its helper behind
-        process = getattr(self, "_process", None)
-        if process is not None and process.poll() is None:
-            process.kill()
+        kill_if_running(getattr(self, "_process", None))
 
 
 def serve(recent_texts: int, stdin=None, stdout=None) -> None:

@@ -38,3 +38,30 @@ def write_temp_source(folder: str, path: str, text: str, default_suffix: str) ->
 
 def temp_folder() -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix="glm5-lsp-check-")
+
+
+def end_process(process: subprocess.Popen[bytes], grace_s: float = 0.0) -> int | None:
+    """Stop a helper process: given ``grace_s`` to exit by itself (so a crash reports its own
+    status), then killed; its pipes closed. Returns its exit status (None if it would not die)."""
+    status = None
+    try:
+        status = process.wait(timeout=grace_s) if grace_s > 0 else process.poll()
+    except subprocess.TimeoutExpired:
+        pass
+    if status is None:
+        if process.poll() is None:
+            process.kill()
+        try:
+            status = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            stream.close()
+    return status
+
+
+def kill_if_running(process: subprocess.Popen[bytes] | None) -> None:
+    """For ``__del__``: a dropped owner does not leave its helper process behind."""
+    if process is not None and process.poll() is None:
+        process.kill()

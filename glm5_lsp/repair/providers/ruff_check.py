@@ -26,16 +26,21 @@ ERROR_CODES: frozenset[str] = frozenset({
 INFO_CODES: frozenset[str] = frozenset({"F841", "F842"})
 
 
+def find_ruff(executable: str | None = None) -> str:
+    """``executable``, else ``ruff`` on PATH; FileNotFoundError when there is none."""
+    found = executable or shutil.which("ruff")
+    if found is None:
+        raise FileNotFoundError("ruff is not installed (no `ruff` on PATH)")
+    return found
+
+
 class RuffProvider:
     name = "ruff"
     languages = frozenset({"python"})
 
     def __init__(self, executable: str | None = None, select: tuple[str, ...] = ("E9", "F"),
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        found = executable or shutil.which("ruff")
-        if found is None:
-            raise FileNotFoundError("ruff is not installed (no `ruff` on PATH)")
-        self.executable = found
+        self.executable = find_ruff(executable)
         self.select = select
         self.timeout_s = timeout_s
 

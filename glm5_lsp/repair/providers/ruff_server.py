@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import select
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -39,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.process import DEFAULT_TIMEOUT_S
-from glm5_lsp.repair.providers.ruff_check import RuffProvider, ruff_diagnostic
+from glm5_lsp.repair.providers.process import DEFAULT_TIMEOUT_S, end_process, kill_if_running
+from glm5_lsp.repair.providers.ruff_check import RuffProvider, find_ruff, ruff_diagnostic
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +63,12 @@ class RuffServerProvider:
 
     def __init__(self, executable: str | None = None, select: tuple[str, ...] = ("E9", "F"),
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        found = executable or shutil.which("ruff")
-        if found is None:
-            raise FileNotFoundError("ruff is not installed (no `ruff` on PATH)")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        self.executable = found
+        self.executable = find_ruff(executable)
         self.select = select
         self.timeout_s = timeout_s
-        self.argv = [found, "server"]  # the server's command line
+        self.argv = [self.executable, "server"]  # the server's command line
         self.position_encodings = ["utf-32", "utf-16"]  # offered in this order; the server picks one
         self.started = 0  # server processes started (for tests and logs)
         self.answered = 0  # diagnostic answers received
@@ -329,29 +325,13 @@ class RuffServerProvider:
         workspace, self._workspace = self._workspace, None
         self._documents.clear()
         self._initialized = False
-        status = None
-        if process is not None:
-            try:
-                status = process.wait(timeout=grace_s) if grace_s > 0 else process.poll()
-            except subprocess.TimeoutExpired:
-                pass
-            if status is None:
-                process.kill()
-                try:
-                    status = process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-            for stream in (process.stdin, process.stdout):
-                if stream is not None:
-                    stream.close()
+        status = end_process(process, grace_s) if process is not None else None
         if workspace is not None:
             workspace.cleanup()
         return status
 
     def __del__(self) -> None:  # a dropped provider does not leave its server behind
-        process = getattr(self, "_process", None)
-        if process is not None and process.poll() is None:
-            process.kill()
+        kill_if_running(getattr(self, "_process", None))
 
 
 def _describe(error: Any) -> str:
