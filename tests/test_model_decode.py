@@ -142,6 +142,7 @@ def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=Fa
         ([11], False, {}),  # a whole prompt within the top-k budget
         ([5, 6], False, {}),  # a cached prefix, then the rest of the prompt
         ([30], True, {}),  # dense mode, longer than the budget
+        ([lean.BATCHED_EXPERTS_MAX_TOKENS + 12], True, {}),  # the experts run one by one
         ([9, 3], False, {"indexer_types": ["full", "shared", "full"]}),
         ([12], False, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}),
     ],
@@ -188,3 +189,16 @@ def test_dense_prefill_under_the_policy_and_where_it_stands_aside() -> None:
         model.lean_decode = False
         assert not lean.applies_dense(model, _ids(4), cache, model._step(1, 4, cache, _code(1, 4), None, False, False))
     model.lean_decode = True
+
+
+@pytest.mark.parametrize("tokens", [1, 2, 7, 40, 97])
+def test_batched_experts_equal_the_per_expert_loop(tokens) -> None:
+    model = tiny_model(n_group=1, topk_group=1)
+    moe = next(layer.mlp for layer in model.model.layers if hasattr(layer.mlp, "experts"))
+    x = torch.randn(tokens, model.config.hidden_size, generator=torch.Generator().manual_seed(tokens))
+    with torch.no_grad():
+        idx, weights = moe.gate(x)
+        expected = moe.experts(x, idx, weights)
+        got = lean._experts_batched(moe.experts, x, idx, weights)
+    assert got.shape == expected.shape
+    assert (got - expected).abs().max().item() < TOL

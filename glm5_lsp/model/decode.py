@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM, Step
 
 
+BATCHED_EXPERTS_MAX_TOKENS = 64  # up to here the experts run as one padded batch (measured: faster for 10
+# and 50 tokens, slower for 100, where the per-expert loop's small operations weigh less)
 PREFILL_MAX_TOKENS = 512  # longer prompts take the general path, which bounds its score matrices
 
 
@@ -229,7 +231,37 @@ def _mlp_rows(mlp, h: torch.Tensor) -> torch.Tensor:
     if not hasattr(mlp, "experts"):  # dense
         return _swiglu_mlp(mlp, h)
     idx, weights = mlp.gate(h)
-    return mlp.experts(h, idx, weights) + _swiglu_mlp(mlp.shared_experts, h)
+    if h.shape[0] <= BATCHED_EXPERTS_MAX_TOKENS:
+        routed = _experts_batched(mlp.experts, h, idx, weights)
+    else:
+        routed = mlp.experts(h, idx, weights)
+    return routed + _swiglu_mlp(mlp.shared_experts, h)
+
+
+def _experts_batched(experts, x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``Experts.forward`` for a few hundred tokens in a fixed number of operations: each expert's
+    tokens gathered into one padded batch ``[E, C, H]`` (C: the busiest expert's count; padding rows
+    read a zero row and are dropped), two batched products, one scatter back. A short prompt's
+    tokens spread over most experts, and the per-expert loop's dozens of small operations cost more
+    than the padded rows' arithmetic."""
+    n, hidden = x.shape
+    n_experts = experts.gate_up_proj.shape[0]
+    flat = idx.reshape(-1)
+    order = flat.argsort(stable=True)
+    counts = torch.bincount(flat, minlength=n_experts)
+    capacity = int(counts.max())
+    starts = torch.cumsum(counts, 0) - counts
+    slot = torch.arange(flat.numel()) - starts[flat[order]]  # each assignment's row in its expert's batch
+    rows = torch.full((n_experts, capacity), n, dtype=torch.long)  # n: the zero row
+    rows[flat[order], slot] = order // idx.shape[1]
+    scale = torch.zeros(n_experts, capacity, 1, dtype=x.dtype)
+    scale[flat[order], slot, 0] = weights.reshape(-1)[order].to(x.dtype)
+    padded = torch.cat([x, x.new_zeros(1, hidden)])[rows]  # [E, C, H]
+    gate, up = torch.bmm(padded, experts.gate_up_proj.transpose(1, 2)).chunk(2, dim=-1)
+    y = torch.bmm(F.silu(gate) * up, experts.down_proj.transpose(1, 2)) * scale  # [E, C, H]
+    out = x.new_zeros(n + 1, hidden)
+    out.index_add_(0, rows.view(-1), y.view(-1, hidden))
+    return out[:n]
 
 
 def prefill_dense(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, cache: KVCache, step: Step,
