@@ -158,7 +158,6 @@ class TokenIndex:
                 self.whole.setdefault(text, []).append(token_id)
             else:
                 self.ending.setdefault(run, []).append(token_id)
-        self.opening_ids = [entry[0] for entry in self.opening]
         self._openers: dict[int, tuple[list[tuple[int, str, str, str]], object]] = {}
         self.whole_ids: set[int] = {i for ids in self.whole.values() for i in ids}
         self._by_first: dict[str, list[int]] = {}
