@@ -140,3 +140,8 @@ def test_pieces_are_cut_at_top_level_definitions_only() -> None:
     # A piece left inside a string is read with the next one: the string's words are no names.
     names = own('X = 1\n"""\ndef fake():\n    pass\n"""\ndef real():\n    ', "")
     assert {"X", "real"} <= names and "fake" not in names
+    # So is one that ends open: a bracket, or a backslash right before a top-level definition.
+    for broken in ("x = 1 + \\\ndef f(a):\n    b = a\n", "x = (\ndef f(a):\n    b = a\n"):
+        for cut in range(len(broken) + 1):
+            before, after = broken[:cut], broken[cut:] + "y = 2\n"
+            assert scope.scope_at.__wrapped__(before, after) == _whole(before, after), (broken, cut)

@@ -88,8 +88,10 @@ def _logical_lines(text: str) -> tuple[list[tuple[int, str]], bool]:
     joined: list[str] = []
     indent = 0
     physical = code.split("\n")
-    closed = True
+    open_before_last = False  # a logical line still open where the last physical line begins
     for number, line in enumerate(physical):
+        if number == len(physical) - 1:
+            open_before_last = bool(joined)
         if not joined:
             stripped = line.lstrip(" \t")
             if not stripped and number < len(physical) - 1:
@@ -99,13 +101,15 @@ def _logical_lines(text: str) -> tuple[list[tuple[int, str]], bool]:
         else:
             joined.append(line)
         depth = max(0, depth + (len(line) - len(line.translate(_OPEN))) - (len(line) - len(line.translate(_CLOSE))))
-        closed = depth == 0 and not line.endswith("\\")
-        if closed:
+        if depth == 0 and not line.endswith("\\"):
             out.append((indent, " ".join(joined)))
             joined = []
+    # After a final line break the last physical line is empty: whether the text ends open is
+    # decided by what came before it (a bracket, a trailing backslash).
+    ends_open = open_before_last if physical[-1] == "" else bool(joined)
     if joined:
         out.append((indent, " ".join(joined)))
-    return out, closed and not unterminated
+    return out, not ends_open and not unterminated
 
 
 def _scan(lines: list[tuple[int, str]], blocks: list[_Block], module: set[str], *, collect: bool = True) -> None:
