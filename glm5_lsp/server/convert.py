@@ -13,6 +13,7 @@ import re
 from lsprotocol import types
 
 from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.providers.positions import char_units, column_from_units
 from glm5_lsp.textdiff import line_col
 
 _SEVERITY_TO_LSP = {
@@ -31,32 +32,10 @@ _SEVERITY_FROM_LSP = {
 UTF16 = "utf-16"
 
 
-def _char_units(ch: str, encoding: str) -> int:
-    if encoding == "utf-8":
-        return len(ch.encode("utf-8"))
-    if encoding == "utf-32":
-        return 1
-    return 2 if ord(ch) > 0xFFFF else 1
-
-
 def _units(text: str, encoding: str) -> int:
     if encoding == "utf-32" or text.isascii():
         return len(text)
-    return sum(_char_units(ch, encoding) for ch in text)
-
-
-def _column_from_units(line: str, units: int, encoding: str) -> int | None:
-    """The character column ``units`` code units into ``line``, or None past the line's end."""
-    if line.isascii() or encoding == "utf-32":
-        return units if units <= len(line) else None
-    count = 0
-    for index, ch in enumerate(line):
-        if count >= units:
-            return index  # a position inside a multi-unit character snaps to its start
-        count += _char_units(ch, encoding)
-        if count > units:
-            return index
-    return len(line) if units <= count else None
+    return sum(char_units(ch, encoding) for ch in text)
 
 
 def _line_starts(text: str) -> list[int]:
@@ -76,7 +55,7 @@ def lsp_offset(text: str, position: types.Position, encoding: str = UTF16) -> in
     start = starts[position.line]
     end = starts[position.line + 1] - 1 if position.line + 1 < len(starts) else len(text)
     line = text[start:end].rstrip("\r")
-    column = _column_from_units(line, position.character, encoding)
+    column = column_from_units(line, position.character, encoding)
     return None if column is None else start + column
 
 

@@ -16,7 +16,7 @@ import json
 import shutil
 
 from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.positions import clamp_position
+from glm5_lsp.repair.providers.positions import clamp_to_lines
 from glm5_lsp.repair.providers.process import DEFAULT_TIMEOUT_S, run_checker
 
 ERROR_CODES: frozenset[str] = frozenset({
@@ -50,13 +50,15 @@ class RuffProvider:
         out = run_checker(argv, stdin=text, timeout_s=self.timeout_s)
         if out.returncode not in (0, 1):
             raise RuntimeError(f"ruff failed (exit {out.returncode}): {out.stderr.strip()[:200]}")
-        return [self._convert(text, item) for item in json.loads(out.stdout or "[]")]
+        items = json.loads(out.stdout or "[]")
+        lines = text.split("\n") if items else []
+        return [self._convert(lines, item) for item in items]
 
-    def _convert(self, text: str, item: dict) -> Diagnostic:
+    def _convert(self, lines: list[str], item: dict) -> Diagnostic:
         start, end = item.get("location") or {}, item.get("end_location") or {}
         line, col = int(start.get("row", 1)) - 1, int(start.get("column", 1)) - 1
         end_line, end_col = int(end.get("row", line + 1)) - 1, int(end.get("column", 1)) - 1
-        return ruff_diagnostic(text, item.get("code"), str(item.get("message", "")), (line, col), (end_line, end_col),
+        return ruff_diagnostic(lines, item.get("code"), str(item.get("message", "")), (line, col), (end_line, end_col),
                                self.name)
 
 
@@ -67,11 +69,12 @@ def severity_of(code: str) -> str:
     return "info" if code in INFO_CODES else "warning"
 
 
-def ruff_diagnostic(text: str, code: object, message: str, start: tuple[int, int], end: tuple[int, int],
+def ruff_diagnostic(lines: list[str], code: object, message: str, start: tuple[int, int], end: tuple[int, int],
                     source: str = "ruff") -> Diagnostic:
     """One ruff finding as a :class:`Diagnostic`: 0-based ``(line, character column)`` positions
-    clamped into ``text`` (ruff points one past the end at times), a missing code read as a syntax error."""
+    clamped into the checked text's ``lines`` (ruff points one past the end at times), a missing code
+    read as a syntax error."""
     code = str(code or "invalid-syntax")
-    line, col = clamp_position(text, *start)
-    end_line, end_col = max(clamp_position(text, *end), (line, col))
+    line, col = clamp_to_lines(lines, *start)
+    end_line, end_col = max(clamp_to_lines(lines, *end), (line, col))
     return Diagnostic(line, col, end_line, end_col, message, severity_of(code), source, code)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.providers.positions import column_from_units
 from glm5_lsp.repair.providers.process import DEFAULT_TIMEOUT_S, end_process, kill_if_running
 from glm5_lsp.repair.providers.ruff_check import RuffProvider, find_ruff, ruff_diagnostic
 
@@ -199,17 +200,17 @@ class RuffServerProvider:
         return Path(os.path.abspath(path)).as_uri()
 
     def _convert(self, text: str, items: list[dict[str, Any]], encoding: str) -> list[Diagnostic]:
-        lines = text.split("\n") if items and encoding != "utf-32" else None
+        lines = text.split("\n") if items else []
         found = []
         for item in items:
             where = item.get("range") or {}
             start, end = where.get("start") or {}, where.get("end") or {}
             line, end_line = int(start.get("line", 0)), int(end.get("line", 0))
             col, end_col = int(start.get("character", 0)), int(end.get("character", 0))
-            if lines is not None:  # UTF-16 code units to code points
+            if encoding != "utf-32":  # UTF-16 code units to code points
                 col, end_col = _code_points(lines, line, col), _code_points(lines, end_line, end_col)
             message = str(item.get("message", "")).split(_HELP, 1)[0]
-            found.append(ruff_diagnostic(text, item.get("code"), message, (line, col), (end_line, end_col), self.name))
+            found.append(ruff_diagnostic(lines, item.get("code"), message, (line, col), (end_line, end_col), self.name))
         return sorted(found, key=lambda d: (d.line, d.col))  # position order, as ``ruff check`` lists them
 
     # -- the process and the protocol -----------------------------------------------------------
@@ -350,15 +351,8 @@ def _frame(message: dict[str, Any]) -> bytes:
 
 
 def _code_points(lines: list[str], line: int, units: int) -> int:
-    """A UTF-16 column on ``lines[line]`` in code points (a character past U+FFFF is two units)."""
-    if not 0 <= line < len(lines):
+    """A UTF-16 column on ``lines[line]`` in code points (clamped to the line's end)."""
+    if not 0 <= line < len(lines) or units <= 0:
         return units
-    text = lines[line]
-    if units <= 0 or all(ord(ch) <= 0xFFFF for ch in text[:units]):
-        return units
-    count = 0
-    for index, ch in enumerate(text):
-        if count >= units:
-            return index
-        count += 2 if ord(ch) > 0xFFFF else 1
-    return len(text)
+    column = column_from_units(lines[line], units, "utf-16")
+    return len(lines[line]) if column is None else column
