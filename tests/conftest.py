@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
-from tiny import make_checkpoint  # noqa: E402
+from tiny import make_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

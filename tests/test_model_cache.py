@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from tiny import tiny_model
 
 from glm5_lsp.model import AttentionPolicy, GenerationConfig, Generator, KVCache, Role
-from tiny import tiny_model
 
 TOL = 1e-4
 

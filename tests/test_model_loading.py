@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from tiny import tiny_model
 
 from glm5_lsp.model import CheckpointError, ConfigError, load_model, load_tokenizer, save_model
-from tiny import tiny_model
 
 
 @pytest.fixture()

@@ -10,17 +10,17 @@ import torch
 from glm5_lsp.model import load_model, save_model
 
 transformers = pytest.importorskip("transformers")
-from tiny import TINY  # noqa: E402
+from tiny import TINY
 
 CASES = {
-    "topk-covers-sequence": dict(index_topk=64),
-    "topk-smaller-than-sequence": dict(index_topk=8),
-    "shared-indexer-layers": dict(index_topk=8, indexer_types=["full", "shared", "full"]),
-    "mlp-layer-types": dict(index_topk=8, mlp_layer_types=["sparse", "dense", "sparse"], first_k_dense_replace=0),
+    "topk-covers-sequence": {"index_topk": 64},
+    "topk-smaller-than-sequence": {"index_topk": 8},
+    "shared-indexer-layers": {"index_topk": 8, "indexer_types": ["full", "shared", "full"]},
+    "mlp-layer-types": {"index_topk": 8, "mlp_layer_types": ["sparse", "dense", "sparse"], "first_k_dense_replace": 0},
 }
 
 
-def reference_checkpoint(folder: Path, **overrides) -> "transformers.GlmMoeDsaForCausalLM":
+def reference_checkpoint(folder: Path, **overrides) -> transformers.GlmMoeDsaForCausalLM:
     torch.manual_seed(0)
     cfg = transformers.GlmMoeDsaConfig(**{**TINY, **overrides})
     ref = transformers.GlmMoeDsaForCausalLM(cfg).eval()

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 import torch
+from tiny import tiny_model
 
 from glm5_lsp.model import AttentionConfig, AttentionPolicy, Role
 from glm5_lsp.model.glm5 import selection_mask
-from tiny import tiny_model
 
 T = 96
 TOPK = 24

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from glm5_lsp.model import decode
 from glm5_lsp.model.attention import (
     apply_rope,
     causal_sdpa,
@@ -35,7 +36,6 @@ from glm5_lsp.model.attention import (
     latent_attention_gathered,
     rope_cos_sin,
 )
-from glm5_lsp.model import decode
 from glm5_lsp.model.cache import KVCache
 from glm5_lsp.model.config import GlmMoeDsaConfig
 from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor

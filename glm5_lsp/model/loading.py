@@ -106,7 +106,7 @@ def load_model(
         except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for corrupt headers
             raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from None
         with handle:
-            for name in handle.keys():
+            for name in handle.keys():  # noqa: SIM118 - a safetensors handle is not iterable
                 layer = _LAYER_KEY.match(name)
                 if layer and int(layer.group(1)) >= config.num_hidden_layers:
                     continue  # the MTP layer

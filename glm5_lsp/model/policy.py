@@ -78,7 +78,7 @@ class AttentionPolicy:
 
     def topk(self, index_topk: int) -> int:
         scale = (1.0 - self.config.global_sparsity) / (1.0 - NEUTRAL_SPARSITY)
-        return max(MIN_TOPK, int(round(index_topk * scale)))
+        return max(MIN_TOPK, round(index_topk * scale))
 
     @property
     def forces_error_context(self) -> bool:
@@ -92,7 +92,7 @@ class AttentionPolicy:
         """Per-key bias units for a role sequence ``[B, T]`` -> ``[B, T]`` (float)."""
         bias = self.role_bias().to(roles.device)[roles]
         e = self.config.error_context
-        window = int(round(ERROR_WINDOW * e))
+        window = round(ERROR_WINDOW * e)
         if e > 0 and window > 0:
             err = (roles == Role.ERROR_CONTEXT).float().unsqueeze(1)  # [B, 1, T]
             near = torch.nn.functional.max_pool1d(err, kernel_size=2 * window + 1, stride=1, padding=window)
