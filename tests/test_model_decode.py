@@ -112,6 +112,27 @@ def test_lean_step_stands_aside_where_it_does_not_apply() -> None:
         assert not lean.applies(model, token, cache, step)
 
 
+def test_error_context_within_the_budget_keeps_the_lean_step() -> None:
+    """While every query keeps all its keys, forced error-context keys change nothing: ``_step`` leaves
+    them out, the one-token step stays lean, and its logits equal the general path's."""
+    model = tiny_model(index_topk=12)
+    roles = torch.full((1, 8), int(Role.CODE), dtype=torch.long)
+    roles[0, 3] = int(Role.ERROR_CONTEXT)
+    policy = AttentionPolicy.from_config()
+    budget = policy.topk(model.config.index_topk)
+    lean_run, general_run = _decode_both(model, 8, budget - 8 + 3, policy=policy, roles=roles)
+    for a, b in zip(lean_run[0], general_run[0]):
+        assert (a - b).abs().max().item() < TOL
+    cache = KVCache(model.config)
+    with torch.no_grad():
+        model(_ids(8), cache=cache, roles=roles, policy=policy)
+        step = model._step(1, 1, cache, _code(1, 1), policy, False, False)
+        assert step.forced_keys is None and step.key_bias is None and lean.applies(model, _ids(1), cache, step)
+        model(_ids(budget - 8), cache=cache, policy=policy)  # now the next token has more keys than the budget
+        step = model._step(1, 1, cache, _code(1, 1), policy, False, False)
+        assert step.forced_keys is not None and not lean.applies(model, _ids(1), cache, step)
+
+
 def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=False):
     """Prefill ``sum(chunks)`` tokens in pieces (``last_only``, as the generator does), into one cache
     with the lean paths on and one with them off; then two decoding steps. Returns, per side, the

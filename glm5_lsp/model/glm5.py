@@ -654,6 +654,10 @@ class GlmMoeDsaForCausalLM(nn.Module):
         step = Step(start, cos, sin, cache, topk, dense, reference, stage)
         if policy is not None and not dense:
             step.topk = policy.topk(topk)
+            if stage is None and start + t <= step.topk:
+                # Every query keeps all its causal keys: the biases and forced keys would change nothing
+                # (and forced keys would keep a single token off the lean decoding step).
+                return step
             all_roles = roles
             if cache is not None and start:
                 all_roles = torch.cat([cache.roles[:, :start], roles], dim=1)
