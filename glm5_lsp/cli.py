@@ -25,7 +25,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="glm5-lsp", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="glm5-lsp",
+        description="A self-hostable GLM-5 coding assistant: language server, generation, batch, evaluation, training.",
+        epilog="Run 'glm5-lsp COMMAND --help' for a command's options.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
