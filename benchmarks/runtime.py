@@ -10,8 +10,11 @@ in prefill, and decode is each library's own generation API (our ``Generator.gen
 transformers' ``generate``) timed from the first new token to the last (a streamer's timestamps
 for transformers), so neither prefill is in it. Part 2, our runtime only, 16,384-token context: DSA (top-k 512) against dense attention
 (top-k covering the sequence): decode-step time and prefill peak memory (each prefill in a fresh
-subprocess, peak RSS above the loaded model). Beside part 1, the decode floor: the weights one step
-reads, streamed as bare matrix-vector products, which no fp32 runtime on this machine can beat.
+subprocess, peak RSS above the loaded model). Beside each figure, a floor that no fp32 runtime on this
+machine can beat, measured in the same run: decode, the weights one step reads streamed as bare
+matrix-vector products; prefill, its arithmetic (``prefill_flops``) at this CPU's peak matrix rate
+plus the indexer's top-k as bare calls;
+the DSA step, those weights plus the indexer's scan and top-k over every cached key as bare operations.
 
     python benchmarks/runtime.py                 # everything (about 10-15 minutes on 2 cores)
     python benchmarks/runtime.py --part reference --context 1024   # a quicker look
@@ -176,6 +179,84 @@ def decode_weight_floor(path: Path, repeats: int = 20) -> tuple[float, float]:
     return best, sum(w.numel() * w.element_size() for w in mats) / 2**20
 
 
+def prefill_flops(config: GlmMoeDsaConfig, n: int) -> float:
+    """The least arithmetic an ``n``-token prefill of this model needs, in floating-point operations
+    (2 per multiply-add): every projection and chosen expert per token; attention in the cheaper
+    non-absorbed form (per-head keys and values made once per token), each query over its selected
+    keys only; the indexer's score against every causal key wherever there are more than top-k; the
+    output head for the last position only. Norms, RoPE, softmax, top-k and gathers count nothing."""
+    h, heads, ih, idim = config.hidden_size, config.num_attention_heads, config.index_n_heads, config.index_head_dim
+    nope, rope, vdim = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
+    per_token = 0  # multiply-adds of one token through every layer, outside attention and the indexer
+    full_layers = 0
+    for kind, mlp in zip(config.indexer_types, config.mlp_layer_types):
+        indexer = kind == "full"
+        full_layers += indexer
+        per_token += h * (config.q_lora_rank + config.kv_lora_rank + rope + (idim + ih if indexer else 0))
+        per_token += config.q_lora_rank * (heads * (nope + rope) + (ih * idim if indexer else 0))
+        per_token += config.kv_lora_rank * heads * (nope + vdim) + heads * vdim * h  # kv_b, o_proj
+        if mlp == "dense":
+            per_token += 3 * h * config.intermediate_size
+        else:
+            active = config.num_experts_per_tok + config.n_shared_experts
+            per_token += h * config.n_routed_experts + active * 3 * h * config.moe_intermediate_size
+    macs = n * per_token + h * config.vocab_size
+    for p in range(n):
+        keys = p + 1
+        macs += config.num_hidden_layers * heads * min(keys, config.index_topk) * (nope + rope + vdim)
+        if keys > config.index_topk:
+            macs += full_layers * ih * keys * (idim + 1)
+    return 2.0 * macs
+
+
+def gemm_peak_gflops(size: int = 2048, repeats: int = 12) -> float:
+    """This CPU's fp32 matrix-multiply rate on a large square product, the fastest of ``repeats`` (the
+    best case for any kernel; the fastest, since a shared machine only ever slows a product down)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * size**3 / best / 1e9
+
+
+def prefill_topk_s(config: GlmMoeDsaConfig, n: int, chunk: int = 64) -> float:
+    """The indexer's top-k selections of an ``n``-token prefill as bare ``topk`` calls on random scores
+    (every full layer, every query with more causal keys than top-k, ``chunk`` queries at a time), in s."""
+    layers = sum(kind == "full" for kind in config.indexer_types)
+    k = config.index_topk
+    rows = [torch.randn(chunk, end) for end in range(k + chunk, n + 1, chunk)]
+    for r in rows[:2]:
+        r.topk(k, dim=-1, sorted=False)
+    t0 = time.perf_counter()
+    for r in rows:
+        r.topk(k, dim=-1, sorted=False)
+    return (time.perf_counter() - t0) * layers
+
+
+def indexer_floor_ms(config: GlmMoeDsaConfig, context: int, repeats: int = 20) -> float:
+    """What a DSA decode step must do at ``context`` keys beyond the weights, as bare operations: every
+    full indexer layer scores all cached indexer keys (one ``[heads, D] x [D, context]`` product on its
+    own key tensor, so nothing stays in cache) and takes the top-k of the scores. In ms a step."""
+    layers = sum(kind == "full" for kind in config.indexer_types)
+    keys = [torch.randn(context, config.index_head_dim) for _ in range(layers)]
+    query = torch.randn(config.index_n_heads, config.index_head_dim)
+    weights = torch.randn(config.index_n_heads)
+
+    def step() -> None:
+        for k in keys:
+            torch.mv(torch.mm(query, k.t()).relu_().t(), weights).topk(config.index_topk, sorted=False)
+
+    with torch.inference_mode():
+        step()
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            step()
+    return (time.perf_counter() - t0) / repeats * 1000
+
+
 def long_context_child(path: Path, context: int, steps: int, threads: int) -> dict[str, float]:
     """In a fresh subprocess: prefill ``context`` tokens (peak RSS growth above the loaded model and its
     cache, from Linux's resettable high-water mark),
@@ -296,6 +377,15 @@ def main() -> None:
             print(f"decode floor: streaming a step's {floor_mib:.0f} MiB of weights alone takes {floor_ms:.1f} ms "
                   f"-> at most {1000 / floor_ms:.0f} tokens/s, {1000 / floor_ms / r_dec:.1f}x the reference "
                   f"(ours reaches {o_dec * floor_ms / 1000:.0%} of it)")
+            config = GlmMoeDsaConfig.from_pretrained(sparse)
+            flops, peak = prefill_flops(config, args.context), gemm_peak_gflops()
+            topk_s = prefill_topk_s(config, args.context)
+            best_s = flops / (peak * 1e9) + topk_s
+            results.update(prefill_gflop=flops / 1e9, gemm_peak_gflops=peak, prefill_topk_s=topk_s)
+            print(f"prefill floor: its {flops / 1e9:.0f} GFLOP of arithmetic at this CPU's peak matrix rate "
+                  f"({peak:.0f} GFLOPS, {flops / (peak * 1e9):.2f} s) and the indexer's top-k as bare calls "
+                  f"({topk_s:.2f} s) -> at most {args.context / best_s:.0f} tokens/s, {args.context / best_s / r_pre:.1f}x "
+                  f"the reference (ours reaches {o_pre * best_s / args.context:.0%} of it)")
         if args.part in ("all", "dsa"):
             dense = build_checkpoint(Path(tmp) / "dense", index_topk=args.long_context + 64)
             n = args.long_context
@@ -305,6 +395,12 @@ def main() -> None:
             results.update(dsa_step_ms=s_ms, dense_step_ms=d_ms, dsa_prefill_mib=s_mem, dense_prefill_mib=d_mem)
             print(f"context {n}: decode step DSA {s_ms:.1f} ms vs dense {d_ms:.1f} ms -> {d_ms / s_ms:.1f}x faster")
             print(f"context {n}: prefill peak memory DSA {s_mem:.0f} MiB vs dense {d_mem:.0f} MiB -> {s_mem / d_mem:.2f}x")
+            weights_ms, _ = decode_weight_floor(sparse)
+            scan_ms = indexer_floor_ms(GlmMoeDsaConfig.from_pretrained(sparse), n)
+            results.update(dsa_floor_ms=weights_ms + scan_ms)
+            print(f"DSA step floor at {n}: the weights ({weights_ms:.1f} ms) and the indexer's scan and top-k over "
+                  f"every key ({scan_ms:.1f} ms), as bare operations -> at most {d_ms / (weights_ms + scan_ms):.1f}x "
+                  f"faster than the dense step above")
     print(json.dumps({k: round(v, 3) for k, v in results.items()}))
 
 
