@@ -13,8 +13,8 @@ for transformers), so neither prefill is in it. Part 2, our runtime only, 16,384
 subprocess, peak RSS above the loaded model). Beside each figure, a floor that no fp32 runtime on this
 machine can beat, measured in the same run: decode, the weights one step reads streamed as bare
 matrix-vector products; prefill, its arithmetic (``prefill_flops``) at this CPU's peak matrix rate
-plus the indexer's top-k as bare calls;
-the DSA step, those weights plus the indexer's scan and top-k over every cached key as bare operations.
+plus the indexer's top-k as bare calls; the DSA step, those weights plus the indexer's scan and
+top-k over every cached key as bare operations.
 
     python benchmarks/runtime.py                 # everything (about 10-15 minutes on 2 cores)
     python benchmarks/runtime.py --part reference --context 1024   # a quicker look
@@ -179,6 +179,11 @@ def decode_weight_floor(path: Path, repeats: int = 20) -> tuple[float, float]:
     return best, sum(w.numel() * w.element_size() for w in mats) / 2**20
 
 
+def _indexer_layers(config: GlmMoeDsaConfig) -> int:
+    """Layers that run the indexer ("full"); "shared" ones reuse the previous full layer's selection."""
+    return sum(kind == "full" for kind in config.indexer_types)
+
+
 def prefill_flops(config: GlmMoeDsaConfig, n: int) -> float:
     """The least arithmetic an ``n``-token prefill of this model needs, in floating-point operations
     (2 per multiply-add): every projection and chosen expert per token; attention in the cheaper
@@ -188,10 +193,8 @@ def prefill_flops(config: GlmMoeDsaConfig, n: int) -> float:
     h, heads, ih, idim = config.hidden_size, config.num_attention_heads, config.index_n_heads, config.index_head_dim
     nope, rope, vdim = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
     per_token = 0  # multiply-adds of one token through every layer, outside attention and the indexer
-    full_layers = 0
     for kind, mlp in zip(config.indexer_types, config.mlp_layer_types):
         indexer = kind == "full"
-        full_layers += indexer
         per_token += h * (config.q_lora_rank + config.kv_lora_rank + rope + (idim + ih if indexer else 0))
         per_token += config.q_lora_rank * (heads * (nope + rope) + (ih * idim if indexer else 0))
         per_token += config.kv_lora_rank * heads * (nope + vdim) + heads * vdim * h  # kv_b, o_proj
@@ -205,7 +208,7 @@ def prefill_flops(config: GlmMoeDsaConfig, n: int) -> float:
         keys = p + 1
         macs += config.num_hidden_layers * heads * min(keys, config.index_topk) * (nope + rope + vdim)
         if keys > config.index_topk:
-            macs += full_layers * ih * keys * (idim + 1)
+            macs += _indexer_layers(config) * ih * keys * (idim + 1)
     return 2.0 * macs
 
 
@@ -225,7 +228,7 @@ def gemm_peak_gflops(size: int = 2048, repeats: int = 12) -> float:
 def prefill_topk_s(config: GlmMoeDsaConfig, n: int, chunk: int = 64) -> float:
     """The indexer's top-k selections of an ``n``-token prefill as bare ``topk`` calls on random scores
     (every full layer, every query with more causal keys than top-k, ``chunk`` queries at a time), in s."""
-    layers = sum(kind == "full" for kind in config.indexer_types)
+    layers = _indexer_layers(config)
     k = config.index_topk
     rows = [torch.randn(chunk, end) for end in range(k + chunk, n + 1, chunk)]
     for r in rows[:2]:
@@ -240,8 +243,7 @@ def indexer_floor_ms(config: GlmMoeDsaConfig, context: int, repeats: int = 20) -
     """What a DSA decode step must do at ``context`` keys beyond the weights, as bare operations: every
     full indexer layer scores all cached indexer keys (one ``[heads, D] x [D, context]`` product on its
     own key tensor, so nothing stays in cache) and takes the top-k of the scores. In ms a step."""
-    layers = sum(kind == "full" for kind in config.indexer_types)
-    keys = [torch.randn(context, config.index_head_dim) for _ in range(layers)]
+    keys = [torch.randn(context, config.index_head_dim) for _ in range(_indexer_layers(config))]
     query = torch.randn(config.index_n_heads, config.index_head_dim)
     weights = torch.randn(config.index_n_heads)
 
@@ -349,6 +351,7 @@ def main() -> None:
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         sparse = build_checkpoint(Path(tmp) / "dsa")
+        config = GlmMoeDsaConfig.from_pretrained(sparse)
         print(f"checkpoint: {sum(p.stat().st_size for p in sparse.glob('*.safetensors')) / 2**20:.0f} MiB, threads {args.threads}")
         if args.part == "steps":
             dense = build_checkpoint(Path(tmp) / "dense", index_topk=args.long_context + 64)
@@ -377,7 +380,6 @@ def main() -> None:
             print(f"decode floor: streaming a step's {floor_mib:.0f} MiB of weights alone takes {floor_ms:.1f} ms "
                   f"-> at most {1000 / floor_ms:.0f} tokens/s, {1000 / floor_ms / r_dec:.1f}x the reference "
                   f"(ours reaches {o_dec * floor_ms / 1000:.0%} of it)")
-            config = GlmMoeDsaConfig.from_pretrained(sparse)
             flops, peak = prefill_flops(config, args.context), gemm_peak_gflops()
             topk_s = prefill_topk_s(config, args.context)
             best_s = flops / (peak * 1e9) + topk_s
@@ -395,8 +397,8 @@ def main() -> None:
             results.update(dsa_step_ms=s_ms, dense_step_ms=d_ms, dsa_prefill_mib=s_mem, dense_prefill_mib=d_mem)
             print(f"context {n}: decode step DSA {s_ms:.1f} ms vs dense {d_ms:.1f} ms -> {d_ms / s_ms:.1f}x faster")
             print(f"context {n}: prefill peak memory DSA {s_mem:.0f} MiB vs dense {d_mem:.0f} MiB -> {s_mem / d_mem:.2f}x")
-            weights_ms, _ = decode_weight_floor(sparse)
-            scan_ms = indexer_floor_ms(GlmMoeDsaConfig.from_pretrained(sparse), n)
+            weights_ms = results.get("floor_step_ms") or decode_weight_floor(sparse)[0]  # measured above with part 1
+            scan_ms = indexer_floor_ms(config, n)
             results.update(dsa_floor_ms=weights_ms + scan_ms)
             print(f"DSA step floor at {n}: the weights ({weights_ms:.1f} ms) and the indexer's scan and top-k over "
                   f"every key ({scan_ms:.1f} ms), as bare operations -> at most {d_ms / (weights_ms + scan_ms):.1f}x "
