@@ -40,6 +40,7 @@ from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and be
 )
 from glm5_lsp.repair.assemble import standard_loop
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
+from glm5_lsp.repair.monitor import warm_jedi
 from glm5_lsp.spans import Prompt, Span
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,12 @@ class PipelineSettings:
     truncations: int = 3
     # Rounds, time budget, clean-only or best-unclean: max_rounds=1 checks without regenerating.
     repair: RepairSettings = field(default_factory=RepairSettings)
+    # Batch and evaluation: before each Python request, let jedi load the document's imports and
+    # parse it with no time limit (``monitor.warm_jedi``: 0.3-1 s for a module's first load, then
+    # milliseconds). The decoding monitor's lookups are cut at a per-request time sized for typing,
+    # which a module's first load overruns, so without this the first task of a run decodes with
+    # no names checked. The server warms each document when it opens instead.
+    warm_names: bool = False
 
 
 @dataclass
@@ -433,6 +440,8 @@ class Pipeline:
         loop_settings = replace(template.settings, max_truncations=task.truncations)
         if task.time_budget_s is not None:
             loop_settings = replace(loop_settings, time_budget_s=task.time_budget_s)
+        if settings.warm_names and template.monitor_factory is not None and loop_settings.monitor_on(task.target.language):
+            _warm_names(task.target)
         loop = RepairLoop(backend, loop_settings,
                           template.runner_for(task.target.language),
                           rewriters=template.rewriters, penalties=template.penalties,
@@ -490,6 +499,14 @@ def _skipping(count: int, on_text: Callable[[str], None]) -> Callable[[str], Non
 
 def _end_line(text: str) -> str:
     return text + "\n" if text and not text.endswith("\n") else text
+
+
+def _warm_names(target: RepairTarget) -> None:
+    """What the decoding monitor's jedi lookups will need for ``target``'s document, loaded now."""
+    try:
+        warm_jedi(target.document, target.path)
+    except Exception:  # jedi failing here must not fail the request: the monitor then checks less
+        log.warning("jedi could not read the document ahead of the request", exc_info=True)
 
 
 def default_path(language: str) -> str:

@@ -511,3 +511,32 @@ def test_a_generation_caught_in_a_loop_is_stopped_and_cut() -> None:
     result = Pipeline(Looping()).complete(document, len(document))  # type: ignore[arg-type]
     assert len(seen) < 12  # stopped early, not after 42 pieces
     assert result.text == "name_to"
+
+
+def test_warm_names_loads_what_the_monitor_needs_before_a_python_request(tiny_checkpoint: Path, monkeypatch) -> None:
+    """Batch and evaluation set ``warm_names``: jedi reads the document (its imports, its parse) before
+    the request, with no deadline; only where the decoding monitor will run, and a jedi failure there
+    does not fail the request."""
+    import glm5_lsp.pipeline as pipeline_module
+    from glm5_lsp.backends.local import LocalBackend
+
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(pipeline_module, "warm_jedi", lambda text, path=None: calls.append((text, path)))
+    backend = LocalBackend(tiny_checkpoint)
+    document = "import os\n\ndef f(p):\n    return os.path.\n"
+    offset = document.index("\n", document.index("os.path."))
+    settings = PipelineSettings(max_tokens=2, warm_names=True)
+    Pipeline(backend, settings).complete(document, offset)
+    assert calls == [(document, "untitled.py")]
+    Pipeline(backend, PipelineSettings(max_tokens=2)).complete(document, offset)  # the server's default: off
+    Pipeline(backend, settings).complete("let x = ", 8, language="javascript")  # no monitor for JavaScript
+    quiet = PipelineSettings(max_tokens=2, warm_names=True, repair=RepairSettings(monitor=False))
+    Pipeline(backend, quiet).complete(document, offset)
+    assert len(calls) == 1
+
+    def broken(text: str, path: str | None = None) -> None:
+        raise RuntimeError("jedi fell over")
+
+    monkeypatch.setattr(pipeline_module, "warm_jedi", broken)
+    result = Pipeline(backend, settings).complete(document, offset)
+    assert result.rounds >= 1

@@ -500,10 +500,15 @@ def test_a_local_of_an_enclosing_function_counts(strings: list[str]) -> None:
     assert written.startswith("ues"), written
 
 
-def test_warm_jedi_loads_the_imported_modules_but_not_relative_ones() -> None:
+def test_warm_jedi_loads_the_imported_modules_but_not_relative_ones(monkeypatch) -> None:
+    import glm5_lsp.repair.monitor as monitor
+
+    monkeypatch.setattr(monitor, "_WARMED", set())  # as in a fresh process
     code = "import os\nimport json.decoder\nfrom . import sibling\nfrom os import path\n\nvalue = os.path\n"
     assert warm_jedi(code) == 2  # os and json.decoder, each once
     assert "join" in JediAttributes()(code + "os.path.")
+    assert warm_jedi(code + "import textwrap\n") == 1  # only the module not loaded before
+    assert monitor._WARMED == {"", "os", "json.decoder", "textwrap"}
 
 
 def test_a_lookup_still_running_at_the_request_deadline_is_stopped(strings: list[str]) -> None:

@@ -617,26 +617,33 @@ def in_process_environment() -> object:
 _IMPORTED = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.MULTILINE)
 
 
+_WARMED: set[str] = set()  # modules warm_jedi has loaded in this process ("" for the builtins)
+
+
 def warm_jedi(text: str, path: str | None = None, modules: int = 12) -> int:
     """Pay jedi's start-up before the first request does: Python's builtins, the modules ``text``
     imports (at most ``modules``) and the parse of ``text`` itself (kept per ``path``, so later
     lookups re-parse only what changed). The first of each costs 0.3-1 s, more than a request's
-    provider time, and a lookup stopped at that time would never get to keep it. Returns the modules
-    loaded."""
+    provider time, and a lookup stopped at that time would never get to keep it. A module is loaded
+    once per process: asking again would still cost about 0.4 s (jedi lists its names afresh).
+    Returns the modules loaded by this call."""
     import jedi
 
     environment = in_process_environment()
-    jedi.Script("''.", environment=environment).complete(1, 3)
+    if "" not in _WARMED:
+        jedi.Script("''.", environment=environment).complete(1, 3)
+        _WARMED.add("")
     names = list(dict.fromkeys(m.group(1) or m.group(2) for m in _IMPORTED.finditer(text)))
     loaded = 0
     for module in names[:modules]:
-        if module.startswith("."):
+        if module.startswith(".") or module in _WARMED:
             continue
         try:
             jedi.Script(f"import {module}\n{module}.", environment=environment).complete(2, len(module) + 1)
             loaded += 1
         except Exception:  # an odd module must not stop the rest
             log.debug("jedi could not load %s", module, exc_info=True)
+        _WARMED.add(module)  # loaded, or not loadable: either way not worth asking again
     jedi.Script(text, path=path, environment=environment).get_names()
     return loaded
 
