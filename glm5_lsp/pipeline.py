@@ -375,28 +375,37 @@ class Pipeline:
         on_text: Callable[[str], None] | None = None,
         should_cancel: Callable[[], bool] | None = None,
     ) -> PipelineResult:
-        """The whole of ``code`` with its first function or class body rewritten by the model.
+        """The whole of ``code`` with the block at fault rewritten by the model.
 
-        The model sees the buggy code, its diagnostics (the caller's ``diagnostics``, else the
-        checkers') as comments with the offending lines marked ``error_context``, then the
-        declaration; it writes the body. Code after that first block is kept as it was. When no
-        candidate passes the checks (and ``return_unclean`` is off) the input comes back unchanged.
-        ``diagnostics_after`` lists every diagnostic of the returned code.
+        The block is the innermost function or class holding the first diagnostic's line (the
+        caller's ``diagnostics``, else the checkers'), or the first top-level one when no diagnostic
+        names a line (:func:`fix_region`). The model sees that block as the buggy version, its
+        diagnostics as comments with the offending lines marked ``error_context``, then the block's
+        header; it writes the body (or the header too, when that is where the error is). Everything
+        else is kept as it was. A candidate that keeps too little of the body it replaces
+        (:func:`keeps_enough`) is no fix. When no candidate passes the checks (and
+        ``return_unclean`` is off) the input comes back unchanged. ``diagnostics_after`` lists every
+        diagnostic of the returned code.
         """
         language = language or guess_language(path)
         path = path or default_path(language)
         runner = self.repair.runner_for(language)
         found = [diagnostic_dict(d) for d in diagnostics] if diagnostics is not None else \
             [diagnostic_dict(d) for d in runner.diagnose(code, path, language).diagnostics]
-        declaration, rest = split_declaration(code)
-        old_body = (cut_at_block_end(rest, declaration, language) if declaration else rest).rstrip()
-        header = fix_header(code, found, language)
-        prefix = header + declaration
+        region = fix_region(code, _first_line(found), language)
+        shown = code[region.block_start:region.block_end]
+        shift = code.count("\n", 0, region.block_start)
+        local = [{**d, "line": d["line"] - shift} if isinstance(d.get("line"), int) else d for d in found]
+        local = [d for d in local if not isinstance(d.get("line"), int) or d["line"] >= 0]
+        header = fix_header(shown, local, language)
+        prefix = header + code[region.block_start:region.start]
+        old_body = code[region.start:region.end]
         task = _Task(
-            prompt=Prompt(prefix=prefix, spans=error_spans(code, found, offset=header.index(code.rstrip("\n")))),
-            target=RepairTarget(code, len(declaration), len(declaration) + len(old_body), path, language),
+            prompt=Prompt(prefix=prefix, spans=error_spans(shown, local, offset=header.index(shown.rstrip("\n")))),
+            target=RepairTarget(code, region.start, region.end, path, language),
             multiline=True, stop=list(PYTHON_BODY_STOPS) if language == "python" else [],
             max_tokens=self.settings.multiline_max_tokens, block_prefix=prefix,
+            wrap=lambda text: text if keeps_enough(old_body, text) else "",
         )
         result = self._run(task, on_text=on_text, should_cancel=should_cancel)
         if result.text or old_body.strip() == "":
@@ -563,13 +572,92 @@ def instruction_header(instruction: str, language: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def split_declaration(code: str) -> tuple[str, str]:
-    """The code up to and including the first ``def``/``class`` line (imports kept), and the rest."""
-    match = re.search(r"^(async\s+def|def|class)\b.*:[ \t]*(#.*)?$", code, re.MULTILINE)
-    if match is None:
-        return "", code
-    end = match.end() + 1
-    return code[:end], code[end:]
+_BLOCK_HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)\b")
+# A line that does nothing: what a body "fixed" by removing it is left with.
+_EMPTY_LINE = re.compile(r"^\s*(?:pass|\.\.\.|return(?:\s+None)?;?)?\s*(?:#.*|//.*)?$")
+
+
+@dataclass
+class FixRegion:
+    """Where a fix rewrites the code: the model is shown ``code[block_start:start]`` (the block's
+    header) and writes ``code[start:end]``; ``code[block_start:block_end]`` is the block it sees as
+    buggy."""
+
+    block_start: int
+    start: int
+    end: int
+    block_end: int
+
+
+def fix_region(code: str, line: int | None, language: str = "python") -> FixRegion:
+    """The part of ``code`` a fix rewrites, for a problem at 0-based ``line`` (None: unknown).
+
+    Python: the innermost ``def``/``class`` whose block holds ``line`` (the first top-level one when
+    ``line`` is None); its body is rewritten, or its header and body when ``line`` is in the header
+    (a missing colon, a broken signature). Outside every block, and in other languages: the whole code.
+    """
+    whole = FixRegion(0, 0, len(code.rstrip()), len(code))
+    if language != "python":
+        return whole
+    lines = code.split("\n")
+    starts = [0]
+    for text in lines:
+        starts.append(starts[-1] + len(text) + 1)
+    best: tuple[int, int, int, int] | None = None  # header line, header end line, last body line, indent
+    for h, text in enumerate(lines):
+        match = _BLOCK_HEADER.match(text)
+        if match is None:
+            continue
+        indent = len(match.group(1))
+        if line is None and indent:
+            continue
+        header_end = h
+        depth = 0
+        for k in range(h, min(len(lines), h + 50)):  # a signature may span lines: to where its brackets close
+            code_part = lines[k].split("#", 1)[0]
+            depth += sum(code_part.count(c) for c in "([{") - sum(code_part.count(c) for c in ")]}")
+            header_end = k
+            if depth <= 0:
+                break
+        last = header_end
+        for k in range(header_end + 1, len(lines)):
+            if lines[k].strip():
+                if len(lines[k]) - len(lines[k].lstrip()) <= indent:
+                    break
+                last = k
+        if line is None:
+            best = (h, header_end, last, indent)
+            break
+        if h <= line <= max(last, header_end) and (best is None or h > best[0]):
+            best = (h, header_end, last, indent)
+    if best is None:
+        return whole
+    h, header_end, last, indent = best
+    block_start, block_end = starts[h], starts[last] + len(lines[last])
+    if line is not None and line <= header_end:
+        return FixRegion(block_start, block_start + indent, block_end, block_end)
+    body_start = min(starts[header_end + 1], len(code))
+    return FixRegion(block_start, body_start, max(body_start, block_end), block_end)
+
+
+def keeps_enough(old: str, new: str) -> bool:
+    """Whether ``new`` is a fix of ``old`` rather than its removal: code of two or more working lines
+    may not become nothing but ``pass``, ``...``, a bare ``return`` or comments. Those compile, so the
+    checkers pass them, and a small model writes them. (A shorter rewrite is fine: a performance
+    hint's fix turns a four-line loop into one ``return``.)"""
+    def working(text: str) -> int:
+        return sum(1 for line in text.splitlines() if not _EMPTY_LINE.match(line))
+
+    return working(old) < 2 or working(new) > 0
+
+
+def _first_line(diagnostics: list[dict[str, Any]]) -> int | None:
+    """The 0-based line of the first diagnostic that names one."""
+    for item in diagnostics:
+        line = item.get("line")
+        if isinstance(line, int) and not isinstance(line, bool) and line >= 0:
+            return line
+    return None
 
 
 def error_spans(code: str, diagnostics: list[dict[str, Any]], offset: int = 0) -> list[Span]:

@@ -16,10 +16,13 @@ import pytest
 from glm5_lsp import postprocess as pp
 from glm5_lsp.backends.base import CompletionRequest
 from glm5_lsp.pipeline import (
+    FixRegion,
     Pipeline,
     PipelineSettings,
     cut_at_block_end,
+    fix_region,
     infer_multiline,
+    keeps_enough,
     plain_prompt,
     strip_special_tokens,
     strip_suffix_overlap,
@@ -540,3 +543,57 @@ def test_warm_names_loads_what_the_monitor_needs_before_a_python_request(tiny_ch
     monkeypatch.setattr(pipeline_module, "warm_jedi", broken)
     result = Pipeline(backend, settings).complete(document, offset)
     assert result.rounds >= 1
+
+
+def test_fix_rewrites_the_block_that_holds_the_error() -> None:
+    code = "def first(x):\n    return x + 1\n\n\ndef second(y):\n    return y +\n"
+    prompts: list[str] = []
+
+    def answer(request: CompletionRequest) -> str:
+        prompts.append(request.prompt.prefix)
+        return "    return y + 2\n"
+
+    result = Pipeline(scripted.ScriptedBackend(answer)).fix(code)
+    assert result.text == "def first(x):\n    return x + 1\n\n\ndef second(y):\n    return y + 2\n"
+    assert result.clean
+    shown = prompts[0]
+    assert "def first" not in shown  # only the block at fault is shown, with its error on its own line 2
+    assert "# line 2: " in shown and shown.endswith("# Fixed version:\ndef second(y):\n")
+
+
+def test_fix_region_picks_the_innermost_block_and_a_broken_header() -> None:
+    code = ("import os\n\n\nclass A:\n    def m(self, x):\n        return x\n\n    def n(\n        self,\n"
+            "    ):\n        return 2\n\n\nvalue = 1\n")
+    region = fix_region(code, 5)  # inside m
+    assert code[region.block_start:region.start] == "    def m(self, x):\n"
+    assert code[region.start:region.end] == "        return x"
+    region = fix_region(code, 8)  # n's signature, which spans three lines: header and body rewritten
+    assert code[region.block_start:region.start] == "    "
+    assert code[region.start:region.end] == "def n(\n        self,\n    ):\n        return 2"
+    region = fix_region(code, 10)  # n's body
+    assert code[region.block_start:region.start] == "    def n(\n        self,\n    ):\n"
+    assert fix_region(code, 13) == FixRegion(0, 0, len(code.rstrip()), len(code))  # module level: all of it
+    assert code[fix_region(code, None).start:fix_region(code, None).end].startswith("    def m")  # the first block
+    assert fix_region("function f() {\n  return 1 +\n}\n", 1, "javascript").start == 0
+
+
+def test_a_fix_with_a_missing_colon_rewrites_the_header() -> None:
+    code = "def f(a, b)\n    return a + b\n"
+    result = Pipeline(scripted.ScriptedBackend("def f(a, b):\n    return a + b\n")).fix(code)
+    assert result.text == "def f(a, b):\n    return a + b\n" and result.clean
+
+
+def test_a_fix_that_throws_the_code_away_is_no_fix() -> None:
+    """``pass`` in place of a whole body compiles; it is still not a fix."""
+    code = "def area(w, h):\n    result = w * h\n    return result +\n"
+    settings = PipelineSettings()
+    settings.repair.return_unclean = True
+    result = Pipeline(scripted.ScriptedBackend("    pass\n"), settings).fix(code)
+    assert result.text == code and not result.clean
+    body = "    result = w * h\n    return result +"
+    assert keeps_enough(body, "    result = w * h\n    return result")
+    assert keeps_enough(body, "    return w * h")  # shorter is fine
+    for gutted in ("    # done", "    pass", "    ...", "    return", "    return None", "#", ""):
+        assert not keeps_enough(body, gutted)
+    assert keeps_enough("    x = 1", "    pass")  # one line of code may become anything
+    assert not keeps_enough("  let a = 1;\n  return a +", "  return; // later")
