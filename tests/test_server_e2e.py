@@ -299,6 +299,16 @@ async def test_fix_with_glm5_is_deferred_to_resolve_and_checked(client: Language
     assert _progress_ended(client, "GLM-5: fixing")
 
 
+async def test_the_fix_rewrites_the_function_that_has_the_error(client: LanguageClient) -> None:
+    text, cursor = load_doc("two_functions.py")
+    uri = open_doc(client, "two_functions.py")
+    actions = await client.text_document_code_action_async(action_params(uri, cursor, cursor))
+    [fix] = [a for a in actions or [] if isinstance(a, types.CodeAction) and a.title == "Fix with GLM-5"]
+    resolved = await client.code_action_resolve_async(fix)
+    assert resolved.edit is not None and resolved.edit.changes is not None
+    assert apply(text, list(resolved.edit.changes[uri])) == text.replace("a *", "a * b")
+
+
 async def test_the_fix_is_offered_anywhere_on_the_line_of_the_error(client: LanguageClient) -> None:
     """The compiler places the error at the end of ``return a +``; a cursor at the line's start
     (what Neovim sends) still gets the fix, a cursor on the line above does not."""
