@@ -354,7 +354,7 @@ class PipelineFactory:
 
 def make_pipeline_factory(args: argparse.Namespace) -> PipelineFactory:
     """The factory for ``glm5-lsp batch``'s options."""
-    settings = PipelineSettings(warm_names=True)  # no deadline per task: names checked from the first one
+    settings = PipelineSettings(unhurried=True)  # no deadline per task: names checked from the first one
     settings.repair.return_unclean = True  # record the best candidate with its diagnostics
     if getattr(args, "no_repair", False):
         settings.repair.max_rounds = 1

@@ -40,7 +40,7 @@ from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and be
 )
 from glm5_lsp.repair.assemble import standard_loop
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
-from glm5_lsp.repair.monitor import warm_jedi
+from glm5_lsp.repair.monitor import MonitorSettings, warm_jedi
 from glm5_lsp.spans import Prompt, Span
 
 log = logging.getLogger(__name__)
@@ -82,12 +82,13 @@ class PipelineSettings:
     truncations: int = 3
     # Rounds, time budget, clean-only or best-unclean: max_rounds=1 checks without regenerating.
     repair: RepairSettings = field(default_factory=RepairSettings)
-    # Batch and evaluation: before each Python request, let jedi load the document's imports and
-    # parse it with no time limit (``monitor.warm_jedi``: 0.3-1 s for a module's first load, then
-    # milliseconds). The decoding monitor's lookups are cut at a per-request time sized for typing,
-    # which a module's first load overruns, so without this the first task of a run decodes with
-    # no names checked. The server warms each document when it opens instead.
-    warm_names: bool = False
+    # Batch and evaluation, where no one is typing: before each Python request jedi loads the
+    # document's imports and parses it with no time limit (``monitor.warm_jedi``: 0.3-1 s for a
+    # module's first load, then milliseconds), and the decoding monitor may spend up to
+    # ``UNHURRIED_LOOKUP_S`` on name lookups per request instead of the 0.2 s sized for typing. At
+    # 0.2 s the first lookup of a kind of object (``self.items.`` on a list) is cut off, and the
+    # model writes after the dot unchecked. The server warms each document when it opens instead.
+    unhurried: bool = False
 
 
 @dataclass
@@ -265,7 +266,9 @@ class Pipeline:
         if self._repair is None:
             with self._repair_lock:
                 if self._repair is None:
-                    self._repair = standard_loop(self.backend, self.settings.repair, token_strings=self._token_strings())
+                    monitor = MonitorSettings(provider_seconds=UNHURRIED_LOOKUP_S) if self.settings.unhurried else None
+                    self._repair = standard_loop(self.backend, self.settings.repair, token_strings=self._token_strings(),
+                                                 monitor_settings=monitor)
         return self._repair
 
     def _token_strings(self) -> list[str] | None:
@@ -355,13 +358,14 @@ class Pipeline:
             task = _Task(
                 prompt=Prompt(prefix=document), target=RepairTarget(document, len(document), len(document), path, language),
                 multiline=True, stop=stops, max_tokens=self.settings.multiline_max_tokens, block_prefix=document,
+                wrap=lambda text: text if working_lines(text) else "",  # comments alone are no body
             )
             return self._run(task, on_text=on_text, should_cancel=should_cancel)
         header = instruction_header(prompt, language)
         task = _Task(
             prompt=Prompt(prefix=header), target=RepairTarget(header, len(header), len(header), path, language),
             multiline=True, stop=list(PYTHON_SCRIPT_STOPS) if language == "python" else [], max_tokens=self.settings.multiline_max_tokens, block_prefix="",
-            wrap=lambda text: text.strip("\n") + "\n" if text.strip() else "",
+            wrap=lambda text: text.strip("\n") + "\n" if working_lines(text) else "",  # comments alone are no code
         )
         return self._run(task, on_text=on_text, should_cancel=should_cancel)
 
@@ -449,7 +453,7 @@ class Pipeline:
         loop_settings = replace(template.settings, max_truncations=task.truncations)
         if task.time_budget_s is not None:
             loop_settings = replace(loop_settings, time_budget_s=task.time_budget_s)
-        if settings.warm_names and template.monitor_factory is not None and loop_settings.monitor_on(task.target.language):
+        if settings.unhurried and template.monitor_factory is not None and loop_settings.monitor_on(task.target.language):
             _warm_names(task.target)
         loop = RepairLoop(backend, loop_settings,
                           template.runner_for(task.target.language),
@@ -573,6 +577,7 @@ def instruction_header(instruction: str, language: str) -> str:
 
 
 _BLOCK_HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)\b")
+UNHURRIED_LOOKUP_S = 3.0  # the decoding monitor's name-lookup time per request in batch and evaluation
 # A line that does nothing: what a body "fixed" by removing it is left with.
 _EMPTY_LINE = re.compile(r"^\s*(?:pass|\.\.\.|return(?:\s+None)?;?)?\s*(?:#.*|//.*)?$")
 
@@ -640,15 +645,17 @@ def fix_region(code: str, line: int | None, language: str = "python") -> FixRegi
     return FixRegion(block_start, body_start, max(body_start, block_end), block_end)
 
 
+def working_lines(text: str) -> int:
+    """Lines of ``text`` that do something: not blank, not only a comment, ``pass``, ``...`` or a bare
+    ``return``. Code made of those alone compiles, so the checkers pass it, and a small model writes it."""
+    return sum(1 for line in text.splitlines() if not _EMPTY_LINE.match(line))
+
+
 def keeps_enough(old: str, new: str) -> bool:
     """Whether ``new`` is a fix of ``old`` rather than its removal: code of two or more working lines
-    may not become nothing but ``pass``, ``...``, a bare ``return`` or comments. Those compile, so the
-    checkers pass them, and a small model writes them. (A shorter rewrite is fine: a performance
-    hint's fix turns a four-line loop into one ``return``.)"""
-    def working(text: str) -> int:
-        return sum(1 for line in text.splitlines() if not _EMPTY_LINE.match(line))
-
-    return working(old) < 2 or working(new) > 0
+    may not become none. (A shorter rewrite is fine: a performance hint's fix turns a four-line loop
+    into one ``return``.)"""
+    return working_lines(old) < 2 or working_lines(new) > 0
 
 
 def _first_line(diagnostics: list[dict[str, Any]]) -> int | None:

@@ -16,6 +16,7 @@ import pytest
 from glm5_lsp import postprocess as pp
 from glm5_lsp.backends.base import CompletionRequest
 from glm5_lsp.pipeline import (
+    UNHURRIED_LOOKUP_S,
     FixRegion,
     Pipeline,
     PipelineSettings,
@@ -26,8 +27,10 @@ from glm5_lsp.pipeline import (
     plain_prompt,
     strip_special_tokens,
     strip_suffix_overlap,
+    working_lines,
 )
-from glm5_lsp.repair.loop import RepairSettings
+from glm5_lsp.repair.loop import RepairSettings, RepairTarget
+from glm5_lsp.repair.monitor import MonitorSettings
 from glm5_lsp.spans import Prompt
 
 _spec = importlib.util.spec_from_file_location(
@@ -516,8 +519,8 @@ def test_a_generation_caught_in_a_loop_is_stopped_and_cut() -> None:
     assert result.text == "name_to"
 
 
-def test_warm_names_loads_what_the_monitor_needs_before_a_python_request(tiny_checkpoint: Path, monkeypatch) -> None:
-    """Batch and evaluation set ``warm_names``: jedi reads the document (its imports, its parse) before
+def test_unhurried_loads_what_the_monitor_needs_before_a_python_request(tiny_checkpoint: Path, monkeypatch) -> None:
+    """Batch and evaluation set ``unhurried``: jedi reads the document (its imports, its parse) before
     the request, with no deadline; only where the decoding monitor will run, and a jedi failure there
     does not fail the request."""
     import glm5_lsp.pipeline as pipeline_module
@@ -528,12 +531,16 @@ def test_warm_names_loads_what_the_monitor_needs_before_a_python_request(tiny_ch
     backend = LocalBackend(tiny_checkpoint)
     document = "import os\n\ndef f(p):\n    return os.path.\n"
     offset = document.index("\n", document.index("os.path."))
-    settings = PipelineSettings(max_tokens=2, warm_names=True)
+    settings = PipelineSettings(max_tokens=2, unhurried=True)
     Pipeline(backend, settings).complete(document, offset)
     assert calls == [(document, "untitled.py")]
+    target = RepairTarget(document, offset, offset, "untitled.py", "python")
+    for unhurried, seconds in ((True, UNHURRIED_LOOKUP_S), (False, MonitorSettings().provider_seconds)):
+        monitor = Pipeline(backend, PipelineSettings(unhurried=unhurried)).repair.monitor_factory(target)
+        assert monitor.settings.provider_seconds == seconds
     Pipeline(backend, PipelineSettings(max_tokens=2)).complete(document, offset)  # the server's default: off
     Pipeline(backend, settings).complete("let x = ", 8, language="javascript")  # no monitor for JavaScript
-    quiet = PipelineSettings(max_tokens=2, warm_names=True, repair=RepairSettings(monitor=False))
+    quiet = PipelineSettings(max_tokens=2, unhurried=True, repair=RepairSettings(monitor=False))
     Pipeline(backend, quiet).complete(document, offset)
     assert len(calls) == 1
 
@@ -597,3 +604,13 @@ def test_a_fix_that_throws_the_code_away_is_no_fix() -> None:
         assert not keeps_enough(body, gutted)
     assert keeps_enough("    x = 1", "    pass")  # one line of code may become anything
     assert not keeps_enough("  let a = 1;\n  return a +", "  return; // later")
+
+
+def test_generate_takes_no_comments_or_pass_alone_for_code() -> None:
+    settings = PipelineSettings(repair=RepairSettings(max_rounds=2))
+    for answer in ("#\n#\n#\n", "    pass\n", "    # TODO\n    ...\n"):
+        for prompt in ('def add(a, b):\n    """Sum."""\n', "Write a function that adds two numbers."):
+            result = Pipeline(scripted.ScriptedBackend(answer), settings).generate(prompt)
+            assert result.text == "" and not result.clean, (answer, prompt)
+    assert working_lines("#\n    pass\n    return None\n    ...\n// x\n") == 0
+    assert working_lines('    """Doc."""\n    return a + b  # sum\n') == 2

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"glm5-lsp eval: {error}", file=sys.stderr)
         return 2
     temperature = args.temperature if args.temperature is not None else (0.0 if args.n_samples == 1 else 0.8)
-    settings = PipelineSettings(multiline_max_tokens=args.max_tokens, temperature=temperature, warm_names=True)
+    settings = PipelineSettings(multiline_max_tokens=args.max_tokens, temperature=temperature, unhurried=True)
     settings.repair.max_rounds = max(1, args.repair_rounds)
     settings.repair.return_unclean = True  # an unclean candidate may still pass its tests
     if args.backend == "local":
