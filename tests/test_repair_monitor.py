@@ -181,10 +181,19 @@ def two_attributes(token: str) -> bool:
 
 def uncheckable(token: str, context: str) -> bool:
     """Openers the monitor masks without asking: two attributes, or a receiver that is not a dotted
-    name (``).strip`` after ``make()``: a new receiver text at every step)."""
+    name (``).strip`` after ``make()``: a new receiver text at every step); and right after a dot,
+    anything that starts with white space."""
+    if context.endswith(".") and token[:1].isspace():
+        return True
     head = token[: re.search(r"\.[A-Za-z_]", token).start()] if re.search(r"\.[A-Za-z_]", token) else None
     return two_attributes(token) or (head is not None and not re.search(
         r"(?<![\w.)\]])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.$", context + head + "."))
+
+
+def unchecked_plain(strings: list[str]) -> list[int]:
+    """Tokens an unchecked attribute position leaves alone: neither openers such as ``.x`` (their own
+    rule) nor tokens led by white space (never right after a dot)."""
+    return [i for i, s in enumerate(strings) if "." not in s and not s[:1].isspace()]
 
 
 def changed_tokens(strings: list[str], before: torch.Tensor, after: torch.Tensor) -> set[str]:
@@ -230,7 +239,8 @@ def test_provider_time_is_bounded_per_request(strings: list[str]) -> None:
     monitor.context = "import os\nitems = []\nitems."
     out = monitor([], logits)  # a new receiver past the budget: not asked, not restricted
     assert len(asked) == 1 and monitor.provider_skipped >= 1
-    assert not torch.isinf(out[[i for i, s in enumerate(strings) if "." not in s]]).any()
+    assert not torch.isinf(out[unchecked_plain(strings)]).any()
+    assert torch.isinf(out[[i for i, s in enumerate(strings) if s[:1].isspace()]]).all()  # but not ``items.  x``
     monitor.context = "import os\nitems = []\nos."
     assert torch.equal(monitor([], logits), first)  # the cached receiver is still checked
 
@@ -328,7 +338,7 @@ def test_receivers_the_document_never_binds_are_not_asked(strings: list[str]) ->
     logits = torch.randn(len(strings))
     out = monitor(spell(strings, "variate."), logits)
     assert not any(text.endswith("variate.") for text in asked)
-    assert torch.isfinite(out[[i for i, s in enumerate(strings) if "." not in s]]).all()  # nothing masked
+    assert torch.isfinite(out[unchecked_plain(strings)]).all()  # nothing masked but white space after the dot
     assert torch.isinf(monitor(spell(strings, "os."), logits)).any() and asked[-1].endswith("os.")  # bound: asked
     # a name the completion bound before it is asked about too
     assert torch.isinf(monitor(spell(strings, "os\nfor variate in x:\n    variate."), logits)).any()
@@ -527,7 +537,7 @@ def test_a_lookup_still_running_at_the_request_deadline_is_stopped(strings: list
     started = time.perf_counter()
     out = monitor([], logits)
     assert time.perf_counter() - started < 1.0
-    plain = [i for i, s in enumerate(strings) if "." not in s]  # (openers such as ``.x`` have their own rule)
+    plain = unchecked_plain(strings)
     assert torch.equal(out[plain], logits[plain]) and monitor.provider_skipped >= 1  # unchecked: no mask
 
 
@@ -541,3 +551,15 @@ def test_identifiers_read_in_kept_pieces_are_every_identifier_of_the_text() -> N
         cut = text[: rng.randrange(len(text))]
         assert identifiers(cut) == set(_IDENT_WORD.findall(cut))
     assert identifiers("x = r'raw'\ndef f(a):\n    return a\n") == {"x", "def", "f", "a", "return"}
+
+
+def test_nothing_led_by_white_space_follows_a_dot(strings: list[str]) -> None:
+    """Even where the receiver's names are unknown (a lookup cut off at the request's time), the name
+    starts right after the dot: ``self.items.        self.set = x`` parses, and the checkers pass it."""
+    spaced = [i for i, s in enumerate(strings) if s[:1].isspace()]
+    assert spaced
+    monitor = NameMonitor(TokenIndex(strings), lambda text: [], "thing = make()\nthing.", MonitorSettings())
+    logits = torch.zeros(len(strings))
+    logits[spaced] = 10.0
+    out = monitor([], logits)
+    assert torch.isinf(out[spaced]).all() and not strings[int(torch.argmax(out))][:1].isspace()

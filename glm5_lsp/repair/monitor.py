@@ -164,6 +164,10 @@ class TokenIndex:
         for token_id, text in enumerate(self.strings):
             if text:
                 self._by_first.setdefault(text[0], []).append(token_id)
+        # Tokens that start with white space: never the next thing after an attribute's dot (``x.  y``
+        # is Python, but nobody writes it, and it lets a new line's junk parse as an attribute).
+        self._space_led = [i for i, text in enumerate(self.strings) if text[:1].isspace()]
+        self._space_led_within: dict[int, object] = {}
         # A name's end then ``=`` (not ``==``): a keyword argument ``key=`` whatever ``key`` is; or then a
         # space: ``item for`` (a comprehension's variable, bound after it is used).
         # At a statement's start a new name can only be bound: ``x = ``, ``x += ``, ``x, y = ``, ``x: int``
@@ -193,6 +197,16 @@ class TokenIndex:
 
             kept = [entry for entry in self.opening if entry[0] < vocab]
             found = self._openers[vocab] = (kept, torch.tensor([entry[0] for entry in kept], dtype=torch.long))
+        return found
+
+    def space_led_within(self, vocab: int) -> object:
+        """The white-space-led tokens a ``vocab``-wide logits row has, as an id tensor (once per width)."""
+        found = self._space_led_within.get(vocab)
+        if found is None:
+            import torch
+
+            found = self._space_led_within[vocab] = torch.tensor([i for i in self._space_led if i < vocab],
+                                                                 dtype=torch.long)
         return found
 
     def starting_with(self, char: str) -> list[int]:
@@ -357,6 +371,8 @@ class NameMonitor:
             if trie is not None and trie.has_prefix(state.partial):
                 keep = self.index.continuing(state.partial, trie)
                 self._restrict(out, keep)
+            elif not state.partial:  # names unknown here: at least the name starts right after the dot
+                out[self.index.space_led_within(out.shape[-1])] = float("-inf")
         elif state.kind == "name":
             self._check_name(out, text, generated, state.partial)
         self._check_openers(out, text, state)
