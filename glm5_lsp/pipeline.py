@@ -56,6 +56,9 @@ _UNTITLED = {
 }
 
 
+UNHURRIED_LOOKUP_S = 3.0  # the decoding monitor's name-lookup time per request in batch and evaluation
+
+
 @dataclass
 class PipelineSettings:
     """Knobs shared by every front end (the server maps its LSP settings onto these)."""
@@ -386,7 +389,7 @@ class Pipeline:
         names a line (:func:`fix_region`). The model sees that block as the buggy version, its
         diagnostics as comments with the offending lines marked ``error_context``, then the block's
         header; it writes the body (or the header too, when that is where the error is). Everything
-        else is kept as it was. A candidate that keeps too little of the body it replaces
+        else is kept as it was. A candidate that leaves a body of working code with none
         (:func:`keeps_enough`) is no fix. When no candidate passes the checks (and
         ``return_unclean`` is off) the input comes back unchanged. ``diagnostics_after`` lists every
         diagnostic of the returned code.
@@ -398,9 +401,9 @@ class Pipeline:
             [diagnostic_dict(d) for d in runner.diagnose(code, path, language).diagnostics]
         region = fix_region(code, _first_line(found), language)
         shown = code[region.block_start:region.block_end]
-        shift = code.count("\n", 0, region.block_start)
+        shift, height = code.count("\n", 0, region.block_start), shown.count("\n") + 1
         local = [{**d, "line": d["line"] - shift} if isinstance(d.get("line"), int) else d for d in found]
-        local = [d for d in local if not isinstance(d.get("line"), int) or d["line"] >= 0]
+        local = [d for d in local if not isinstance(d.get("line"), int) or 0 <= d["line"] < height]  # the block's
         header = fix_header(shown, local, language)
         prefix = header + code[region.block_start:region.start]
         old_body = code[region.start:region.end]
@@ -577,7 +580,6 @@ def instruction_header(instruction: str, language: str) -> str:
 
 
 _BLOCK_HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)\b")
-UNHURRIED_LOOKUP_S = 3.0  # the decoding monitor's name-lookup time per request in batch and evaluation
 # A line that does nothing: what a body "fixed" by removing it is left with.
 _EMPTY_LINE = re.compile(r"^\s*(?:pass|\.\.\.|return(?:\s+None)?;?)?\s*(?:#.*|//.*)?$")
 
@@ -610,6 +612,8 @@ def fix_region(code: str, line: int | None, language: str = "python") -> FixRegi
         starts.append(starts[-1] + len(text) + 1)
     best: tuple[int, int, int, int] | None = None  # header line, header end line, last body line, indent
     for h, text in enumerate(lines):
+        if line is not None and h > line:
+            break  # a block that starts after the line cannot hold it
         match = _BLOCK_HEADER.match(text)
         if match is None:
             continue
