@@ -118,6 +118,14 @@ def test_return_unclean_gives_the_best_with_its_diagnostics() -> None:
     assert [d.code for d in result.diagnostics_after] == ["UndefinedName"]
 
 
+def test_the_best_unclean_candidate_is_text_before_nothing() -> None:
+    """An empty candidate has no diagnostics but is no answer: asked for the best unclean one, the
+    loop returns the text that has some, not nothing."""
+    backend = ScriptedBackend(["", "radius +", "  "])
+    result = RepairLoop(backend, RepairSettings(max_rounds=3, return_unclean=True), RUNNER).run(request(), target())
+    assert result.text == "radius +" and not result.clean and result.diagnostics_after
+
+
 def test_time_budget_stops_the_loop_and_cancels_generation() -> None:
     clock = FakeClock()
     backend = ScriptedBackend(["radius +"], seconds_per_call=4.0, clock=clock)

@@ -99,9 +99,13 @@ class Candidate:
     def mean_logprob(self) -> float:
         return -math.inf if self.logprob is None else self.logprob / max(self.tokens, 1)
 
-    def rank(self, reject_empty: bool) -> tuple[int, int, int, float]:
-        unclean = bool(self.blocking) or (reject_empty and self.empty)
-        return (int(unclean), len(self.blocking), self.penalty, -self.mean_logprob())
+    def rank(self, reject_empty: bool) -> tuple[int, int, int, int, float]:
+        """Lower is better: clean first; among unclean ones, any text before an empty one (the best
+        unclean candidate is returned where ``return_unclean`` asks for it, and nothing is no
+        candidate), then fewer blocking diagnostics, fewer penalties, higher likelihood."""
+        empty = reject_empty and self.empty
+        unclean = bool(self.blocking) or empty
+        return (int(unclean), int(empty), len(self.blocking), self.penalty, -self.mean_logprob())
 
 
 @dataclass
