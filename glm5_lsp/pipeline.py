@@ -29,6 +29,7 @@ from glm5_lsp.context.languages import detect_language
 from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and benchmarks import them from here)
     SPECIAL_TOKENS,
     block_indent,
+    bracket_depth,
     cut_at_block_end,
     cut_at_stops,
     first_line,
@@ -402,8 +403,8 @@ class Pipeline:
         region = fix_region(code, _first_line(found), language)
         shown = code[region.block_start:region.block_end]
         shift, height = code.count("\n", 0, region.block_start), shown.count("\n") + 1
-        local = [{**d, "line": d["line"] - shift} if isinstance(d.get("line"), int) else d for d in found]
-        local = [d for d in local if not isinstance(d.get("line"), int) or 0 <= d["line"] < height]  # the block's
+        local = [d if _line_of(d) is None else {**d, "line": d["line"] - shift} for d in found]
+        local = [d for d in local if _line_of(d) is None or 0 <= d["line"] < height]  # the block's own
         header = fix_header(shown, local, language)
         prefix = header + code[region.block_start:region.start]
         old_body = code[region.start:region.end]
@@ -607,9 +608,7 @@ def fix_region(code: str, line: int | None, language: str = "python") -> FixRegi
     if language != "python":
         return whole
     lines = code.split("\n")
-    starts = [0]
-    for text in lines:
-        starts.append(starts[-1] + len(text) + 1)
+    starts = _line_starts(lines)
     best: tuple[int, int, int, int] | None = None  # header line, header end line, last body line, indent
     for h, text in enumerate(lines):
         if line is not None and h > line:
@@ -623,8 +622,7 @@ def fix_region(code: str, line: int | None, language: str = "python") -> FixRegi
         header_end = h
         depth = 0
         for k in range(h, min(len(lines), h + 50)):  # a signature may span lines: to where its brackets close
-            code_part = lines[k].split("#", 1)[0]
-            depth += sum(code_part.count(c) for c in "([{") - sum(code_part.count(c) for c in ")]}")
+            depth += bracket_depth(lines[k], language)
             header_end = k
             if depth <= 0:
                 break
@@ -662,26 +660,34 @@ def keeps_enough(old: str, new: str) -> bool:
     return working_lines(old) < 2 or working_lines(new) > 0
 
 
+def _line_of(item: dict[str, Any]) -> int | None:
+    """A diagnostic's 0-based ``line``, if it names one (an int, not a bool)."""
+    line = item.get("line")
+    return line if isinstance(line, int) and not isinstance(line, bool) else None
+
+
+def _line_starts(lines: list[str]) -> list[int]:
+    """The offset where each of ``lines`` (a text split at line breaks) starts, and one past the end."""
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    return starts
+
+
 def _first_line(diagnostics: list[dict[str, Any]]) -> int | None:
     """The 0-based line of the first diagnostic that names one."""
-    for item in diagnostics:
-        line = item.get("line")
-        if isinstance(line, int) and not isinstance(line, bool) and line >= 0:
-            return line
-    return None
+    return next((line for line in map(_line_of, diagnostics) if line is not None and line >= 0), None)
 
 
 def error_spans(code: str, diagnostics: list[dict[str, Any]], offset: int = 0) -> list[Span]:
     """``error_context`` spans over the lines the diagnostics point at (0-based ``line``)."""
     lines = code.split("\n")
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line) + 1)
+    starts = _line_starts(lines)
     spans = []
     marked: set[int] = set()
     for item in diagnostics:
-        line = item.get("line")
-        if isinstance(line, int) and not isinstance(line, bool) and 0 <= line < len(lines) and line not in marked:
+        line = _line_of(item)
+        if line is not None and 0 <= line < len(lines) and line not in marked:
             marked.add(line)
             spans.append(Span(offset + starts[line], offset + starts[line] + len(lines[line]), "error_context"))
     return spans
@@ -692,8 +698,8 @@ def fix_header(code: str, diagnostics: list[dict[str, Any]], language: str) -> s
     marker = "#" if language == "python" else "//"
     lines = [f"{marker} Buggy version:", code.rstrip("\n")]
     for item in diagnostics[:8]:
-        line = item.get("line")
-        where = f"line {line + 1}" if isinstance(line, int) and not isinstance(line, bool) else "somewhere"
+        line = _line_of(item)
+        where = "somewhere" if line is None else f"line {line + 1}"
         lines.append(f"{marker} {where}: {item.get('message', '')}")
     lines.append(f"{marker} Fixed version:")
     return "\n".join(lines) + "\n"

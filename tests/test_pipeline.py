@@ -582,6 +582,10 @@ def test_fix_region_picks_the_innermost_block_and_a_broken_header() -> None:
     assert fix_region(code, 13) == FixRegion(0, 0, len(code.rstrip()), len(code))  # module level: all of it
     assert code[fix_region(code, None).start:fix_region(code, None).end].startswith("    def m")  # the first block
     assert fix_region("function f() {\n  return 1 +\n}\n", 1, "javascript").start == 0
+    quoted = 'def f(a="(",  # a bracket in a string: ) and in a comment\n      b=1):\n    return a\n'
+    region = fix_region(quoted, 2)
+    assert quoted[region.block_start:region.start] == 'def f(a="(",  # a bracket in a string: ) and in a comment\n      b=1):\n'
+    assert quoted[region.start:region.end] == "    return a"
 
 
 def test_a_fix_with_a_missing_colon_rewrites_the_header() -> None:
