@@ -511,7 +511,7 @@ def test_a_local_of_an_enclosing_function_counts(strings: list[str]) -> None:
 
 
 def test_warm_jedi_loads_the_imported_modules_but_not_relative_ones(monkeypatch) -> None:
-    import glm5_lsp.repair.monitor as monitor
+    from glm5_lsp.repair import monitor
 
     monkeypatch.setattr(monitor, "_WARMED", set())  # as in a fresh process
     code = "import os\nimport json.decoder\nfrom . import sibling\nfrom os import path\n\nvalue = os.path\n"
