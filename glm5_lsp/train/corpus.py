@@ -29,6 +29,37 @@ from glm5_lsp.train.licence import classify_metadata
 STDLIB = "python-stdlib"
 # Held out by default: present on every Python (stdlib parts) or on most machines; missing ones are skipped.
 DEFAULT_HOLDOUT: tuple[str, ...] = ("stdlib:email", "stdlib:json", "requests", "jinja2")
+# Never trained on, never measured for perplexity: whole installed packages no one here wrote, kept
+# for the editor's benchmarks (benchmarks/lines.py, fixes.py, gate.py), each copied as its own
+# workspace. FIT packages may choose weights and thresholds (the memory's mixing, the gate's
+# threshold); REPORT packages only ever produce the figures BENCHMARKS.md reports. None of them is in
+# the first shipped model's sample either (its corpus_manifest.json, 89 packages).
+BENCHMARK_FIT: tuple[str, ...] = (
+    "charset-normalizer",
+    "cloudpickle",
+    "decorator",
+    "hypothesis",
+    "iniconfig",
+    "itsdangerous",
+    "pexpect",
+    "pluggy",
+    "python-dotenv",
+    "responses",
+    "rsa",
+    "sortedcontainers",
+    "xmltodict",
+)
+BENCHMARK_REPORT: tuple[str, ...] = (
+    "docutils",
+    "executing",
+    "platformdirs",
+    "pycparser",
+    "pyflakes",
+    "pygls",
+    "tqdm",
+    "wrapt",
+)
+BENCHMARK_HOLDOUT: tuple[str, ...] = BENCHMARK_FIT + BENCHMARK_REPORT
 VENDORED_DIRS = frozenset({"_vendor", "vendor", "vendored", "_vendored", "third_party", "_bundled", "extern"})
 TEST_DIRS = frozenset({"test", "tests", "idle_test"})
 SKIPPED_DIRS = frozenset({"__pycache__", "site-packages", "dist-packages"})
@@ -46,6 +77,8 @@ class CorpusConfig:
     stdlib: Path | None = None  # None: this interpreter's standard library
     site_dirs: tuple[Path, ...] | None = None  # None: this interpreter's site-packages
     holdout: tuple[str, ...] = DEFAULT_HOLDOUT  # distribution names or "stdlib:<top-level package>"
+    # Kept out of training but not evaluated here (the editor benchmarks' packages).
+    excluded: tuple[str, ...] = BENCHMARK_HOLDOUT
     benchmarks: Path | None = None  # never read from; also the folder the guard is built from
     guard: BenchmarkGuard | None = None
     max_file_bytes: int = 200_000
@@ -238,6 +271,7 @@ def assemble(sources: Iterable[Source], config: CorpusConfig) -> Corpus:
     """
     sources = list(sources)
     holdout = {h.lower() for h in config.holdout}
+    excluded = {h.lower() for h in config.excluded} - holdout
     refused: list[dict] = []
     dropped: Counter[str] = Counter()
     held: list[_Candidate] = []
@@ -251,6 +285,9 @@ def assemble(sources: Iterable[Source], config: CorpusConfig) -> Corpus:
                 dropped["benchmark_folder"] += 1
                 continue
             unit = _unit(source, rel)
+            if unit.lower() in excluded:
+                dropped["benchmark_holdout"] += 1
+                continue
             (held if unit.lower() in holdout else candidates).append(_Candidate(source.name, unit, rel, path))
     if config.max_train_bytes is not None:
         candidates.sort(key=lambda c: hashlib.sha256(f"{config.seed}:{c.unit}:{c.relpath}".encode()).digest())
@@ -355,6 +392,7 @@ def _manifest(
         "heldout": table(heldout, "unit"),
         "heldout_requested": list(config.holdout),
         "heldout_missing": [h for h in config.holdout if h.lower() not in present],
+        "excluded_for_benchmarks": list(config.excluded),
         "refused_licence": refused,
         "dropped_files": dict(sorted(dropped.items())),
         "benchmark_guard": None
