@@ -28,6 +28,15 @@ class BackendError(RuntimeError):
     """A request that cannot be served (bad input, a 4xx from a server, a model that will not load)."""
 
 
+class BackendUnavailable(BackendError):
+    """No answer to be had now: the server is down or unreachable, the request's deadline passed before
+    it answered, or the circuit breaker is open after repeated failures.
+
+    Not the request's fault, and nothing the user can fix by changing it: front ends answer it as an
+    empty result (and say once that the model is unavailable), never as an error.
+    """
+
+
 @dataclass
 class CompletionRequest:
     prompt: Prompt
@@ -49,6 +58,11 @@ class CompletionRequest:
     # Token healing, where the backend says ``supports_forced_prefix``: the completion begins with
     # this text (returned and streamed as part of it), written in the model's own tokens.
     forced_prefix: str = ""
+    # The whole request's time limit, a ``time.monotonic()`` instant, across retries and waits: the
+    # HTTP backend, with no answer by then, raises :class:`BackendUnavailable` (text streamed so far
+    # comes back as a ``cancelled`` completion). None: the backend's own limit. (The in-process
+    # runtime is stopped through ``should_cancel``, into which the repair loop folds its deadline.)
+    deadline: float | None = None
 
 
 @dataclass
