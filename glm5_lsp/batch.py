@@ -364,7 +364,7 @@ def make_pipeline_factory(args: argparse.Namespace) -> PipelineFactory:
         options: dict[str, Any] = {"model_path": args.model, "device": args.device}
     else:
         options = {"base_url": args.base_url, "model": args.model or "glm-5", "api_key_env": args.api_key_env,
-                   "chat": args.chat}
+                   "chat": args.chat, "timeout": getattr(args, "request_timeout", None)}
     return PipelineFactory(args.backend, options, settings, not getattr(args, "no_context", False),
                            getattr(args, "workspace", None))
 

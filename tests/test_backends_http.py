@@ -10,9 +10,10 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import logging
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import openai
@@ -22,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from glm5_lsp.backends.base import BackendError, CompletionRequest
+from glm5_lsp.backends.base import BackendError, BackendUnavailable, Completion, CompletionRequest
 from glm5_lsp.backends.factory import create_backend
-from glm5_lsp.backends.openai_http import OpenAIHTTPBackend, strip_fences
+from glm5_lsp.backends.openai_http import CircuitBreaker, OpenAIHTTPBackend, strip_fences
 from glm5_lsp.backends.serve_model import create_app, serve_in_thread, split_fim
 from glm5_lsp.spans import Prompt, Span
 
@@ -194,3 +195,172 @@ def test_fim_prompt_parsing_and_fence_stripping() -> None:
     assert (prompt.prefix, prompt.suffix) == ("a = (", ")\n")
     assert split_fim("plain", "tail").suffix == "tail" and split_fim("plain", None).suffix == ""
     assert strip_fences("```python\nx = 1\n```") == "x = 1" and strip_fences("x = 1") == "x = 1"
+
+
+# ---- deadlines, cancellation and the circuit breaker (issue 19) -------------------------------
+
+
+@pytest.fixture()
+def hanging() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A server that accepts every connection, reads the request and never answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            held.append(connection)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", held
+    stop.set()
+    thread.join(timeout=5)
+    for connection in held:
+        connection.close()
+    listener.close()
+
+
+def timed(call: Callable[[], object]) -> tuple[float, object]:
+    """``(seconds, result or the exception raised)``."""
+    begun = time.monotonic()
+    try:
+        outcome: object = call()
+    except Exception as error:  # noqa: BLE001 - the test looks at it
+        outcome = error
+    return time.monotonic() - begun, outcome
+
+
+SLACK = 0.1  # the acceptance's margin past a deadline
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_a_hanging_server_fails_by_the_deadline_and_holds_no_one_up(
+        hanging: tuple[str, list[socket.socket]], streaming: bool) -> None:
+    url, held = hanging
+    http = OpenAIHTTPBackend(url, "m", timeout=0.5, breaker_failures=10)
+    extra = {"on_text": lambda piece: None} if streaming else {}
+    results: list[tuple[float, object]] = []
+    first = threading.Thread(target=lambda: results.append(timed(lambda: http.complete(
+        CompletionRequest(Prompt("a"), **extra)))))
+    first.start()
+    time.sleep(0.2)  # the second request starts while the first is waiting
+    second = timed(lambda: http.complete(CompletionRequest(Prompt("b"), deadline=time.monotonic() + 0.3, **extra)))
+    first.join()
+    (seconds, outcome), = results
+    assert isinstance(outcome, BackendUnavailable) and "deadline" in str(outcome)
+    assert 0.5 <= seconds < 0.5 + SLACK
+    assert isinstance(second[1], BackendUnavailable) and 0.3 <= second[0] < 0.3 + SLACK  # its own deadline
+    assert len(held) == 2
+    http.close()
+
+
+def test_cancellation_is_seen_while_waiting_for_an_answer(hanging: tuple[str, list[socket.socket]]) -> None:
+    url, _ = hanging
+    http = OpenAIHTTPBackend(url, "m", timeout=30)
+    cancel_at = time.monotonic() + 0.2
+    seconds, done = timed(lambda: http.complete(CompletionRequest(Prompt("a"),
+                                                                  should_cancel=lambda: time.monotonic() >= cancel_at)))
+    assert isinstance(done, Completion) and done.finish_reason == "cancelled" and done.text == ""
+    assert seconds < 0.2 + SLACK
+
+
+def counting_app(status: int, headers: dict[str, str] | None = None) -> tuple[Starlette, list[float], list[int]]:
+    """Answers ``status`` (changeable through the returned list) to every request; records arrivals."""
+    arrivals: list[float] = []
+    current = [status]
+
+    async def completions(request: Request) -> JSONResponse:
+        arrivals.append(time.monotonic())
+        if current[0] != 200:
+            return JSONResponse({"error": {"message": "not now"}}, status_code=current[0], headers=headers)
+        return JSONResponse({"choices": [{"text": "ok", "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+
+    return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])]), arrivals, current
+
+
+def test_a_500_is_retried_only_within_the_deadline() -> None:
+    app, arrivals, _ = counting_app(500)
+    with serve_in_thread(app) as url:
+        http = OpenAIHTTPBackend(url, "m", timeout=1.0, backoff=0.2, max_retries=10, breaker_failures=10)
+        seconds, outcome = timed(lambda: http.complete(CompletionRequest(Prompt("x"), on_text=lambda p: None)))
+        assert isinstance(outcome, BackendUnavailable) and "HTTP 500" in str(outcome)
+        assert seconds < 1.0 + SLACK and len(arrivals) >= 2  # retried, and gave up before a wait past the deadline
+        http.close()
+
+
+def test_a_429_retry_after_past_the_deadline_fails_at_once_and_holds_later_requests_off() -> None:
+    app, arrivals, _ = counting_app(429, headers={"Retry-After": "5"})
+    with serve_in_thread(app) as url:
+        http = OpenAIHTTPBackend(url, "m", timeout=1.0)
+        seconds, outcome = timed(lambda: http.complete(CompletionRequest(Prompt("x"))))
+        assert isinstance(outcome, BackendUnavailable) and "HTTP 429" in str(outcome) and seconds < SLACK + 0.2
+        again, outcome = timed(lambda: http.complete(CompletionRequest(Prompt("y"))))
+        assert isinstance(outcome, BackendUnavailable) and "Retry-After" in str(outcome) and again < SLACK
+        assert len(arrivals) == 1  # the second request did not ask a server that said to wait 5 s
+        http.close()
+
+
+def test_a_backoff_sleep_ends_when_the_request_is_cancelled() -> None:
+    app, arrivals, _ = counting_app(503, headers={"Retry-After": "3"})
+    with serve_in_thread(app) as url:
+        http = OpenAIHTTPBackend(url, "m", timeout=30)
+        cancel_at = time.monotonic() + 0.4
+        seconds, done = timed(lambda: http.complete(CompletionRequest(
+            Prompt("x"), should_cancel=lambda: time.monotonic() >= cancel_at)))
+        assert isinstance(done, Completion) and done.finish_reason == "cancelled"
+        assert seconds < 0.4 + SLACK and len(arrivals) == 1
+        http.close()
+
+
+def test_the_circuit_opens_fails_fast_then_probes_and_closes() -> None:
+    app, arrivals, status = counting_app(500)
+    with serve_in_thread(app) as url:
+        http = OpenAIHTTPBackend(url, "m", max_retries=0, breaker_failures=2, breaker_cooldown_s=0.5)
+        for _ in range(2):
+            with pytest.raises(BackendUnavailable, match="HTTP 500"):
+                http.complete(CompletionRequest(Prompt("x")))
+        seconds, outcome = timed(lambda: http.complete(CompletionRequest(Prompt("x"))))
+        assert isinstance(outcome, BackendUnavailable) and "circuit open" in str(outcome) and seconds < 0.05
+        assert len(arrivals) == 2  # failing fast: the server was not asked
+        time.sleep(0.55)
+        with pytest.raises(BackendUnavailable, match="HTTP 500"):  # the probe fails: open again, for longer
+            http.complete(CompletionRequest(Prompt("x")))
+        assert len(arrivals) == 3 and http.breaker.state == "open"
+        status[0] = 200
+        time.sleep(0.55)
+        with pytest.raises(BackendUnavailable, match="circuit open"):  # the cool-down doubled to 1 s
+            http.complete(CompletionRequest(Prompt("x")))
+        time.sleep(0.5)
+        assert http.complete(CompletionRequest(Prompt("x"))).text == "ok"  # the probe succeeds: closed
+        assert http.complete(CompletionRequest(Prompt("x"))).text == "ok" and http.breaker.state == "closed"
+        http.close()
+
+
+def test_the_half_open_circuit_lets_one_probe_through_at_a_time() -> None:
+    now = [0.0]
+    breaker = CircuitBreaker(failures=1, cooldown_s=1.0, clock=lambda: now[0])
+    assert breaker.admit() == (False, None)  # closed: allowed, no probe
+    assert breaker.failed("boom") and breaker.state == "open"
+    assert breaker.admit()[1] is not None
+    now[0] = 1.0
+    assert breaker.admit() == (True, None)  # the probe
+    assert "probing" in (breaker.admit()[1] or "")
+    breaker.release(True)  # cancelled, no verdict: the next call probes instead
+    assert breaker.admit() == (True, None)
+    breaker.succeeded()
+    assert breaker.state == "closed" and breaker.admit() == (False, None)
+
+
+def test_a_dead_server_is_unavailable_not_an_error() -> None:
+    seconds, outcome = timed(lambda: OpenAIHTTPBackend("http://127.0.0.1:9", "m", max_retries=5, backoff=0.05,
+                                                       breaker_failures=3).complete(CompletionRequest(Prompt("x"))))
+    assert isinstance(outcome, BackendUnavailable) and "ConnectError" in str(outcome) and seconds < 2

@@ -14,7 +14,9 @@ def create_backend(kind: str = "local", **options: Any) -> Backend:
     """A backend by name.
 
     ``local`` takes ``model_path`` and ``device``; ``openai`` takes ``base_url``, ``model``,
-    ``api_key_env``, ``chat``, ``timeout``, ``max_retries`` and ``fim`` (see ``OpenAIHTTPBackend``).
+    ``api_key_env``, ``chat``, ``timeout`` (the whole request, retries included), ``max_retries``,
+    ``fim`` and the circuit breaker's ``breaker_failures``/``breaker_cooldown_s`` (see
+    ``OpenAIHTTPBackend``).
     Options set to ``None`` are dropped so callers can pass CLI values straight through.
     """
     options = {key: value for key, value in options.items() if value is not None}
@@ -40,6 +42,18 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--base-url", default=None, help="openai: server URL, e.g. http://127.0.0.1:8000")
     group.add_argument("--api-key-env", default="GLM5_API_KEY", help="openai: environment variable holding the API key")
     group.add_argument("--chat", action="store_true", help="openai: use /v1/chat/completions")
+    group.add_argument("--request-timeout", type=_positive, default=None, metavar="SECONDS",
+                       help="openai: the most one request may take, retries and waits included (default 60)")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def backend_from_args(args: argparse.Namespace) -> Backend:
@@ -50,4 +64,5 @@ def backend_from_args(args: argparse.Namespace) -> Backend:
         raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000)")
     return create_backend(
         "openai", base_url=args.base_url, model=args.model or "glm-5", api_key_env=args.api_key_env, chat=args.chat,
+        timeout=getattr(args, "request_timeout", None),
     )
