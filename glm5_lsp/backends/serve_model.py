@@ -7,6 +7,14 @@ server-sent events. Requests run one at a time on the model (the backend's lock)
 ``--max-pending N`` a request arriving while N are already waiting gets ``429`` with
 ``Retry-After`` instead of queueing forever. ``--api-key-env`` turns on bearer-token checks (401).
 
+Bounded against careless and hostile clients (:class:`ServeLimits`): a body over
+``--max-body-bytes`` gets 413 before it is read, a prompt over ``--max-prompt-tokens`` or a
+``max_tokens`` over ``--max-tokens-limit`` gets 400 before it reaches the model, and every field is
+checked (types, ranges, a seed that fits 64 bits, text that is valid Unicode, JSON that does not nest
+past the parser's depth): a bad request is answered 400 with an OpenAI-shaped error body, never
+500. A request's place among the pending ones is given back however it ends; a client that hangs
+up cancels its generation at the next token; SIGTERM ends the generations in progress and stops.
+
 A completions prompt written in fill-in-the-middle form (``<|code_prefix|>P<|code_suffix|>S<|code_middle|>``),
 or one with a ``suffix`` field, is split into prefix and suffix so the runtime encodes FIM tokens itself.
 """
@@ -25,11 +33,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -41,10 +50,48 @@ log = logging.getLogger(__name__)
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>"
 MAX_TOKENS_LIMIT = 4096
+SHUTDOWN_GRACE_S = 2  # after SIGTERM, how long open connections may take to finish
 
 
 class RequestError(ValueError):
-    """A request body the API cannot serve (answered with 400)."""
+    """A request the API cannot serve: answered with ``status`` (400 by default) and an OpenAI-shaped body."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one request may ask of the server (``serve-model``'s flags; each refused with 400 or 413)."""
+
+    max_body_bytes: int = 512 * 1024  # the request body, refused with 413 before it is read
+    max_prompt_tokens: int = 4096  # the prompt (prefix and suffix) in the model's tokens
+    max_tokens: int = MAX_TOKENS_LIMIT  # the most ``max_tokens`` a request may ask for
+    default_max_tokens: int = 16  # ``max_tokens`` when a request does not say (OpenAI's default)
+    max_pending: int | None = None  # requests waiting for or holding the model; past it, 429
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_prompt_tokens", "max_tokens", "default_max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.max_pending is not None and self.max_pending < 1:
+            raise ValueError("max_pending must be at least 1")
+
+
+@dataclass(frozen=True)
+class TokenCounter:
+    """How ``serve-model`` measures a prompt: ``count(text)`` tokens; ``longest`` characters in the
+    longest token, so a text longer than ``limit * longest`` is refused without being tokenized.
+    The default (one token per character) is an upper bound for any tokenizer."""
+
+    count: Callable[[str], int] = len
+    longest: int = 1
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any) -> TokenCounter:
+        longest = max((len(piece) for piece in tokenizer.token_strings()), default=1)
+        return cls(lambda text: len(tokenizer.encode(text)), max(1, longest))
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", headers: dict[str, str] | None = None) -> JSONResponse:
@@ -62,40 +109,131 @@ def split_fim(prompt: str, suffix: str | None) -> Prompt:
     return Prompt(prefix=prompt)
 
 
+def _text(name: str, value: Any) -> str:
+    """A string field, refused if it is not a string or holds a lone surrogate (no UTF-8 for it)."""
+    if not isinstance(value, str):
+        raise RequestError(f"'{name}' must be a string, got {_kind(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise RequestError(f"'{name}' holds a lone surrogate (U+{ord(value[error.start]):04X}) at character "
+                           f"{error.start}: not valid Unicode text") from None
+    return value
+
+
+def _kind(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
 def chat_prompt(messages: Any) -> Prompt:
     """Chat messages rendered as plain text for a code model: each message's content, in order."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list")
     parts = []
-    for message in messages:
-        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
-            raise RequestError("each message needs a string 'content'")
-        parts.append(message["content"].rstrip("\n"))
+    for number, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise RequestError(f"'messages[{number}]' must be an object with 'role' and 'content'")
+        if "role" in message:
+            _text(f"messages[{number}].role", message["role"])
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: only text ones
+            texts = []
+            for index, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    raise RequestError(f"'messages[{number}].content[{index}]' must be a text part")
+                texts.append(_text(f"messages[{number}].content[{index}].text", part.get("text")))
+            content = "".join(texts)
+        parts.append(_text(f"messages[{number}].content", content).rstrip("\n"))
     return Prompt(prefix="\n\n".join(parts) + "\n")
 
 
-def _sampling(body: dict[str, Any], prompt: Prompt, default_max_tokens: int) -> CompletionRequest:
-    def number(key: str, default: float, low: float, high: float) -> float:
-        value = body.get(key, default)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            raise RequestError(f"'{key}' must be a number in [{low}, {high}]")
-        return float(value)
+def _integer(body: dict[str, Any], key: str, default: int | None, low: int, high: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"'{key}' must be an integer, got {_kind(value)}")
+    if not low <= value <= high:
+        raise RequestError(f"'{key}' must be in [{low}, {high}], got {value}")
+    return value
 
-    stop = body.get("stop") or []
-    stop = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stop, list) or not all(isinstance(item, str) for item in stop):
-        raise RequestError("'stop' must be a string or a list of strings")
-    if body.get("n", 1) not in (1, None):
+
+def _number(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RequestError(f"'{key}' must be a number, got {_kind(value)}")
+    if not low <= value <= high:  # NaN fails this too
+        raise RequestError(f"'{key}' must be a number in [{low}, {high}]")
+    return float(value)
+
+
+def _boolean(value: Any, key: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RequestError(f"'{key}' must be true or false, got {_kind(value)}")
+    return value
+
+
+@dataclass
+class ParsedRequest:
+    sampling: CompletionRequest
+    stream: bool
+    include_usage: bool
+
+
+def parse_request(body: Any, chat: bool, limits: ServeLimits) -> ParsedRequest:
+    """A request body checked field by field (:class:`RequestError` names the first bad one)."""
+    if not isinstance(body, dict):
+        raise RequestError(f"the body must be a JSON object, got {_kind(body)}")
+    if body.get("model") is not None:
+        _text("model", body["model"])
+    if chat:
+        prompt = chat_prompt(body.get("messages"))
+    else:
+        text = body.get("prompt")
+        if isinstance(text, list) and len(text) == 1:
+            text = text[0]
+        if text is None or isinstance(text, list):
+            raise RequestError("'prompt' must be a string (one prompt per request)")
+        text = _text("prompt", text)
+        suffix = body.get("suffix")
+        prompt = split_fim(text, None if suffix is None else _text("suffix", suffix))
+    stop = body.get("stop")
+    stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or len(stop) > 16:
+        raise RequestError("'stop' must be a string or a list of at most 16 strings")
+    stop = [_text(f"stop[{index}]", item) for index, item in enumerate(stop)]
+    if body.get("n") is not None and (isinstance(body["n"], bool) or body["n"] != 1):
         raise RequestError("only n=1 is supported")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise RequestError("'seed' must be an integer")
-    return CompletionRequest(
-        prompt=prompt, max_tokens=int(number("max_tokens", default_max_tokens, 1, MAX_TOKENS_LIMIT)),
-        temperature=number("temperature", 0.0, 0.0, 2.0), top_p=number("top_p", 1.0, 0.0, 1.0), seed=seed, stop=stop,
+    for unsupported in ("echo",):
+        if _boolean(body.get(unsupported), unsupported):
+            raise RequestError(f"'{unsupported}' is not supported")
+    if body.get("logprobs") not in (None, False, 0):
+        raise RequestError("'logprobs' is not supported")
+    if body.get("best_of") not in (None, 1):
+        raise RequestError("only best_of=1 is supported")
+    if body.get("user") is not None:
+        _text("user", body["user"])
+    stream = _boolean(body.get("stream"), "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise RequestError(f"'stream_options' must be an object, got {_kind(options)}")
+    include_usage = _boolean((options or {}).get("include_usage"), "stream_options.include_usage")
+    max_tokens_key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _integer(body, max_tokens_key, limits.default_max_tokens, 1, limits.max_tokens)
+    assert max_tokens is not None
+    sampling = CompletionRequest(
+        prompt=prompt, max_tokens=max_tokens, temperature=_number(body, "temperature", 0.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0), seed=_integer(body, "seed", None, -(2**63), 2**63 - 1),
+        stop=stop,
     )
+    if sampling.top_p == 0.0:
+        raise RequestError("'top_p' must be greater than 0")
+    return ParsedRequest(sampling, stream, include_usage)
 
 
 class _Gate:
@@ -123,10 +261,64 @@ class _Gate:
         return release
 
 
+class _ReleaseAfter:
+    """An ASGI response that gives the request's place back however it ends: sent, failed, or the
+    client gone (Starlette's background tasks do not run when sending fails)."""
+
+    def __init__(self, response: Response, release: Callable[[], None]) -> None:
+        self.response, self.release = response, release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            self.release()
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise RequestError(f"Content-Length must be a number of bytes, got {declared[:40]!r}")
+        if int(declared) > limit:
+            raise RequestError(f"the body is {int(declared)} bytes; this server takes at most {limit} "
+                               f"(serve-model --max-body-bytes)", 413)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(f"the body is over {limit} bytes, the most this server takes "
+                               f"(serve-model --max-body-bytes)", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _wait_for_disconnect(request: Request, cancelled: threading.Event) -> None:
+    """Set ``cancelled`` when the client goes away (the body is read by then: the next message is that)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            cancelled.set()
+            return
+
+
 def create_app(backend: Backend, model_name: str, api_key: str | None = None, max_pending: int | None = None,
-               default_max_tokens: int = 16) -> Starlette:
-    """The ASGI app serving ``backend`` as ``model_name``."""
-    gate = _Gate(max_pending)
+               default_max_tokens: int = 16, *, limits: ServeLimits | None = None,
+               tokens: TokenCounter | None = None, stopping: threading.Event | None = None) -> Starlette:
+    """The ASGI app serving ``backend`` as ``model_name``.
+
+    ``limits`` bounds each request (``max_pending`` and ``default_max_tokens``, when given, override
+    its fields); ``tokens`` measures prompts (default: a character count, an upper bound);
+    ``stopping``, once set, cancels every generation at its next token (the server is shutting down).
+    """
+    limits = limits or ServeLimits()
+    if max_pending is not None or default_max_tokens != 16:
+        limits = replace(limits, max_pending=max_pending if max_pending is not None else limits.max_pending,
+                         default_max_tokens=default_max_tokens if default_max_tokens != 16 else limits.default_max_tokens)
+    tokens = tokens or TokenCounter()
+    stopping = stopping or threading.Event()
+    gate = _Gate(limits.max_pending)
     created = int(time.time())
 
     def authorised(request: Request) -> bool:
@@ -148,45 +340,71 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
     async def chat_completions(request: Request) -> Response:
         return await handle(request, chat=True)
 
+    def check_prompt(prompt: Prompt) -> None:
+        text = prompt.prefix + prompt.suffix
+        limit = limits.max_prompt_tokens
+        if len(text) > limit * tokens.longest:  # more tokens than the limit, whatever the tokenizer does
+            raise RequestError(f"the prompt has {len(text)} characters, more than {limit} tokens can hold; "
+                               f"this server takes at most {limit} prompt tokens (serve-model --max-prompt-tokens)")
+        count = tokens.count(prompt.prefix) + tokens.count(prompt.suffix)
+        if count > limit:
+            raise RequestError(f"the prompt has {count} tokens; this server takes at most {limit} "
+                               f"(serve-model --max-prompt-tokens)")
+
     async def handle(request: Request, chat: bool) -> Response:
         if not authorised(request):
             return _error(401, "invalid or missing API key", "authentication_error")
+        if stopping.is_set():
+            return _error(503, "the server is shutting down", "server_error", headers={"Retry-After": "5"})
         try:
-            body = await request.json()
-            if not isinstance(body, dict):
-                raise RequestError("the body must be a JSON object")
-            if chat:
-                prompt = chat_prompt(body.get("messages"))
-            else:
-                text = body.get("prompt")
-                if isinstance(text, list) and len(text) == 1:
-                    text = text[0]
-                if not isinstance(text, str):
-                    raise RequestError("'prompt' must be a string (one prompt per request)")
-                suffix = body.get("suffix")
-                if suffix is not None and not isinstance(suffix, str):
-                    raise RequestError("'suffix' must be a string")
-                prompt = split_fim(text, suffix)
-            sampling = _sampling(body, prompt, default_max_tokens)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "the body is not valid JSON")
+            raw = await _read_body(request, limits.max_body_bytes)
+            try:
+                body = json.loads(raw)
+            except RecursionError:
+                raise RequestError("the body nests too deeply") from None
+            except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer of 5,000 digits
+                raise RequestError(f"the body is not valid JSON ({error})") from None
+            parsed = parse_request(body, chat, limits)
+            await run_in_threadpool(check_prompt, parsed.sampling.prompt)
         except RequestError as error:
-            return _error(400, str(error))
+            return _error(error.status, str(error))
         release = gate.enter()
         if release is None:
             return _error(429, "the model is busy; retry shortly", "rate_limit_error", headers={"Retry-After": "1"})
-        ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            # released when the generation ends, or after the response if the stream never started
-            return StreamingResponse(stream(sampling, ident, chat, include_usage, release),
-                                     media_type="text/event-stream", background=BackgroundTask(release))
         try:
-            completion = await run_in_threadpool(backend.complete, sampling)
+            ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+            if parsed.stream:
+                response: Response = StreamingResponse(
+                    stream(request, parsed.sampling, ident, chat, parsed.include_usage, release),
+                    media_type="text/event-stream")
+            else:
+                response = await complete(request, parsed.sampling, ident, chat)
+        except BaseException:
+            release()
+            raise
+        return _ReleaseAfter(response, release)  # type: ignore[return-value]
+
+    async def complete(request: Request, sampling: CompletionRequest, ident: str, chat: bool) -> Response:
+        cancelled = threading.Event()
+        sampling.should_cancel = lambda: cancelled.is_set() or stopping.is_set()
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(None, backend.complete, sampling)
+        watch = asyncio.ensure_future(_wait_for_disconnect(request, cancelled))
+        try:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():  # the client hung up: the generation stops at its next token
+                log.info("%s: the client went away; generation cancelled", ident)
+                return Response(status_code=499)
+            completion = work.result()
         except BackendError as error:
             return _error(500, str(error), "server_error")
+        except Exception:  # logged; the client gets an OpenAI-shaped 500, the server stays up
+            log.exception("%s failed", ident)
+            return _error(500, "the model failed on this request (see the server's log)", "server_error")
         finally:
-            release()
+            watch.cancel()
+        if stopping.is_set() and completion.finish_reason == "cancelled":
+            return _error(503, "the server is shutting down", "server_error", headers={"Retry-After": "5"})
         return JSONResponse(answer(completion, ident, chat))
 
     def answer(completion: Completion, ident: str, chat: bool) -> dict[str, Any]:
@@ -207,13 +425,13 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
         return {"id": ident, "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": int(time.time()), "model": model_name, "choices": [choice]}
 
-    async def stream(sampling: CompletionRequest, ident: str, chat: bool, include_usage: bool,
+    async def stream(request: Request, sampling: CompletionRequest, ident: str, chat: bool, include_usage: bool,
                      release: Callable[[], None]) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         cancelled = threading.Event()
         sampling.on_text = lambda piece: loop.call_soon_threadsafe(queue.put_nowait, ("text", piece))
-        sampling.should_cancel = cancelled.is_set
+        sampling.should_cancel = lambda: cancelled.is_set() or stopping.is_set()
 
         def work() -> None:
             try:
@@ -225,6 +443,7 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
                 release()
             loop.call_soon_threadsafe(queue.put_nowait, result)
 
+        watch = asyncio.ensure_future(_wait_for_disconnect(request, cancelled))
         worker = loop.run_in_executor(None, work)
         try:
             if chat:
@@ -236,7 +455,8 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
                 if kind == "text":
                     yield _sse(chunk(ident, chat, value, None))
                 elif kind == "error":
-                    yield _sse({"error": {"message": str(value), "type": "server_error", "code": 500}})
+                    message = str(value) if isinstance(value, BackendError) else "the model failed on this request"
+                    yield _sse({"error": {"message": message, "type": "server_error", "code": 500}})
                     break
                 else:
                     yield _sse(chunk(ident, chat, None if chat else "", _finish(value.finish_reason)))
@@ -248,13 +468,22 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
             yield "data: [DONE]\n\n"
         finally:
             cancelled.set()  # a client that hung up stops the generation at the next token
+            watch.cancel()
             del worker  # it finishes on its own (and releases the gate) once cancelled
+
+    async def not_found(request: Request, error: Exception) -> Response:
+        status = getattr(error, "status_code", 404)
+        return _error(status, f"{request.method} {request.url.path}: {getattr(error, 'detail', 'not found')}")
+
+    async def failed(request: Request, error: Exception) -> Response:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+        return _error(500, "internal error (see the server's log)", "server_error")
 
     return Starlette(routes=[
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    ])
+    ], exception_handlers={HTTPException: not_found, Exception: failed})
 
 
 def _sse(data: dict[str, Any]) -> str:
@@ -298,7 +527,18 @@ def serve_in_thread(app: Starlette, host: str = "127.0.0.1") -> Iterator[str]:
         sock.close()
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = ServeLimits()
     parser.add_argument("--model", default=None, help="checkpoint folder (default: the embedded model)")
     parser.add_argument("--model-name", default=None, help="the id clients ask for (default: the folder's name)")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
@@ -306,13 +546,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key-env", default=None,
                         help="environment variable holding the API key clients must send (default: no check)")
-    parser.add_argument("--max-pending", type=int, default=None,
+    parser.add_argument("--max-pending", type=_at_least_one, default=None,
                         help="answer 429 when this many requests are already waiting for the model")
+    parser.add_argument("--max-body-bytes", type=_at_least_one, default=defaults.max_body_bytes,
+                        help=f"largest request body; a larger one gets 413 unread (default {defaults.max_body_bytes})")
+    parser.add_argument("--max-prompt-tokens", type=_at_least_one, default=defaults.max_prompt_tokens,
+                        help=f"longest prompt in tokens; a longer one gets 400 (default {defaults.max_prompt_tokens})")
+    parser.add_argument("--max-tokens-limit", type=_at_least_one, default=defaults.max_tokens,
+                        help=f"the most max_tokens a request may ask for (default {defaults.max_tokens})")
+
+
+def serve(app: Starlette, host: str, port: int, stopping: threading.Event, log_level: str = "warning") -> None:
+    """Serve ``app`` until SIGTERM or SIGINT. The signal sets ``stopping`` first (the app's, see
+    :func:`create_app`): every generation then ends at its next token and new requests get 503, so
+    the graceful shutdown has nothing long to wait for (and waits at most ``SHUTDOWN_GRACE_S``)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not stopping.is_set():
+                log.warning("signal %d: stopping; the generations in progress end now", sig)
+            stopping.set()
+            super().handle_exit(sig, frame)
+
+    Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          timeout_graceful_shutdown=SHUTDOWN_GRACE_S)).run()
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from glm5_lsp.backends.local import LocalBackend
 
     api_key = None
@@ -328,7 +589,11 @@ def run(args: argparse.Namespace) -> int:
         log.error("%s", error)
         return 2
     name = args.model_name or (backend.model_path.name if backend.model_path else "glm5")
-    app = create_app(backend, name, api_key=api_key, max_pending=args.max_pending)
+    limits = ServeLimits(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
+                         max_tokens=args.max_tokens_limit, max_pending=args.max_pending)
+    stopping = threading.Event()
+    app = create_app(backend, name, api_key=api_key, limits=limits,
+                     tokens=TokenCounter.for_tokenizer(backend.tokenizer), stopping=stopping)
     log.warning("serving %s at http://%s:%d/v1", name, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    serve(app, args.host, args.port, stopping, "info" if args.verbose else "warning")
     return 0
