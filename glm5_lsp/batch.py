@@ -12,16 +12,29 @@ the whole line on an ``O_APPEND`` descriptor, then ``fsync``. Rerunning the same
 id already in the output, so a killed run (even ``kill -9``) loses only the tasks in flight, and a
 line torn by a crash mid-write is cut off before new lines are added. A task that fails is recorded
 with its ``error``; bad input lines (no id, a repeated id, not JSON) are reported, never fatal.
+``--retry-errors`` reruns the tasks whose recorded result is an error (a dead server, a model that
+would not load): their records are taken out of the output first (rewritten whole, then renamed
+over it), every other record kept as it was.
+
+A result is ``clean`` only when its text passed the checks and does some work: text that is only
+comments, ``pass``, ``...`` or a bare ``return`` compiles, so the checkers pass it, and a small
+model writes it (``unclean_reason`` then says so).
+
+One run at a time per output: a run holds an exclusive lock (``flock``) on ``OUT.lock`` for its
+whole life, and a second run on the same output refuses at once, naming the first one's pid. The
+lock goes with the process, even after ``kill -9``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -40,7 +53,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings
+from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings, keeps_enough, working_lines
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +66,7 @@ class BatchSummary:
     skipped: int = 0  # already in the output (resumed)
     done: int = 0  # finished in this run
     errors: int = 0  # finished with an error in this run
+    retried: int = 0  # recorded as errors before, run again (``retry_errors``)
     problems: list[str] = field(default_factory=list)  # input lines that could not be tasks
     seconds: float = 0.0
 
@@ -95,24 +109,119 @@ def read_tasks(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def finished_ids(path: Path) -> set[str]:
     """Ids already in the output; a torn last line (a crash mid-write) is cut off the file first."""
+    return set(_finished(path))
+
+
+def _finished(path: Path) -> dict[str, bool]:
+    """Each recorded id and whether its (last) record is an error; a torn last line is cut off first."""
     if not path.exists():
-        return set()
+        return {}
     data = path.read_bytes()
     complete_end = data.rfind(b"\n") + 1
     if complete_end < len(data):
         log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted run", path, len(data) - complete_end)
         os.truncate(path, complete_end)
         data = data[:complete_end]
-    ids: set[str] = set()
+    ids: dict[str, bool] = {}
     for number, line in enumerate(data.split(b"\n"), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-            ids.add(str(record["id"]))
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            ids[str(record["id"])] = record.get("error") is not None
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
             log.warning("%s line %d: unreadable, ignored (its task will run again)", path, number)
     return ids
+
+
+def drop_records(path: Path, ids: set[str]) -> int:
+    """Rewrite ``path`` without the records of ``ids`` (every other line kept byte for byte): written to
+    a temporary file beside it, flushed to disk, then renamed over it, so a crash leaves one or the
+    other whole. Returns how many lines were dropped."""
+    kept: list[bytes] = []
+    dropped = 0
+    for line in path.read_bytes().splitlines(keepends=True):
+        try:
+            record_id = str(json.loads(line)["id"])
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+            record_id = None
+        if record_id is not None and record_id in ids:
+            dropped += 1
+        else:
+            kept.append(line)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.writelines(kept)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    with contextlib.suppress(OSError):  # the rename itself, made durable
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    return dropped
+
+
+class OutputLocked(RuntimeError):
+    """Another run is writing the same output."""
+
+
+class OutputLock:
+    """An exclusive ``flock`` on ``OUT.lock`` for one run, with the holder's pid written in it.
+
+    Taken with ``LOCK_NB``: a second run fails at once with :class:`OutputLocked` naming the first.
+    The lock dies with its process (even ``kill -9``); the file is removed on release, and a run
+    that locked a file someone removed meanwhile takes the new one instead (so two runs never hold
+    two different files).
+    """
+
+    def __init__(self, output: Path) -> None:
+        self.path = output.with_name(output.name + ".lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        import fcntl
+
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode("utf-8", errors="replace").strip() or "a run that is starting"
+                os.close(fd)
+                raise OutputLocked(holder) from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the file was removed between our open and our lock: lock the new one
+        os.ftruncate(fd, 0)
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)  # while still locked: a waiting run then takes a fresh file
+        os.close(self._fd)
+        self._fd = None
+
+
+@contextlib.contextmanager
+def locked_output(output: Path) -> Iterator[OutputLock]:
+    """``OutputLock(output)`` held for the ``with`` block."""
+    lock = OutputLock(output)
+    lock.acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()
 
 
 class AppendLog:
@@ -167,9 +276,32 @@ def _record(task: dict[str, Any], result: PipelineResult | None, error: str | No
     record: dict[str, Any] = {"id": task["id"], "kind": task.get("kind")}
     if result is not None:
         record.update(result.to_dict())
+        idle = idle_result(task, result)
+        if idle is not None:
+            record["clean"] = False
+            record["unclean_reason"] = idle
     record["seconds"] = round(seconds, 4)
     record["error"] = error
     return record
+
+
+def idle_result(task: dict[str, Any], result: PipelineResult) -> str | None:
+    """Why a result the checkers passed does no work (None when it does, or was not clean anyway).
+
+    The checks pass text that is only comments, ``pass``, ``...`` or a bare ``return``: for a
+    completion or a generated body that is no answer, and a fix that turns working code into such
+    text removed it rather than fixing it (``pipeline.working_lines``/``keeps_enough``).
+    """
+    if not result.clean:
+        return None
+    if task.get("kind") == "fix":
+        code = task.get("code") if isinstance(task.get("code"), str) else ""
+        if working_lines(result.text) == 0 or not keeps_enough(code, result.text):
+            return "the fixed code does nothing: only comments, pass, ... or a bare return are left"
+        return None
+    if working_lines(result.text) == 0:
+        return "the text does nothing: it is empty or only comments, pass, ... or a bare return"
+    return None
 
 
 def execute(pipeline_factory: Callable[[], Pipeline], holder: dict[str, Pipeline], task: dict[str, Any]) -> dict[str, Any]:
@@ -238,8 +370,12 @@ def run_batch(
     progress: bool = True,
     processes: bool = False,
     torch_threads: int | None = None,
+    retry_errors: bool = False,
 ) -> BatchSummary:
-    """Run every task of ``input_path`` not yet in ``output_path``.
+    """Run every task of ``input_path`` not yet in ``output_path`` (with ``retry_errors``, also those
+    recorded with an error, whose records are dropped first).
+
+    Raises :class:`OutputLocked` at once when another run holds the output.
 
     Each worker has its own pipeline from ``pipeline_factory``. Workers are threads by default; with
     ``processes`` they are spawned processes (true parallelism, and nothing shared that is not
@@ -249,13 +385,28 @@ worker process, or in this process for thread workers.
     """
     if workers < 1:
         raise ValueError("--workers must be at least 1")
+    with locked_output(output_path):  # before the output is read: a torn-line cut must not race a writer
+        return _run_locked(input_path, output_path, pipeline_factory, workers, progress, processes, torch_threads,
+                           retry_errors)
+
+
+def _run_locked(input_path: Path, output_path: Path, pipeline_factory: Callable[[], Pipeline], workers: int,
+                progress: bool, processes: bool, torch_threads: int | None, retry_errors: bool) -> BatchSummary:
     started = time.perf_counter()
     tasks, problems = read_tasks(input_path)
     for problem in problems:
         log.warning("%s %s", input_path, problem)
-    done_ids = finished_ids(output_path)
+    recorded = _finished(output_path)
+    retried: set[str] = set()
+    if retry_errors:
+        retried = {task_id for task_id, failed in recorded.items() if failed} & {str(t["id"]) for t in tasks}
+        if retried:
+            drop_records(output_path, retried)
+            log.warning("%s: running %d tasks recorded with errors again", output_path, len(retried))
+    done_ids = set(recorded) - retried
     pending = [task for task in tasks if str(task["id"]) not in done_ids]
-    summary = BatchSummary(total=len(tasks), skipped=len(tasks) - len(pending), problems=problems)
+    summary = BatchSummary(total=len(tasks), skipped=len(tasks) - len(pending), problems=problems,
+                           retried=len(retried))
     pool: Executor
     if processes:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
@@ -325,6 +476,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per multi-line/generate/fix answer")
     parser.add_argument("--no-repair", action="store_true", help="check candidates but do not regenerate them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--retry-errors", action="store_true",
+                        help="run the tasks recorded with an error again (a rerun otherwise skips them as done)")
     parser.add_argument("--workspace", type=Path, default=None,
                         help="project folder whose symbols and API docs the context engine adds to prompts")
     parser.add_argument("--no-context", action="store_true", help="plain prompts: only the code around the cursor")
@@ -382,11 +535,18 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         print("glm5-lsp batch: --threads must be at least 1", file=sys.stderr)
         return 2
-    summary = run_batch(args.input, args.output, make_pipeline_factory(args), workers=args.workers,
-                        progress=not args.no_progress, processes=args.workers > 1,
-                        torch_threads=args.threads if args.backend == "local" else None)
+    try:
+        summary = run_batch(args.input, args.output, make_pipeline_factory(args), workers=args.workers,
+                            progress=not args.no_progress, processes=args.workers > 1,
+                            torch_threads=args.threads if args.backend == "local" else None,
+                            retry_errors=args.retry_errors)
+    except OutputLocked as held:
+        print(f"glm5-lsp batch: {args.output} is being written by another batch run ({held}); "
+              "wait for it to finish or stop it", file=sys.stderr)
+        return 2
     for problem in summary.problems:
         print(f"{args.input}: {problem}", file=sys.stderr)
-    print(f"{summary.done} done ({summary.errors} with errors), {summary.skipped} already in {args.output}, "
+    retried = f", {summary.retried} of them run again after an error" if summary.retried else ""
+    print(f"{summary.done} done ({summary.errors} with errors{retried}), {summary.skipped} already in {args.output}, "
           f"{len(summary.problems)} bad input lines, {summary.seconds:.1f}s", file=sys.stderr)
     return 0 if summary.errors == 0 and not summary.problems else 1

@@ -193,3 +193,137 @@ def test_cli_rejects_incomplete_options(tmp_path: Path) -> None:
     assert main(["batch", str(tasks), "-o", str(out), "--backend", "openai"]) == 2
     assert main(["batch", str(tasks), "-o", str(out), "--workers", "0"]) == 2
     assert not out.exists()
+
+
+# ---- one run per output, --retry-errors, clean means working code (issues 19 and 21) ----------
+
+
+def test_a_second_run_on_the_same_output_refuses_at_once_naming_the_first(tmp_path: Path) -> None:
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    ids = _write_tasks(tasks, 40)
+    command = [sys.executable, str(DATA / "scripted_backend.py"), str(tasks), str(out), "--delay", "0.05"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.read_bytes().count(b"\n") >= 2) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        begun = time.monotonic()
+        with pytest.raises(batch.OutputLocked, match=f"pid {first.pid} "):
+            batch.run_batch(tasks, out, lambda: Pipeline(scripted.ScriptedBackend(answer)), progress=False)
+        from glm5_lsp.cli import main
+
+        assert main(["batch", str(tasks), "-o", str(out), "--no-progress"]) == 2  # the CLI says so and stops
+        assert time.monotonic() - begun < 5  # at once (no model was loaded)
+        first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, first.stderr.read() if first.stderr else ""
+    records = read_output(out)
+    assert sorted(record["id"] for record in records) == ids  # nothing twice
+    assert not (tmp_path / "out.jsonl.lock").exists()  # removed by the run that held it
+    again = batch.run_batch(tasks, out, lambda: Pipeline(scripted.ScriptedBackend(answer)), progress=False)
+    assert again.skipped == 40  # the lock is free again
+
+
+def test_the_cli_names_the_pid_holding_the_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from glm5_lsp.cli import main
+
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    _write_tasks(tasks, 1)
+    with batch.locked_output(out):
+        assert main(["batch", str(tasks), "-o", str(out), "--no-progress"]) == 2
+    message = capsys.readouterr().err
+    assert f"pid {os.getpid()} " in message and "another batch run" in message and not out.exists()
+
+
+def test_a_lock_left_by_a_killed_run_does_not_block_the_next(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from glm5_lsp.batch import OutputLock\n"
+        f"OutputLock(Path({str(out)!r})).acquire(); print('held', flush=True); time.sleep(60)")],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with pytest.raises(batch.OutputLocked, match=f"pid {holder.pid} "):
+        batch.OutputLock(out).acquire()
+    holder.kill()
+    holder.wait()
+    assert (tmp_path / "out.jsonl.lock").exists()  # kill -9: the file stays, the lock does not
+    with batch.locked_output(out):
+        pass
+
+
+class FailingBackend:
+    name = "failing"
+    supports_internals = False
+
+    def complete(self, request: CompletionRequest) -> None:
+        from glm5_lsp.backends.base import BackendUnavailable
+
+        raise BackendUnavailable("http://127.0.0.1:9: giving up after 4 attempts (ConnectError)")
+
+
+def test_retry_errors_reruns_only_the_errored_tasks_and_keeps_the_rest(tmp_path: Path) -> None:
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    ids = _write_tasks(tasks, 6)
+    half = tmp_path / "half.jsonl"
+    half.write_text("".join(line + "\n" for line in tasks.read_text().splitlines()[:3]))
+    batch.run_batch(half, out, lambda: Pipeline(scripted.ScriptedBackend(answer)), progress=False)
+    kept = out.read_bytes()
+    failed = batch.run_batch(tasks, out, lambda: Pipeline(FailingBackend()), progress=False)
+    assert failed.errors == 3 and failed.skipped == 3
+    skipped = batch.run_batch(tasks, out, lambda: Pipeline(scripted.ScriptedBackend(answer)), progress=False)
+    assert skipped.done == 0 and skipped.skipped == 6  # without the flag an error counts as done
+    backend = scripted.ScriptedBackend(answer)
+    retried = batch.run_batch(tasks, out, lambda: Pipeline(backend), progress=False, retry_errors=True)
+    assert retried.retried == 3 and retried.done == 3 and retried.errors == 0 and retried.skipped == 3
+    records = read_output(out)
+    assert sorted(record["id"] for record in records) == ids  # one record each: the errors were replaced
+    assert all(record["error"] is None for record in records)
+    assert out.read_bytes().startswith(kept)  # the finished records untouched, byte for byte
+    assert not list(tmp_path.glob(".out.jsonl.*.tmp"))
+
+
+def test_retry_errors_on_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from glm5_lsp.cli import main
+
+    monkeypatch.setenv("GLM5_LSP_CACHE_DIR", str(tmp_path / "cache"))
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    _write_tasks(tasks, 2)
+    assert main(["batch", str(tasks), "-o", str(out), "--model", str(tmp_path / "no-model"), "--no-progress"]) == 1
+    assert main(["batch", str(tasks), "-o", str(out), "--model", str(tmp_path / "no-model"), "--no-progress",
+                 "--retry-errors"]) == 1
+    assert "2 of them run again after an error" in capsys.readouterr().err
+    assert len(read_output(out)) == 2
+
+
+@pytest.mark.parametrize("text, clean", [
+    ("return 3.14 * r * r\n", True),
+    ("# compute the area\n", False),
+    ("pass\n", False),
+    ("...\n", False),
+    ("return\n", False),
+    ("# TODO\npass  # later\n", False),
+])
+def test_clean_means_the_text_does_some_work(tmp_path: Path, text: str, clean: bool) -> None:
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out.jsonl"
+    tasks.write_text(json.dumps({"id": "c", "kind": "complete", "prefix": "def area(r):\n    ", "suffix": "\n",
+                                 "multiline": True}) + "\n")
+    batch.run_batch(tasks, out, lambda: Pipeline(scripted.ScriptedBackend(text)), progress=False)
+    (record,) = read_output(out)
+    assert record["error"] is None and record["clean"] is clean, record
+    assert ("unclean_reason" in record) is (not clean)  # the checks passed each: only the work rule says no
+
+
+def test_a_fix_that_leaves_no_working_code_is_not_clean() -> None:
+    from glm5_lsp.pipeline import PipelineResult
+
+    code = "def f(x):\n    y = x + 1\n    return y\n"
+    gutted = PipelineResult(text="def f(x):\n    pass\n", clean=True)
+    assert batch.idle_result({"kind": "fix", "code": code}, gutted) is None  # the def line still works
+    emptied = PipelineResult(text="# nothing\n", clean=True)
+    assert "does nothing" in (batch.idle_result({"kind": "fix", "code": code}, emptied) or "")
+    assert batch.idle_result({"kind": "fix", "code": code}, PipelineResult(text=code, clean=True)) is None
+    assert batch.idle_result({"kind": "generate"}, PipelineResult(text="", clean=False)) is None  # unclean anyway
