@@ -125,6 +125,27 @@ def test_cli_end_to_end_with_a_checkpoint(tiny_checkpoint: Path, tmp_path: Path,
     assert main(["eval", "humaneval", "--data", str(DATA / "mini_humaneval.jsonl"), "--k", "5"]) == 2
 
 
+def test_cli_refuses_to_run_candidates_unisolated_unless_told(tiny_checkpoint: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from glm5_lsp.cli import main
+    from glm5_lsp.evaluate import sandbox
+
+    monkeypatch.setattr(sandbox, "isolation_problem", lambda: "user namespaces are disabled here")
+    command = ["eval", "humaneval", "--data", str(DATA / "mini_humaneval.jsonl"), "--model", str(tiny_checkpoint),
+               "--max-tokens", "4", "--repair-rounds", "1", "--out", str(tmp_path / "report"), "--no-progress"]
+    assert main(command) == 2
+    refused = capsys.readouterr().err
+    assert "cannot be isolated here (user namespaces are disabled here)" in refused and "--unsafe-no-sandbox" in refused
+    assert not (tmp_path / "report").exists()
+    with pytest.raises(sandbox.SandboxUnavailable):  # the library refuses the same way
+        evaluate(load_problems("humaneval", DATA / "mini_humaneval.jsonl")[0], pipeline(oracle(CANONICAL)), progress=False)
+    assert main([*command, "--unsafe-no-sandbox"]) == 0
+    assert "warning: --unsafe-no-sandbox" in capsys.readouterr().err
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["sandbox"] == "unsafe-no-sandbox" and len(report["samples"]) == 2
+
+
 REAL = [
     ("humaneval", "humaneval/HumanEval.jsonl.gz", None),
     ("humaneval-infilling", "humaneval-infilling/HumanEval-SingleLineInfilling.jsonl.gz", "single-line"),

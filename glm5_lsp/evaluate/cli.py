@@ -18,7 +18,7 @@ from glm5_lsp.backends.factory import add_backend_arguments, backend_from_args
 from glm5_lsp.evaluate.datasets import NAMES, SUBSETS, DatasetError, load_problems
 from glm5_lsp.evaluate.report import build_report, markdown_table, write_report
 from glm5_lsp.evaluate.runner import evaluate
-from glm5_lsp.evaluate.sandbox import SandboxLimits
+from glm5_lsp.evaluate.sandbox import SandboxLimits, SandboxUnavailable, require_isolation
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
 
 
@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per test program")
     parser.add_argument("--memory-mb", type=int, default=1024, help="address-space limit per test program")
     parser.add_argument("--test-workers", type=int, default=2, help="test programs run at once")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="where the sandbox's namespaces cannot be made, run candidate code anyway with only "
+                             "resource limits and a process sweep (it can then read and write your files and "
+                             "use the network): only for code you trust")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the local model (as batch)")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: runs/eval/NAME-TIME)")
     parser.add_argument("--context", action="store_true",
@@ -61,6 +65,15 @@ def run(args: argparse.Namespace) -> int:
     if too_big:
         print(f"glm5-lsp eval: pass@{too_big[0]} needs --n-samples >= {too_big[0]}", file=sys.stderr)
         return 2
+    limits = SandboxLimits(timeout_s=args.timeout, memory_mb=args.memory_mb, isolate=not args.unsafe_no_sandbox)
+    try:
+        require_isolation(limits)
+    except SandboxUnavailable as error:
+        print(f"glm5-lsp eval: {error}", file=sys.stderr)
+        return 2
+    if args.unsafe_no_sandbox:
+        print("glm5-lsp eval: warning: --unsafe-no-sandbox: candidate code runs with your files and network",
+              file=sys.stderr)
     try:
         problems, subset = load_problems(args.name, args.data, args.subset, args.limit)
     except DatasetError as error:
@@ -80,7 +93,6 @@ def run(args: argparse.Namespace) -> int:
     except (BackendError, ValueError) as error:
         print(f"glm5-lsp eval: {error}", file=sys.stderr)
         return 2
-    limits = SandboxLimits(timeout_s=args.timeout, memory_mb=args.memory_mb)
     context = None
     if args.context:
         from glm5_lsp.context.engine import ContextEngine
@@ -90,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
                       test_workers=args.test_workers, progress=not args.no_progress)
     model = str(getattr(backend, "model_path", None) or getattr(backend, "model", "?"))
     meta = {
+        "sandbox": "unsafe-no-sandbox" if args.unsafe_no_sandbox else "isolated",
         "benchmark": args.name, "subset": subset, "data": str(args.data), "model": model, "backend": backend.name,
         "n_samples": args.n_samples, "k": args.k, "temperature": temperature, "max_tokens": args.max_tokens,
         "repair_rounds": settings.repair.max_rounds, "context": bool(args.context), "timeout_s": args.timeout, "memory_mb": args.memory_mb,

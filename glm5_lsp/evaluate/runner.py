@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from glm5_lsp.evaluate.datasets import Problem
 from glm5_lsp.evaluate.passk import mean_pass_at_k
-from glm5_lsp.evaluate.sandbox import SandboxLimits, run_program
+from glm5_lsp.evaluate.sandbox import SandboxLimits, require_isolation, run_program
 from glm5_lsp.pipeline import Pipeline, PipelineResult
 
 log = logging.getLogger(__name__)
@@ -90,8 +90,11 @@ def evaluate(
     """``n_samples`` candidates per problem (sample ``i`` uses seed ``i``), each tested in the sandbox.
 
     Generation runs here, one candidate at a time; tests run alongside in ``test_workers`` threads,
-    each in its own sandboxed subprocess.
+    each in its own sandboxed subprocess. Raises ``SandboxUnavailable`` before generating anything
+    when the limits ask for isolation this machine cannot give.
     """
+    limits = limits or SandboxLimits()
+    require_isolation(limits)
     started = time.perf_counter()
     samplers = [Pipeline(pipeline.backend, replace(pipeline.settings, seed=i), pipeline.context, pipeline.repair)
                 for i in range(n_samples)]
@@ -116,7 +119,7 @@ def evaluate(
                     prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
                     generation_seconds=time.perf_counter() - begun,
                 )
-                pending.append((outcome, pool.submit(run_program, problem.program(candidate), limits or SandboxLimits()), problem))
+                pending.append((outcome, pool.submit(run_program, problem.program(candidate), limits), problem))
                 bar.update(1)
         bar.close()
         for outcome, future, _ in pending:
