@@ -14,7 +14,7 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "generate": ("glm5_lsp.model.cli", "generate text with a GLM-5 checkpoint"),
+    "generate": ("glm5_lsp.generate", "generate checked code for a prompt or a prefix/suffix pair"),
     "serve": ("glm5_lsp.server.cli", "run the language server (stdio by default)"),
     "serve-model": ("glm5_lsp.backends.serve_model", "serve the runtime over an OpenAI-compatible HTTP API"),
     "batch": ("glm5_lsp.batch", "run complete/generate/fix tasks from a JSONL file"),

@@ -1,9 +1,9 @@
-"""Generation: greedy equals step-by-step argmax, sampling is seeded, stop strings, streaming, cancellation, CLI."""
+"""Generation: greedy equals step-by-step argmax, sampling is seeded, stop strings, streaming, cancellation.
+
+The ``glm5-lsp generate`` command is tested in ``test_generate_cli.py``.
+"""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -109,18 +109,3 @@ def test_bad_generation_settings() -> None:
         GenerationConfig(temperature=-1)
     with pytest.raises(ValueError, match="min_token_prob"):
         GenerationConfig(min_token_prob=1.0)
-
-
-def test_cli_prints_only_the_generated_text(tiny_checkpoint, gen) -> None:
-    args = [sys.executable, "-m", "glm5_lsp.cli", "generate", "--model", str(tiny_checkpoint)]
-    res = subprocess.run(args + ["--prompt", PROMPT, "--max-new-tokens", "5", "--temperature", "0"],
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert res.returncode == 0, res.stderr
-    expected = gen.generate(gen.tokenizer.encode(PROMPT), GenerationConfig(max_new_tokens=5)).text
-    assert res.stdout == expected
-    fim = subprocess.run(args + ["--prefix", "x = ", "--suffix", "\n", "--max-new-tokens", "3"],
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert fim.returncode == 0, fim.stderr
-    bad = subprocess.run(args[:4] + ["--model", str(tiny_checkpoint.parent / "nope"), "--prompt", "x"],
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert bad.returncode == 2 and "no model folder" in bad.stderr

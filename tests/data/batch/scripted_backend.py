@@ -30,6 +30,9 @@ class ScriptedBackend:
         self.piece = piece
         self.requests: list[CompletionRequest] = []
 
+    def load(self) -> None:
+        """Nothing to load (the Backend protocol's hook)."""
+
     def complete(self, request: CompletionRequest) -> Completion:
         self.requests.append(request)
         time.sleep(self.delay)
