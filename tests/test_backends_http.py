@@ -364,3 +364,20 @@ def test_a_dead_server_is_unavailable_not_an_error() -> None:
     seconds, outcome = timed(lambda: OpenAIHTTPBackend("http://127.0.0.1:9", "m", max_retries=5, backoff=0.05,
                                                        breaker_failures=3).complete(CompletionRequest(Prompt("x"))))
     assert isinstance(outcome, BackendUnavailable) and "ConnectError" in str(outcome) and seconds < 2
+
+
+def test_a_completion_on_a_hanging_server_answers_empty_within_its_budget(
+        hanging: tuple[str, list[socket.socket]]) -> None:
+    """The pipeline's time budget reaches the backend (through should_cancel): the issue's 124 s freeze."""
+    from glm5_lsp.pipeline import Pipeline, PipelineSettings
+
+    url, _ = hanging
+    settings = PipelineSettings()
+    settings.repair.time_budget_s = 0.45  # the server's completion budget
+    pipeline = Pipeline(OpenAIHTTPBackend(url, "m", timeout=30), settings)
+    document = "import os\n\ndef f(x):\n    return os.path.jo"
+    pipeline.complete(document, len(document))  # the checkers' first start is not what is measured
+    for _ in range(2):  # and the next request is not held up behind the last
+        seconds, result = timed(lambda: pipeline.complete(document, len(document)))
+        assert not isinstance(result, Exception) and result.text == "" and not result.clean, result
+        assert seconds < 0.45 + SLACK
