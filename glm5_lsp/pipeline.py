@@ -39,7 +39,10 @@ from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and be
     tidy,
     trailing_identifier,
 )
+from glm5_lsp.quickfix import Fix, QuickFixer
+from glm5_lsp.quickfix.rank import ranked as ranked_fixes
 from glm5_lsp.repair.assemble import standard_loop
+from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
 from glm5_lsp.repair.monitor import MonitorSettings, warm_jedi
 from glm5_lsp.spans import Prompt, Span
@@ -382,24 +385,122 @@ class Pipeline:
         language: str | None = None,
         on_text: Callable[[str], None] | None = None,
         should_cancel: Callable[[], bool] | None = None,
+        use_model: bool = True,
+        time_budget_s: float | None = None,
     ) -> PipelineResult:
-        """The whole of ``code`` with the block at fault rewritten by the model.
+        """The whole of ``code`` fixed: by the parsers, ruff and the names first, by the model only
+        when they leave blocking diagnostics and time is left.
 
-        The block is the innermost function or class holding the first diagnostic's line (the
-        caller's ``diagnostics``, else the checkers'), or the first top-level one when no diagnostic
-        names a line (:func:`fix_region`). The model sees that block as the buggy version, its
-        diagnostics as comments with the offending lines marked ``error_context``, then the block's
-        header; it writes the body (or the header too, when that is where the error is). Everything
-        else is kept as it was. A candidate that leaves a body of working code with none
-        (:func:`keeps_enough`) is no fix. When no candidate passes the checks (and
-        ``return_unclean`` is off) the input comes back unchanged. ``diagnostics_after`` lists every
-        diagnostic of the returned code.
+        The model-free fixes (``glm5_lsp.quickfix``: :meth:`fixes` lists them) come first; the best,
+        chained where one fix reveals the next, is returned when it leaves the code clean
+        (``finish_reason`` ``"quickfix"``, no tokens). Otherwise the model rewrites the block at
+        fault in what they left (:meth:`_model_fix`), shown the diagnostics still there, within what
+        is left of ``time_budget_s`` (the repair settings' budget by default); ``use_model=False``
+        stops before it. Given ``diagnostics`` with lines (the editor's, where the user asked), the
+        model-free fixes answer those lines. When nothing is clean, the model-free fix that made
+        progress comes back (``clean`` False), or the input unchanged (the model's best unclean
+        rewrite with ``return_unclean``, when it leaves fewer blocking diagnostics).
+        ``diagnostics_after`` lists every diagnostic of the returned code.
         """
+        started = time.perf_counter()
         language = language or guess_language(path)
         path = path or default_path(language)
         runner = self.repair.runner_for(language)
-        found = [diagnostic_dict(d) for d in diagnostics] if diagnostics is not None else \
-            [diagnostic_dict(d) for d in runner.diagnose(code, path, language).diagnostics]
+        severities = self.repair.settings.blocking_severities
+        budget = time_budget_s if time_budget_s is not None else self.repair.settings.time_budget_s
+        given = [diagnostic_dict(d) for d in diagnostics] if diagnostics is not None else None
+        fixer = QuickFixer(runner, path, language, seconds=min(QUICK_FIX_SECONDS, budget), severities=severities,
+                           should_cancel=should_cancel)
+        quick = fixer.best(code, lines=_asked_lines(given))
+        found = given if given is not None else \
+            [diagnostic_dict(d) for d in fixer.checks.diagnose(code)[0] if d.source != QUICK_NAMES_SOURCE]
+        if quick is not None and quick.clean(severities):
+            return PipelineResult(
+                text=quick.text, clean=True, diagnostics_before=found,
+                diagnostics_after=[diagnostic_dict(d) for d in quick.diagnostics], rounds=0,
+                seconds=time.perf_counter() - started, finish_reason="quickfix")
+        base = quick.text if quick is not None else code
+        left = budget - (time.perf_counter() - started)
+        cancelled = should_cancel is not None and should_cancel()
+        result: PipelineResult | None = None
+        if use_model and left >= MIN_MODEL_FIX_S and not cancelled:
+            hints = [diagnostic_dict(d) for d in fixer.checks.diagnose(base)[0]
+                     if d.severity in severities and d.source != QUICK_NAMES_SOURCE]
+            if given is not None:  # the caller's own hints (a test that fails) still hold; lines moved if the code did
+                hints += [d for d in given if base == code or _line_of(d) is None]
+            result = self._model_fix(base, hints or (given or []), path=path, language=language, on_text=on_text,
+                                     should_cancel=should_cancel, time_budget_s=left)
+            if result.clean:
+                result.diagnostics_before = found
+                result.seconds = time.perf_counter() - started
+                return result
+        fallback = PipelineResult(text=base, clean=False, diagnostics_before=found,
+                                  diagnostics_after=[diagnostic_dict(d) for d in fixer.checks.diagnose(base)[0]],
+                                  rounds=0 if result is None else result.rounds,
+                                  prompt_tokens=0 if result is None else result.prompt_tokens,
+                                  completion_tokens=0 if result is None else result.completion_tokens,
+                                  finish_reason="quickfix" if quick is not None else "stop")
+        if result is not None and result.text != base and _blocking_count(result.diagnostics_after, severities) < \
+                _blocking_count(fallback.diagnostics_after, severities):
+            fallback = result  # the model's unclean best (``return_unclean``) leaves less to do
+        fallback.diagnostics_before = found
+        fallback.seconds = time.perf_counter() - started
+        if cancelled or (should_cancel is not None and should_cancel()):
+            fallback.finish_reason = "cancelled"
+        return fallback
+
+    def fixes(
+        self,
+        code: str,
+        *,
+        diagnostics: list[Any] | None = None,
+        path: str | None = None,
+        language: str | None = None,
+        include_model: bool = False,
+        should_cancel: Callable[[], bool] | None = None,
+        time_budget_s: float | None = None,
+    ) -> list[Fix]:
+        """The ways to fix ``code``, best first (the first one ``preferred``), for a code-action list:
+        each with a title that says what it does, the whole fixed text, its kind and source and the
+        diagnostics it leaves. Given ``diagnostics`` with lines, the fixes answer those lines.
+        ``include_model`` adds "Fix with GLM-5" (the model's rewrite, :meth:`fix`) when no model-free
+        fix leaves the code clean and the model's does."""
+        started = time.perf_counter()
+        language = language or guess_language(path)
+        path = path or default_path(language)
+        runner = self.repair.runner_for(language)
+        severities = self.repair.settings.blocking_severities
+        budget = time_budget_s if time_budget_s is not None else self.repair.settings.time_budget_s
+        given = [diagnostic_dict(d) for d in diagnostics] if diagnostics is not None else None
+        fixer = QuickFixer(runner, path, language, seconds=min(QUICK_FIX_SECONDS, budget), severities=severities,
+                           should_cancel=should_cancel)
+        found = fixer.fixes(code, lines=_asked_lines(given))
+        if not include_model or (found and found[0].clean(severities)):
+            return found
+        left = budget - (time.perf_counter() - started)
+        result = self.fix(code, diagnostics=diagnostics, path=path, language=language, should_cancel=should_cancel,
+                          time_budget_s=left)
+        if result.clean and result.finish_reason != "quickfix" and result.text != code:
+            after = [Diagnostic(**d) for d in result.diagnostics_after]
+            found.append(Fix(MODEL_FIX_TITLE, result.text, "model", "model", after,
+                             seconds=time.perf_counter() - started))
+            found = ranked_fixes(found, severities)
+        return found
+
+    def _model_fix(self, code: str, found: list[dict[str, Any]], *, path: str, language: str,
+                   on_text: Callable[[str], None] | None, should_cancel: Callable[[], bool] | None,
+                   time_budget_s: float | None = None) -> PipelineResult:
+        """The whole of ``code`` with the block at fault rewritten by the model.
+
+        The block is the innermost function or class holding the first of the diagnostics ``found``
+        that names a line, or the first top-level one when none does (:func:`fix_region`). The
+        model sees that block as the buggy version, its diagnostics as comments with the offending
+        lines marked ``error_context``, then the block's header; it writes the body (or the header
+        too, when that is where the error is). Everything else is kept as it was. A candidate that
+        leaves a body of working code with none (:func:`keeps_enough`) is no fix. When no candidate
+        passes the checks (and ``return_unclean`` is off) the input comes back unchanged.
+        """
+        runner = self.repair.runner_for(language)
         region = fix_region(code, _first_line(found), language)
         shown = code[region.block_start:region.block_end]
         shift, height = code.count("\n", 0, region.block_start), shown.count("\n") + 1
@@ -413,7 +514,7 @@ class Pipeline:
             target=RepairTarget(code, region.start, region.end, path, language),
             multiline=True, stop=list(PYTHON_BODY_STOPS) if language == "python" else [],
             max_tokens=self.settings.multiline_max_tokens, block_prefix=prefix,
-            wrap=lambda text: text if keeps_enough(old_body, text) else "",
+            wrap=lambda text: text if keeps_enough(old_body, text) else "", time_budget_s=time_budget_s,
         )
         result = self._run(task, on_text=on_text, should_cancel=should_cancel)
         if result.text or old_body.strip() == "":
@@ -658,6 +759,24 @@ def keeps_enough(old: str, new: str) -> bool:
     may not become none. (A shorter rewrite is fine: a performance hint's fix turns a four-line loop
     into one ``return``.)"""
     return working_lines(old) < 2 or working_lines(new) > 0
+
+
+QUICK_FIX_SECONDS = 2.0  # the model-free fixes' share of a fix's time, at most
+MIN_MODEL_FIX_S = 1.0  # below this much time left, a fix does not start the model
+MODEL_FIX_TITLE = "Fix with GLM-5"
+QUICK_NAMES_SOURCE = "names"  # the model-free fixer's own attribute check (not a checker's finding)
+
+
+def _asked_lines(diagnostics: list[dict[str, Any]] | None) -> list[int] | None:
+    """The lines the caller's diagnostics name (where the user asked for a fix), or None."""
+    if not diagnostics:
+        return None
+    lines = [line for line in map(_line_of, diagnostics) if line is not None and line >= 0]
+    return lines or None
+
+
+def _blocking_count(diagnostics: list[dict[str, Any]], severities: tuple[str, ...]) -> int:
+    return sum(1 for d in diagnostics if d.get("severity") in severities)
 
 
 def _line_of(item: dict[str, Any]) -> int | None:

@@ -1,0 +1,204 @@
+"""The model-free fixer: candidates from the parsers, ruff and the names, judged, ranked, chained.
+
+:meth:`QuickFixer.fixes` diagnoses the code once, asks every generator for candidates (syntax
+errors first: while the code does not parse the other checkers see little), judges each
+(:class:`~glm5_lsp.quickfix.rank.Checks`) and ranks what is kept. Where the best fix leaves
+blocking diagnostics, whether the file had them or the repaired parse revealed them, the fixer
+goes on from its text (a file with two errors), up to ``max_steps`` fixes, and offers the chain as
+one more candidate titled by its steps. It stops at the deadline: candidates not judged by then are
+dropped, never returned unjudged.
+
+Given ``lines`` (where the user asked, in the editor), the first step fixes only diagnostics on
+those lines, and a chain goes on only to what that fix revealed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from glm5_lsp.quickfix import names
+from glm5_lsp.quickfix.edits import Candidate
+from glm5_lsp.quickfix.parser import syntax_candidates
+from glm5_lsp.quickfix.rank import BLOCKING, Checks, Fix, rank_key, ranked
+from glm5_lsp.quickfix.ruff import ruff_candidates
+from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.introduced import is_syntax_error
+from glm5_lsp.repair.providers.runner import DiagnosticRunner
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SECONDS = 2.0  # the fixer's whole time when the caller gives none
+MAX_STEPS = 6  # fixes chained one after another
+PREFILTER = 24  # syntax candidates that pass the compile-only check and are judged in full, at most
+
+
+class QuickFixer:
+    """Model-free fixes of one document (``path`` and ``language`` choose the checkers' rules)."""
+
+    def __init__(self, runner: DiagnosticRunner, path: str, language: str, *, seconds: float = DEFAULT_SECONDS,
+                 max_steps: int = MAX_STEPS, severities: Sequence[str] = BLOCKING,
+                 attribute_seconds: float = 0.5, should_cancel: Callable[[], bool] | None = None) -> None:
+        self.runner = runner
+        self.path = path
+        self.language = language
+        self.seconds = seconds
+        self.max_steps = max_steps
+        self.severities = tuple(severities)
+        self.attribute_seconds = attribute_seconds
+        self.should_cancel = should_cancel
+        extra = (lambda text: names.attribute_problems(text, path, attribute_seconds)) if language == "python" else None
+        self.checks = Checks(runner, path, language, extra, severities)
+        self._compile = next((p for p in runner.providers if p.name == "compile" and language in p.languages), None)
+        self._deadline = 0.0
+
+    # ---- the entry points ----------------------------------------------------------------
+
+    def fixes(self, code: str, lines: Sequence[int] | None = None) -> list[Fix]:
+        """The ranked fixes of ``code`` (the best first, marked preferred); [] when it has no
+        blocking diagnostic or nothing helps."""
+        started = time.monotonic()
+        self._deadline = started + self.seconds
+        before, skipped = self.checks.diagnose(code)
+        if not self._blocking(before):
+            return []
+        wanted = set(lines) if lines else None
+        singles = self._step(code, before, skipped, wanted)
+        out = list(singles)
+        for first in singles[:2]:  # the best one or two single fixes, carried on where they leave work
+            chain = self._chain(code, first, before, wanted)
+            if chain is not None:
+                out.append(chain)
+            if self._late():
+                break
+        result = ranked(out, self.severities)
+        seconds = time.monotonic() - started
+        for fix in result:
+            fix.seconds = seconds
+        return result
+
+    def best(self, code: str, lines: Sequence[int] | None = None) -> Fix | None:
+        found = self.fixes(code, lines)
+        return found[0] if found else None
+
+    # ---- one step ----------------------------------------------------------------------------
+
+    def _step(self, code: str, before: list[Diagnostic], skipped: frozenset[str],
+              wanted: set[int] | None) -> list[Fix]:
+        """Every candidate for the blocking diagnostics of ``code`` (on ``wanted`` lines, if given),
+        judged; the kept ones ranked."""
+        targets = [d for d in self._blocking(before) if wanted is None or d.line in wanted]
+        if not targets:
+            return []
+        syntax = [d for d in targets if is_syntax_error(d)]
+        candidates: list[Candidate] = []
+        if syntax:
+            # While the code does not parse, only syntax fixes: the other findings are unreliable.
+            candidates = self._prefilter(code, syntax_candidates(code, syntax, self.language))
+        else:
+            if self.language == "python":
+                candidates += names.name_candidates(code, targets, self.path)
+                candidates += names.attribute_candidates(code, targets, self.attribute_seconds)
+                candidates += ruff_candidates(code, targets, self.path)
+        kept = []
+        for candidate in candidates:
+            if self._late():
+                break
+            fix = self.checks.judge(code, candidate, before, skipped)
+            if fix is not None:
+                kept.append(fix)
+        return ranked(kept, self.severities)
+
+    def _prefilter(self, code: str, candidates: list[Candidate]) -> list[Candidate]:
+        """The syntax candidates whose text gets past the point of the error under the compiler alone
+        (a fraction of a millisecond each, where the full checks take a few): it compiles, or its
+        first error lies after the candidate's last edited line. Other languages: all of them."""
+        if self._compile is None:
+            return candidates
+        kept = []
+        for candidate in candidates:
+            if len(kept) >= PREFILTER or self._late():
+                break
+            try:
+                text = candidate.apply(code)
+            except ValueError:
+                continue
+            try:
+                errors = self._compile.diagnose(text, self.path, self.language)
+            except Exception:  # the full check will say what is wrong; judge it there
+                log.debug("compile check failed", exc_info=True)
+                kept.append(candidate)
+                continue
+            last_line = max(text.count("\n", 0, e.start + len(e.text)) for e in _shifted(candidate))
+            if not errors or all(e.line > last_line for e in errors):
+                kept.append(candidate)
+        return kept
+
+    # ---- chains -------------------------------------------------------------------------------
+
+    def _chain(self, code: str, first: Fix, original: list[Diagnostic], wanted: set[int] | None) -> Fix | None:
+        """``first`` followed by the best next fix, again and again, while blocking diagnostics
+        remain and each step makes progress. None when no second step helps."""
+        current = first
+        steps = [first.title]
+        known = {d.key() for d in original}
+        for _ in range(self.max_steps - 1):
+            if not current.blocking(self.severities) or self._late():
+                break
+            after, skipped = self.checks.diagnose(current.text)
+            lines = None
+            if wanted is not None:  # only what the first fix revealed, or the lines asked about
+                lines = {d.line for d in after if d.key() not in known or d.line in wanted}
+                if not lines:
+                    break
+            following = self._step(current.text, after, skipped, lines)
+            if not following:
+                break
+            step = following[0]
+            steps.append(step.title)
+            current = Fix(step.title, step.text, "several", step.source, step.diagnostics,
+                          current.introduced + step.introduced, current.cost + step.cost,
+                          current.safe and step.safe, order=first.order)
+        if len(steps) < 2:
+            return None
+        current.title = _chain_title(steps)
+        current.steps = tuple(steps)
+        return current
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def _blocking(self, diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+        return [d for d in diagnostics if d.severity in self.severities]
+
+    def _late(self) -> bool:
+        if self.should_cancel is not None and self.should_cancel():
+            return True
+        return time.monotonic() > self._deadline
+
+
+def _shifted(candidate: Candidate) -> list[_Placed]:
+    """Each edit of ``candidate`` where it lands in the edited text (earlier edits move later ones)."""
+    placed = []
+    shift = 0
+    for edit in sorted(candidate.edits, key=lambda e: e.start):
+        placed.append(_Placed(edit.start + shift, edit.text))
+        shift += len(edit.text) - (edit.end - edit.start)
+    return placed
+
+
+class _Placed:
+    __slots__ = ("start", "text")
+
+    def __init__(self, start: int, text: str) -> None:
+        self.start = start
+        self.text = text
+
+
+def _chain_title(steps: list[str]) -> str:
+    if len(steps) <= 3:
+        return "; ".join(steps)
+    return f"{'; '.join(steps[:2])} and {len(steps) - 2} more fixes"
+
+
+__all__ = ["Fix", "QuickFixer", "rank_key"]

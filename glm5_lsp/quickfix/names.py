@@ -1,0 +1,353 @@
+"""Names the code uses but nothing defines: the closest name that exists, or the import that binds it.
+
+- **An undefined name** (pyflakes' ``F821``): every name visible there (``repair.scope.names_in_scope``:
+  the enclosing functions' locals and parameters, the module's names, the builtins) within a small
+  edit distance of it ("Replace 'ojb' with 'obj'", a swapped pair of letters counting one), and
+  the imports that would bind it as written (:mod:`glm5_lsp.quickfix.imports`: "Add 'import os'").
+- **An attribute a module does not have** (``os.path.joni``, ``json.lods``): the checkers never
+  see these, so :func:`attribute_problems` finds them. The module's attributes come from jedi (its
+  completions after ``module.``, each module loaded once per process and bounded in time); a module
+  with a ``__getattr__`` of its own, or a name the code binds again, is never judged. An attribute of
+  ``self`` that no method of its class sets, and that the class body does not define, is judged
+  from the file's text (``repair.members.self_attributes``).
+
+Both kinds give a :class:`~glm5_lsp.quickfix.edits.Candidate` per plausible name, every use of the
+same undefined name replaced at once.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator, Sequence
+
+from glm5_lsp.deadline import call_with_timeout
+from glm5_lsp.quickfix import imports
+from glm5_lsp.quickfix.edits import ADDED_LINE_COST, Candidate, Edit, word_distance
+from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.introduced import LineIndex
+from glm5_lsp.repair.members import self_attributes
+from glm5_lsp.repair.providers.positions import byte_col_to_char
+from glm5_lsp.repair.scope import names_in_scope
+
+log = logging.getLogger(__name__)
+
+SOURCE = "names"  # the source of :func:`attribute_problems`' diagnostics
+ATTRIBUTE_CODE = "unknown-attribute"
+WEAK_IMPORT_COST = 1.5  # a name found only among a module's public names: after a one-letter respelling
+MAX_SUGGESTIONS = 3
+_UNDEFINED = re.compile(r"^[Uu]ndefined name [`']([A-Za-z_]\w*)[`']")
+_NOT_NAMES = frozenset(keyword.kwlist) - {"True", "False", "None"}
+
+
+def undefined_name(diagnostic: Diagnostic) -> str | None:
+    """The name an "undefined name" diagnostic (ruff's ``F821``, pyflakes' ``UndefinedName``) is about."""
+    if diagnostic.code not in ("F821", "UndefinedName"):
+        return None
+    found = _UNDEFINED.match(diagnostic.message)
+    return found.group(1) if found else None
+
+
+def max_distance(word: str) -> int:
+    """How far a misspelling of ``word`` may be from the name meant: one edit from 3 letters, two
+    from 6, three from 10 (shorter words: only a different case)."""
+    return 0 if len(word) < 3 else 1 if len(word) < 6 else 2 if len(word) < 10 else 3
+
+
+def close_names(word: str, pool: Iterable[str], limit: int = MAX_SUGGESTIONS,
+                counts: dict[str, int] | None = None) -> list[tuple[int, str]]:
+    """``(distance, name)`` for the names of ``pool`` close to ``word``: nearest first, then the one
+    the code uses most."""
+    allowed = max_distance(word)
+    lowered = word.lower()
+    found = []
+    for name in set(pool):
+        if name == word or not name.isidentifier():
+            continue
+        if name.lower() == lowered:
+            found.append((1, name))
+            continue
+        if abs(len(name) - len(word)) > allowed:
+            continue
+        distance = word_distance(word, name)
+        if 0 < distance <= allowed:
+            found.append((distance, name))
+    counts = counts or {}
+    # Nearest first; then the name whose first letter has the word's case (``cignature``: ``signature``
+    # before ``Signature``), then the one the code uses most.
+    found.sort(key=lambda item: (item[0], item[1][:1].isupper() != word[:1].isupper(), -counts.get(item[1], 0), item[1]))
+    return found[:limit]
+
+
+def word_counts(code: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for word in re.findall(r"[A-Za-z_]\w*", code):
+        counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | None = None) -> list[Candidate]:
+    """For each undefined name: the close names visible at its first use, and its imports."""
+    index = LineIndex(code)
+    uses: dict[str, list[tuple[int, Diagnostic]]] = {}
+    for diagnostic in diagnostics:
+        name = undefined_name(diagnostic)
+        if name is None:
+            continue
+        at = index.offset(diagnostic.line, diagnostic.col)
+        if code[at:at + len(name)] == name:
+            uses.setdefault(name, []).append((at, diagnostic))
+    if not uses:
+        return []
+    undefined = set(uses)
+    counts = word_counts(code)
+    out: list[Candidate] = []
+    for name, places in uses.items():
+        first = places[0][0]
+        lines = tuple(sorted({d.line for _, d in places}))
+        visible = (names_in_scope(code[:first], code[first + len(name):]) | _comprehension_names(code, index, places[0][1]))
+        visible -= undefined | _NOT_NAMES
+        for distance, other in close_names(name, visible, counts=counts):
+            edits = tuple(Edit(at, at + len(name), other) for at, _ in places)
+            out.append(Candidate(f"Replace {name!r} with {other!r}", edits, "name", SOURCE, cost=float(distance),
+                                 order=len(out), targets=lines))
+        for rank, suggestion in enumerate(imports.suggestions(name, code, path)):
+            cost = ADDED_LINE_COST if suggestion.strong else WEAK_IMPORT_COST
+            out.append(Candidate(f"Add {suggestion.statement!r}", (imports.import_edit(code, suggestion),), "import",
+                                 SOURCE, cost=cost + rank * 0.01, targets=lines))
+    return out
+
+
+_FOR_TARGETS = re.compile(r"\bfor\s+([\w\s,()\[\]]+?)\s+in\b")
+
+
+def _comprehension_names(code: str, index: LineIndex, diagnostic: Diagnostic) -> set[str]:
+    """The names a comprehension binds on the diagnostic's line (``x`` in ``[f(x) for x in xs]``,
+    which ``names_in_scope`` reads only up to the use)."""
+    line = diagnostic.line
+    start = index.starts[line] if line < len(index.starts) else len(code)
+    end = code.find("\n", start)
+    text = code[start:end if end != -1 else len(code)]
+    return {name for targets in _FOR_TARGETS.findall(text) for name in re.findall(r"[A-Za-z_]\w*", targets)}
+
+
+# ---- attributes ------------------------------------------------------------------------------
+
+
+def attribute_problems(code: str, path: str | None = None, seconds: float = 1.0) -> list[Diagnostic]:
+    """Attributes read from an imported module that the module does not have, and ``self``
+    attributes no method of the class sets; [] when ``code`` does not parse. jedi gets ``seconds``
+    in all: a module it has not loaded by then is not judged."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    found = _module_attribute_problems(code, tree, seconds)
+    found += _self_attribute_problems(code, tree)
+    return sorted(found, key=lambda d: (d.line, d.col))
+
+
+def _module_aliases(tree: ast.AST) -> dict[str, str]:
+    """Local name -> module, for the names an ``import`` binds to a module and nothing rebinds."""
+    aliases: dict[str, str] = {}
+    rebound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                module = alias.name if alias.asname else alias.name.split(".")[0]
+                if bound in aliases and aliases[bound] != module:
+                    rebound.add(bound)
+                aliases[bound] = module
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                rebound.add(alias.asname or alias.name)  # a submodule at best: not judged
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            rebound.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            rebound.add(node.name)
+        elif isinstance(node, ast.arg):
+            rebound.add(node.arg)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            rebound.update(node.names)
+    return {name: module for name, module in aliases.items() if name not in rebound}
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]`` when the expression is names and attributes only."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return parts[::-1]
+
+
+def _module_reads(tree: ast.AST) -> Iterator[tuple[ast.Attribute, str, str]]:
+    """``(node, module, attribute)`` for each attribute read from an imported module (``os.path.joni``:
+    ``os.path``, ``joni``; the modules between looked up, not imported)."""
+    aliases = _module_aliases(tree)
+    if not aliases:
+        return
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+            continue
+        parts = _dotted(node)
+        if parts is None or parts[0] not in aliases or node.end_lineno is None or node.end_col_offset is None:
+            continue
+        module = aliases[parts[0]]
+        for attribute in parts[1:-1]:  # ``os.path.joni``: ``os.path`` must be a module for ``joni`` to be judged
+            if not imports.is_module(f"{module}.{attribute}"):
+                module = ""
+                break
+            module = f"{module}.{attribute}"
+        if module:
+            yield node, module, parts[-1]
+
+
+def _module_attribute_problems(code: str, tree: ast.AST, seconds: float) -> list[Diagnostic]:
+    found: list[Diagnostic] = []
+    started = time.monotonic()
+    for node, module, attribute in _module_reads(tree):
+        if attribute.startswith("__") and attribute.endswith("__"):
+            continue  # ``module.__dict__``: every module has these, and jedi does not list them all
+        members = _members(module, max(0.0, seconds - (time.monotonic() - started)))
+        if not members or "__getattr__" in members or attribute in members:
+            continue
+        assert node.end_lineno is not None and node.end_col_offset is not None
+        line = node.end_lineno - 1
+        end = byte_col_to_char(code, line, node.end_col_offset)
+        found.append(Diagnostic(line, max(0, end - len(attribute)), line, end,
+                                f"module '{module}' has no attribute '{attribute}'", "error", SOURCE, ATTRIBUTE_CODE))
+    return found
+
+
+def _jedi_members(module: str) -> frozenset[str] | None:
+    """The names jedi completes after ``module.`` (0.1-2 s the first time a module is read, then
+    remembered: asking jedi again would cost most of that again)."""
+    import jedi
+
+    from glm5_lsp.repair.monitor import in_process_environment
+
+    root = module.split(".")[0]
+    source = f"import {root}\n{module}."
+    try:
+        completions = jedi.Script(source, environment=in_process_environment()).complete(2, len(module) + 1)
+    except Exception:  # jedi fails in many ways on odd modules; such a module is not judged
+        log.debug("jedi could not list %s", module, exc_info=True)
+        return None
+    return frozenset(c.name for c in completions)
+
+
+_SLOW: set[str] = set()  # modules whose listing ran out of time: left to :func:`warm`
+_LISTED: dict[str, frozenset[str] | None] = {}  # module -> its attributes (None: jedi could not list it)
+
+
+def _members(module: str, seconds: float, retry: bool = False) -> frozenset[str] | None:
+    """``module``'s attributes, or None when they cannot be listed within ``seconds``. A module
+    that took longer once is not tried again by a fix (each would lose its time the same way), only
+    by :func:`warm` (``retry``)."""
+    if module in _LISTED:
+        return _LISTED[module]
+    if not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", module) or (module in _SLOW and not retry) or seconds <= 0:
+        return None
+    try:
+        listed = call_with_timeout(lambda: _jedi_members(module), seconds)
+    except TimeoutError:
+        _SLOW.add(module)
+        return None
+    _SLOW.discard(module)
+    _LISTED[module] = listed
+    return listed
+
+
+def warm(code: str, seconds: float = 10.0) -> int:
+    """List the attributes of the modules ``code`` imports and reads attributes of, so that the
+    first fix does not wait for jedi (the server does this when a file opens). Returns how many."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 0
+    modules = sorted({module for _, module, _ in _module_reads(tree)})
+    listed = 0
+    started = time.monotonic()
+    for module in modules:
+        left = seconds - (time.monotonic() - started)
+        if left <= 0:
+            break
+        listed += _members(module, left, retry=True) is not None
+    return listed
+
+
+def attribute_members(module: str, seconds: float = 1.0) -> list[str]:
+    """The attributes jedi lists for ``module`` ([] when it cannot)."""
+    return sorted(_members(module, seconds) or {})
+
+
+# Attributes that come from somewhere the text does not show.
+_DYNAMIC_ATTRIBUTES = re.compile(r"\bdef[ \t]+__(?:getattr|getattribute)__\b|\b(?:setattr|vars)\(|__dict__|__slots__")
+
+
+def _self_attribute_problems(code: str, tree: ast.AST) -> list[Diagnostic]:
+    """``self.name`` read in a method where the class (as its text shows it) has no ``name``."""
+    found: list[Diagnostic] = []
+    index = LineIndex(code)
+    if _DYNAMIC_ATTRIBUTES.search(code):
+        return []  # a class that makes its attributes up as it goes: nothing to judge from the text
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for method in node.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or not method.args.args:
+                continue
+            receiver = method.args.args[0].arg
+            for inner in ast.walk(method):
+                if not (isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Load)
+                        and isinstance(inner.value, ast.Name) and inner.value.id == receiver
+                        and inner.end_col_offset is not None and inner.end_lineno is not None):
+                    continue
+                line = inner.end_lineno - 1
+                end = byte_col_to_char(code, line, inner.end_col_offset)
+                start = end - len(inner.attr)
+                at = index.offset(line, start)
+                if code[at:at + len(inner.attr)] != inner.attr:
+                    continue
+                members = self_attributes(code[:at], code[at + len(inner.attr):], receiver)
+                if members is None or inner.attr in members:
+                    continue
+                found.append(Diagnostic(line, start, line, end, f"'{node.name}' has no attribute '{inner.attr}'",
+                                        "error", SOURCE, ATTRIBUTE_CODE))
+    return found
+
+
+_ATTRIBUTE = re.compile(r"^(?:module '([\w.]+)'|'(\w+)') has no attribute '(\w+)'$")
+
+
+def attribute_candidates(code: str, problems: Sequence[Diagnostic], seconds: float = 1.0) -> list[Candidate]:
+    """For each unknown attribute: the close attributes its module or class has."""
+    index = LineIndex(code)
+    counts = word_counts(code)
+    out: list[Candidate] = []
+    for problem in problems:
+        found = _ATTRIBUTE.match(problem.message) if problem.code == ATTRIBUTE_CODE else None
+        if found is None:
+            continue
+        module, _class, attribute = found.groups()
+        at = index.offset(problem.line, problem.col)
+        if code[at:at + len(attribute)] != attribute:
+            continue
+        if module:
+            pool: Iterable[str] = _members(module, seconds) or ()
+        else:
+            receiver = re.search(r"([A-Za-z_]\w*)\s*\.\s*$", code[:at])
+            members = self_attributes(code[:at], code[at + len(attribute):], receiver.group(1)) if receiver else None
+            pool = members or ()
+        for distance, other in close_names(attribute, pool, counts=counts):
+            out.append(Candidate(f"Replace {attribute!r} with {other!r}", (Edit(at, at + len(attribute), other),),
+                                 "attribute", SOURCE, cost=float(distance), order=len(out), targets=(problem.line,)))
+    return out

@@ -1,0 +1,560 @@
+"""Syntax errors turned into edits: what the parsers already know about the fix.
+
+Three readers of the same broken text, each saying what it expected where:
+
+- **Python's compiler** (source ``compile``) names the first error in words a fix can be read
+  from: "expected ':'", "'(' was never closed" (at the opener), "unterminated string literal" (at
+  the quote), "unexpected indent", "unindent does not match any outer indentation level", "expected
+  an indented block after 'if' statement", "invalid syntax. Perhaps you forgot a comma?", "Maybe you
+  meant '==' or ':=' instead of '='?", "unmatched ')'", "closing parenthesis ']' does not match";
+- **ruff's parser** (source ``ruff``, code ``invalid-syntax``) recovers and reports every error, as
+  "Expected `)`, found newline": the token to insert, at the place it belongs;
+- **tree-sitter** (any language with a grammar): its ``MISSING`` nodes are the token its error
+  recovery inserted, at the byte where it did.
+
+Where the place is not certain (which line closes a bracket, which column ends a string, which
+indentation level a line belongs to) every plausible place is proposed, in the order a person would
+try them; the ranking (:mod:`glm5_lsp.quickfix.rank`) keeps those that compile and add nothing.
+Strings and comments are told apart from code by ``postprocess.code_chars``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from glm5_lsp.postprocess import CLOSERS, COMMENT, OPENERS, code_chars
+from glm5_lsp.quickfix.edits import Candidate, Edit, insertion
+from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.repair.introduced import LineIndex, is_syntax_error
+from glm5_lsp.repair.scope import top_level_pieces
+
+MAX_CLOSER_LINES = 30  # lines after an unclosed bracket or string where its closer may go
+MAX_PER_ERROR = 40  # candidates proposed for one error (the cheap compile check then filters them)
+MAX_QUOTE_PLACES = 120  # where a string may end on its line: one a column, the likeliest first
+_INSERTABLE = (":", ")", "]", "}", ",")
+_EXPECTED = re.compile(r"^Expected `([^`]+)`")
+_NEVER_CLOSED = re.compile(r"^'([(\[{])' was never closed")
+_MISMATCH = re.compile(r"^closing parenthesis '([)\]}])' does not match opening parenthesis '([(\[{])'")
+_UNMATCHED = re.compile(r"^unmatched '([)\]}])'")
+_UNTERMINATED = re.compile(r"^unterminated (triple-quoted )?string literal")
+_INDENTED_BLOCK = re.compile(r"^expected an indented block")
+_EQUALS = re.compile(r"Maybe you meant '==' (?:or ':=' )?instead of '='")
+_CONDITION_START = re.compile(r"^\s*(?:if|elif|while|assert|return)\b")
+_STRING_PREFIX = "rRbBuUfF"
+# What may follow a string literal's closing quote and a dot: one of its methods (``"".join``).
+_STRING_METHOD = re.compile(r"\.(?:" + "|".join(sorted(n for n in dir(str) + dir(bytes) if not n.startswith("_"))) + r")\b")
+_ENDS_BLOCK = re.compile(r"\s*(?:return|raise|break|continue)\b")
+
+
+def syntax_candidates(code: str, diagnostics: Iterable[Diagnostic], language: str) -> list[Candidate]:
+    """Edits that may fix the syntax errors among ``diagnostics`` (Python: compile's and ruff's
+    messages; other languages: tree-sitter's ``MISSING`` nodes)."""
+    lines = code.split("\n")
+    index = LineIndex(code)
+    found: list[Candidate] = []
+    for diagnostic in diagnostics:
+        if not is_syntax_error(diagnostic) or diagnostic.line >= len(lines):
+            continue
+        if diagnostic.source == "tree-sitter" and diagnostic.code == "missing":
+            found += _missing_node(code, index, diagnostic)
+        elif language == "python":
+            found += _python(code, lines, index, diagnostic)
+    return found
+
+
+def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> list[Candidate]:
+    message = d.message
+    targets = (d.line,)
+    if message.startswith("expected ':'"):
+        return _insert_after_code(code, lines, index, ":", d.line, d.col, targets)
+    if (found := _EXPECTED.match(message)) is not None and found.group(1) in _INSERTABLE:
+        return _insert_after_code(code, lines, index, found.group(1), d.line, d.col, targets)
+    if (found := _NEVER_CLOSED.match(message)) is not None:
+        return _close_bracket(code, lines, index, found.group(1), d.line, d.col)
+    if (found := _MISMATCH.match(message)) is not None:
+        closer, opener = found.groups()
+        at = index.offset(d.line, d.col)
+        want = OPENERS[opener]
+        out = [Candidate(f"Replace {closer!r} with {want!r}", (Edit(at, at + 1, want),), "syntax", "parser",
+                         targets=targets),
+               insertion(f"Insert missing {want!r}", at, want, order=1, targets=targets)]
+        opened = _unclosed_opener(code, index, message, at)
+        if opened is not None:  # or the bracket was left open further up: close it there
+            row, col = opened
+            out += _close_bracket(code, lines, index, opener, row, col)
+        return out
+    if (found := _UNMATCHED.match(message)) is not None:
+        at = index.offset(d.line, d.col)
+        if code[at:at + 1] == found.group(1):
+            return [Candidate(f"Remove unmatched {found.group(1)!r}", (Edit(at, at + 1, ""),), "syntax", "parser",
+                              targets=targets)]
+        return []
+    if (found := _UNTERMINATED.match(message)) is not None or message == "missing closing quote in string literal":
+        triple = found is not None and found.group(1) is not None
+        return _close_string(code, lines, index, d.line, d.col, triple)
+    if message in ("unexpected indent", "Unexpected indentation"):
+        return _reindent(code, lines, index, d.line, "unexpected")
+    if message.startswith("unindent does not match"):
+        return _reindent(code, lines, index, d.line, "unmatched")
+    if _INDENTED_BLOCK.match(message):
+        return _reindent(code, lines, index, d.line, "indented")
+    if message.startswith("inconsistent use of tabs and spaces"):
+        return _retab(code, lines, index, d.line)
+    if "Perhaps you forgot a comma" in message:
+        return _commas(code, lines, index, d)
+    if _EQUALS.search(message) or (message == "invalid syntax" and _CONDITION_START.match(lines[d.line])):
+        return _equals(code, lines, index, d.line, d.col)
+    return []
+
+
+# ---- insertions ------------------------------------------------------------------------------
+
+
+def code_end(line: str) -> int:
+    """The column where ``line``'s code ends: before a comment and trailing white space."""
+    end = len(line)
+    for column, char in code_chars(line, "python"):
+        if char == COMMENT:
+            end = column
+            break
+    return len(line[:end].rstrip())
+
+
+def _insert_after_code(code: str, lines: list[str], index: LineIndex, token: str, line: int, col: int,
+                       targets: tuple[int, ...]) -> list[Candidate]:
+    """``token`` right after the code before ``line:col`` (white space and line breaks skipped back
+    over), and at the end of that line's code when that is elsewhere (a header's colon)."""
+    at = index.offset(line, col)
+    while at > 0 and code[at - 1] in " \t":
+        at -= 1
+    row = code.count("\n", 0, at)
+    while row > 0 and at == index.starts[row] and not lines[row][:code_end(lines[row])].strip():
+        row -= 1  # the token belongs after the previous line's code, not before this one
+        at = index.starts[row] + code_end(lines[row])
+    places = [at]
+    end = index.starts[row] + code_end(lines[row])
+    if token == ":" and end != at:
+        places.append(end)
+    if token in CLOSERS and code[:end].endswith(":"):  # ``if f(x:``: the bracket closes before the header's colon
+        colon = end - 1
+        while colon > index.starts[row] and code[colon - 1] in " \t":
+            colon -= 1
+        places.append(colon)
+    return [insertion(f"Insert missing {token!r}", place, token, order=n, targets=targets)
+            for n, place in enumerate(places)]
+
+
+_ON_LINE = re.compile(r" on line (\d+)$")
+
+
+def _unclosed_opener(code: str, index: LineIndex, message: str, closer_at: int) -> tuple[int, int] | None:
+    """``(line, column)`` of the bracket still open where the mismatched closer at ``closer_at``
+    stands (on the line the message names, or the closer's own)."""
+    named = _ON_LINE.search(message)
+    row = int(named.group(1)) - 1 if named else code.count("\n", 0, closer_at)
+    if not 0 <= row < len(index.starts):
+        return None
+    start = index.starts[row]
+    stack: list[int] = []
+    for at, char in code_chars(code[start:closer_at], "python"):
+        if char in OPENERS:
+            stack.append(start + at)
+        elif char in CLOSERS and stack:
+            stack.pop()
+    if not stack:
+        return None
+    return index.position(stack[-1])
+
+
+def _close_bracket(code: str, lines: list[str], index: LineIndex, opener: str, line: int, col: int) -> list[Candidate]:
+    """The closer of the bracket opened at ``line:col``: at the end of each line's code from there
+    down (the statement's last line first), then before each ``,`` and at each other token boundary
+    of the opener's own line."""
+    closer = OPENERS[opener]
+    statement_indent = _indent(lines[line])
+    title = f"Insert missing {closer!r}"
+    places: list[tuple[float, int]] = []
+    last = line
+    for row in range(line, min(len(lines), line + MAX_CLOSER_LINES)):
+        text = lines[row]
+        if row > line and text.strip() and _indent(text) <= statement_indent and not text.lstrip().startswith(
+                tuple(CLOSERS)):
+            places.append((row - line + 0.5, index.starts[row] + len(_prefix(text))))  # ``]: ...``
+            break  # a new statement: the bracket closed before it
+        end = code_end(text)
+        if text[:end].strip():
+            last = row
+            places.append((row - line, index.starts[row] + end))
+            if text[:end].endswith(","):  # ``len(nodes,`` in a list of arguments: before the comma
+                places.append((row - line + 0.25, index.starts[row] + len(text[:end - 1].rstrip())))
+            if row > line:  # ``    ).path``: the closer began the next line
+                places.append((row - line + 0.5, index.starts[row] + len(_prefix(text))))
+    # The line where the statement stops is the likeliest: the opener's line and the last line first.
+    places.sort(key=lambda p: (p[0] not in (0, last - line), p[0]))
+    own = lines[line]
+    depth = 0
+    for column, char in code_chars(own[col + 1:code_end(own)], "python"):
+        at = col + 1 + column
+        if char in OPENERS:
+            depth += 1
+        elif char in CLOSERS:
+            depth -= 1
+            if depth < 0:
+                places.append((0.5, index.starts[line] + at))  # before an outer closer
+                break
+        elif depth == 0 and char in ",:;=":
+            places.append((0.6, index.starts[line] + at))
+        elif depth == 0 and char == " " and at > col + 1 and own[at - 1] != " ":
+            places.append((0.8, index.starts[line] + at))
+    seen: set[int] = set()
+    out = []
+    for order, at in sorted(places, key=lambda p: p[0]):
+        if at not in seen:
+            seen.add(at)
+            out.append(insertion(title, at, closer, order=order + len(out) * 1e-3, targets=(line,)))
+    return out
+
+
+def _close_string(code: str, lines: list[str], index: LineIndex, line: int, col: int, triple: bool) -> list[Candidate]:
+    """The quote that ends the string opened at ``line:col``: at each column of that line where a
+    string could end (before a delimiter, white space or the line's end; the earliest first, since
+    what follows a string's end must read as code), then where an opening quote may be missing."""
+    text = lines[line]
+    start = col
+    while start < len(text) and text[start] in _STRING_PREFIX:
+        start += 1
+    if start >= len(text) or text[start] not in "'\"":
+        return []
+    quote = text[start] * (3 if triple else 1)
+    title = f"Insert missing {quote!r}"
+    base = index.starts[line]
+    out: list[Candidate] = []
+    if triple:
+        for row in range(line, min(len(lines), line + MAX_CLOSER_LINES)):
+            end = len(lines[row].rstrip())
+            if row == line and end <= start + 3:
+                continue
+            out.append(insertion(title, index.starts[row] + end, quote, order=row - line, targets=(line,)))
+        return out
+    # Where the missing quote goes: after the quote the compiler reports, or, when that quote closed
+    # a string opened further left (``'abc, 'd'``: the first string's quote is missing), anywhere
+    # after the line's first quote of that kind. The likeliest first: a string ends before a
+    # delimiter, white space, one of its methods or the line's end; what is valid but rare comes last.
+    first = min((i for i in range(start + 1) if text[i] == quote[0] and text[max(0, i - 1)] != "\\"), default=start)
+    fstring = "f" in text[max(0, start - 2):start].lower()
+    end = len(text.rstrip())
+    ranked = []
+    for at in range(first + 1, end + 1):
+        after = text[at:].lstrip(" \t")
+        before = text[:at].rstrip(" \t")
+        # Valid but rare: two strings side by side (``'a' 'b'``), a string indexed or called
+        # (``" " [x]``), an attribute after white space (``"," .join``), an f-string's placeholder
+        # left outside it (``f"a {x}" == {y}``).
+        odd = after.startswith(("'", '"', "[", "(")) or (before.endswith(quote) and at > first + 1) or \
+            (fstring and "{" in after) or (after.startswith(".") and text[at] in " \t")
+        delimited = at == end or text[at] in ",)]}:;" or (text[at] in " \t" and text[at - 1] not in " \t") or \
+            _STRING_METHOD.match(text, at) is not None
+        # Of the places left, the earliest after the reported quote: a string ends where the code
+        # that follows can begin.
+        ranked.append((at <= start, 2 * odd + (not delimited), at))
+    if text != text.rstrip(" \t"):  # white space the line ends with was the string's own
+        ranked.append((False, -1, len(text)))
+    for order, (_, _, at) in enumerate(sorted(ranked)[:MAX_QUOTE_PLACES]):
+        out.append(insertion(title, base + at, quote, order=order, targets=(line,)))
+    return out
+
+
+def _commas(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> list[Candidate]:
+    """A comma at each gap between two tokens inside the range the compiler marked."""
+    out = []
+    end_line, end_col = (d.end_line, d.end_col) if (d.end_line, d.end_col) > (d.line, d.col) else (d.line, len(lines[d.line]))
+    start, stop = index.offset(d.line, d.col), index.offset(end_line, end_col)
+    segment = code[start:stop]
+    for column, char in code_chars(segment, "python"):
+        if char in " \t\n" and column > 0 and segment[column - 1] not in " \t\n,":
+            out.append(insertion("Insert missing ','", start + column, ",", order=len(out), targets=(d.line,)))
+    return out
+
+
+def _equals(code: str, lines: list[str], index: LineIndex, line: int, col: int) -> list[Candidate]:
+    """``==`` for each lone ``=`` of the line (not a keyword argument's), the one nearest the
+    reported column first."""
+    text = lines[line]
+    chars = dict(code_chars(text, "python"))
+    out = []
+    depth = 0
+    for column in sorted(chars):
+        char = chars[column]
+        if char in OPENERS:
+            depth += 1
+        elif char in CLOSERS:
+            depth -= 1
+        if char != "=" or chars.get(column + 1) == "=" or chars.get(column - 1, "") in "=<>!:+-*/%&|^@":
+            continue
+        before = text[:column].rstrip()
+        if depth > 0 and re.search(r"[(,]\s*[A-Za-z_]\w*$", before) and not _CONDITION_START.match(text):
+            continue  # ``f(key=value)``
+        at = index.starts[line] + column
+        out.append(Candidate("Replace '=' with '=='", (Edit(at, at + 1, "=="),), "syntax", "parser",
+                             order=abs(column - col), targets=(line,)))
+    return out
+
+
+# ---- indentation -----------------------------------------------------------------------------
+
+
+def _indent(line: str) -> int:
+    stripped = line.lstrip(" \t")
+    prefix = line[:len(line) - len(stripped)]
+    return len(prefix.expandtabs(8))
+
+
+def piece_start(code: str, line: int) -> int:
+    """The first line of the top-level piece (``scope.top_level_pieces``: cut where a ``def``,
+    ``class`` or decorator starts a line) that holds ``line``."""
+    row = 0
+    for piece in top_level_pieces(code):
+        rows = piece.count("\n")
+        if row + rows > line or rows == 0:
+            return row
+        row += rows
+    return row
+
+
+def _statement_lines(lines: list[str], first: int, upto: int) -> list[int]:
+    """The lines from ``first`` to before ``upto`` that begin a logical line and hold code (not
+    inside a bracket or a string that another line opened, not blank, not only a comment)."""
+    window = lines[first:upto]
+    text = "\n".join(window)
+    starts = [0]
+    for part in window[:-1]:
+        starts.append(starts[-1] + len(part) + 1)
+    begins = {0}
+    depth = 0
+    previous = ""
+    for at, char in code_chars(text, "python"):
+        if char in OPENERS:
+            depth += 1
+        elif char in CLOSERS:
+            depth = max(0, depth - 1)
+        elif char == "\n" and depth == 0 and previous != "\\":
+            begins.add(at + 1)
+        if char != COMMENT:
+            previous = char
+    return [first + n for n, start in enumerate(starts)
+            if start in begins and window[n][:code_end(window[n])].strip()]
+
+
+def _unit(lines: list[str]) -> str:
+    """The file's indentation step: a tab, or the most common increase in spaces (4 by default)."""
+    steps: Counter[int] = Counter()
+    previous = 0
+    tabs = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        if line.startswith("\t"):
+            tabs += 1
+        width = _indent(line)
+        if width > previous:
+            steps[width - previous] += 1
+        previous = width
+    if tabs > len(lines) // 2:
+        return "\t"
+    if not steps:
+        return "    "
+    most = max(steps.values())
+    return " " * min(step for step, count in steps.items() if count == most)  # a line out of place skews it
+
+
+def _prefix(line: str) -> str:
+    return line[:len(line) - len(line.lstrip(" \t"))]
+
+
+def _open_levels(lines: list[str], statements: list[int]) -> list[tuple[int, str]]:
+    """The indentation levels open after ``statements`` (``(width, white space)``, outermost first);
+    after a header (a line ending in ``:``) one step deeper than it too."""
+    stack: list[tuple[int, str]] = [(0, "")]
+    for row in statements:
+        width = _indent(lines[row])
+        while len(stack) > 1 and stack[-1][0] > width:
+            stack.pop()
+        if width > stack[-1][0]:
+            stack.append((width, _prefix(lines[row])))
+    if statements and lines[statements[-1]][:code_end(lines[statements[-1]])].endswith(":"):
+        step = _prefix(lines[statements[-1]]) + _unit(lines)
+        stack = [level for level in stack if level[0] < _indent(step)] + [(_indent(step), step)]
+    return list(dict.fromkeys(stack))
+
+
+def _reindent(code: str, lines: list[str], index: LineIndex, line: int, kind: str) -> list[Candidate]:
+    """Line ``line`` (alone, with the block under it, or with the run of lines after it) moved to
+    each indentation level open there, the nearest first; for a header with no body (``kind``
+    "indented"), its first line indented one step, the header moved instead, or a ``pass`` added."""
+    statements = _statement_lines(lines, piece_start(code, line), line)
+    current = _indent(lines[line])
+    candidates: list[Candidate] = []
+    if kind == "indented" and statements:
+        header_row = statements[-1]
+        header = lines[header_row]
+        deeper = [(_indent(header) + len(_unit(lines).expandtabs(8)), _prefix(header) + _unit(lines))]
+        for row in range(line + 1, min(len(lines), line + 5)):
+            if lines[row].strip() and _indent(lines[row]) > _indent(header):
+                deeper.append((_indent(lines[row]), _prefix(lines[row])))
+                break
+        candidates += _moves(lines, index, line, current, list(dict.fromkeys(deeper)))
+        # Or the header is the line out of place: moved to a level open before it, alone.
+        before = _open_levels(lines, statements[:-1])
+        floor = before[-1][0] if before else 0
+        for row in range(line + 1, min(len(lines), line + 10)):  # ``else:`` further down shows where ``if`` was
+            width = _indent(lines[row])
+            if lines[row].strip() and floor <= width < _indent(header):
+                before.append((width, _prefix(lines[row])))
+        candidates += _moves(lines, index, header_row, _indent(header), list(dict.fromkeys(before)), alone=True)
+        at = index.starts[header_row] + len(header)
+        candidates.append(insertion("Insert 'pass'", at, "\n" + _prefix(header) + _unit(lines) + "pass", order=1e3,
+                                    targets=(line,)))
+        return candidates
+    levels = _open_levels(lines, statements)
+    if kind == "unexpected":
+        levels = [level for level in levels if level[0] < current] or levels
+    # A line indented less than the one before, but to no level open there: a dedent cut short, so
+    # of two levels as near the outer one first.
+    candidates = _moves(lines, index, line, current, levels, outer_first=kind == "unmatched")
+    if kind == "unmatched":
+        candidates += _move_run_above(lines, index, statements, line, current)
+    return candidates
+
+
+def _move_run_above(lines: list[str], index: LineIndex, statements: list[int], line: int,
+                    current: int) -> list[Candidate]:
+    """Or the lines above were indented too far (a docstring pushed right opens a level the next
+    line cannot match): the statements from where that level began, moved to ``line``'s column."""
+    deeper = sorted({_indent(lines[row]) for row in statements if _indent(lines[row]) > current})
+    if not deeper:
+        return []
+    level = deeper[0]
+    run: list[int] = []
+    for row in reversed(statements):
+        if _indent(lines[row]) < level:
+            if _indent(lines[row]) >= current:
+                return []  # a level between the two: not one run pushed right
+            break
+        run.append(row)
+    run.reverse()
+    if not run or _indent(lines[run[0]]) != level:
+        return []
+    shift = current - level
+    edits = []
+    for row in run:
+        text = lines[row]
+        old = _prefix(text)
+        edits.append(Edit(index.starts[row], index.starts[row] + len(old), " " * max(0, _indent(text) + shift)))
+    where = f"lines {run[0] + 1}-{run[-1] + 1}" if len(run) > 1 else f"line {run[0] + 1}"
+    return [Candidate(f"Dedent {where} to column {current}", tuple(edits), "syntax", "parser", order=50,
+                      targets=(line,))]
+
+
+def _moves(lines: list[str], index: LineIndex, line: int, current: int, levels: list[tuple[int, str]],
+           alone: bool = False, outer_first: bool = False) -> list[Candidate]:
+    """Line ``line``, alone or with the lines that go with it, moved to each of ``levels`` (the
+    nearest first; of two as near, the inner one, or the outer one with ``outer_first``)."""
+    candidates = []
+    blocks = [[line]] if alone else _blocks_after(lines, line, current)
+    sign = 1 if outer_first else -1
+    ranked = sorted(levels, key=lambda level: (abs(level[0] - current), sign * level[0]))
+    for rank, (width, prefix) in enumerate(ranked):
+        if width == current:
+            continue
+        for scope, rows in enumerate(blocks):
+            edits = tuple(_set_indent(lines, index, row, current, width, prefix) for row in rows)
+            verb = "Indent" if width > current else "Dedent"
+            where = f"lines {line + 1}-{rows[-1] + 1}" if len(rows) > 1 else f"line {line + 1}"
+            # ``return`` moved out to where more code follows at its level: that code could never run.
+            dead = _ENDS_BLOCK.match(lines[rows[-1]]) is not None and _next_indent(lines, rows[-1]) == width
+            candidates.append(Candidate(f"{verb} {where} to column {width}", edits, "syntax", "parser",
+                                        order=abs(width - current) + scope * 0.1 + rank * 0.01 + 100 * dead,
+                                        targets=(line,)))
+    return candidates
+
+
+def _next_indent(lines: list[str], row: int) -> int | None:
+    """The indentation of the next line after ``row`` that holds code."""
+    for text in lines[row + 1:]:
+        if text[:code_end(text)].strip():
+            return _indent(text)
+    return None
+
+
+def _blocks_after(lines: list[str], line: int, current: int) -> list[list[int]]:
+    """The line alone; with the lines under it (indented deeper); with every line after it down to
+    one indented less (a run moved together). Blank lines are never touched."""
+    alone = [line]
+    under = [line]
+    for row in range(line + 1, len(lines)):
+        if not lines[row].strip():
+            continue
+        if _indent(lines[row]) <= current:
+            break
+        under.append(row)
+    run = [line]
+    for row in range(line + 1, len(lines)):
+        if not lines[row].strip():
+            continue
+        if _indent(lines[row]) < current:
+            break
+        run.append(row)
+    out: list[list[int]] = []
+    for rows in (alone, under, run):
+        if rows not in out:
+            out.append(rows)
+    return out
+
+
+def _set_indent(lines: list[str], index: LineIndex, row: int, current: int, width: int, prefix: str) -> Edit:
+    """Row ``row``'s leading white space moved by ``width - current`` columns (``prefix``, the level's
+    own white space, for a line that stood at ``current``)."""
+    text = lines[row]
+    old = text[:len(text) - len(text.lstrip(" \t"))]
+    own = _indent(text)
+    target = max(0, own + width - current)
+    if own == current:
+        new = prefix
+    elif prefix and set(prefix) == {"\t"} and target % 8 == 0:
+        new = "\t" * (target // 8)
+    else:
+        new = " " * target
+    start = index.starts[row]
+    return Edit(start, start + len(old), new)
+
+
+def _retab(code: str, lines: list[str], index: LineIndex, line: int) -> list[Candidate]:
+    """Tabs in the file's indentation written as the spaces they stand for (8 columns a tab)."""
+    edits = []
+    for row, text in enumerate(lines):
+        old = text[:len(text) - len(text.lstrip(" \t"))]
+        if "\t" in old:
+            edits.append(Edit(index.starts[row], index.starts[row] + len(old), old.expandtabs(8)))
+    if not edits:
+        return []
+    return [Candidate("Replace tabs in the indentation with spaces", tuple(edits), "syntax", "parser",
+                      targets=(line,))]
+
+
+# ---- tree-sitter -----------------------------------------------------------------------------
+
+
+def _missing_node(code: str, index: LineIndex, d: Diagnostic) -> list[Candidate]:
+    """The token tree-sitter's recovery inserted (``missing `;```), where it inserted it."""
+    found = re.match(r"missing `(.+)`$", d.message)
+    if found is None:
+        return []
+    token = found.group(1)
+    if not token or any(c.isalnum() or c == "_" for c in token) and not token.isidentifier():
+        return []
+    if token.isidentifier() and token not in ("in", "then", "do", "end"):
+        return []  # a missing identifier or expression: nothing to insert without the model
+    at = index.offset(d.line, d.col)
+    return [insertion(f"Insert missing {token!r}", at, token, source="tree-sitter", targets=(d.line,))]
