@@ -4,6 +4,12 @@ The model and tokenizer load lazily on the first request (so constructing a back
 :class:`~glm5_lsp.model.Generator` is kept for the backend's life, so consecutive requests that
 share a prompt prefix (keystrokes in one file) reuse its KV cache. One lock serialises the model:
 requests from several threads are safe and run one at a time.
+
+A request whose logits processor is a workspace-memory processor (``glm5_lsp.memory``: it has
+``bind_prompt``) is handed the prompt's ids before decoding, and, unless ``drafts`` is off, its
+``propose`` becomes the generator's drafter (the memory's continuation verified in one forward
+pass). Processors run in one order: the memory's mixing, then the decoding monitor it wraps
+(``then``), then token healing's forced prefix around both.
 """
 
 from __future__ import annotations
@@ -118,10 +124,11 @@ class LocalBackend:
     supports_forced_prefix = True
 
     def __init__(self, model_path: str | Path | None = None, device: str = "cpu", use_fim: bool = True,
-                 attention: AttentionConfig | None = None) -> None:
+                 attention: AttentionConfig | None = None, drafts: bool = True) -> None:
         self.model_path = Path(model_path) if model_path is not None else None
         self.device = device
         self.use_fim = use_fim
+        self.drafts = drafts  # the memory processor's drafts, verified in one pass (same greedy text)
         self.attention = attention  # the policy's knobs; None: the runtime's defaults
         self._policy: Any = None
         self._lock = threading.Lock()
@@ -240,12 +247,16 @@ class LocalBackend:
             # The policy only changes which keys DSA selects, never the cached keys: safe to toggle per request.
             generator.policy = self._policy if request.use_attention_policy else None
             processor = request.logits_processor
+            memory = processor if hasattr(processor, "bind_prompt") else None
+            if memory is not None:
+                memory.bind_prompt(ids, stop=request.stop)
+            drafter = memory.propose if memory is not None and self.drafts and hasattr(memory, "propose") else None
             if request.forced_prefix:
                 processor = ForcedPrefix(request.forced_prefix, self._token_strings(), processor)
             generation = generator.generate(
                 ids, config, roles=roles if request.use_attention_policy else None,
                 logits_processor=processor, on_text=request.on_text,
-                should_cancel=request.should_cancel,
+                should_cancel=request.should_cancel, drafter=drafter,
             )
         return Completion(
             text=generation.text, finish_reason=generation.finish_reason, logprob=generation.logprob,

@@ -7,6 +7,14 @@ it stops at end-of-text, at a stop string, at ``max_new_tokens``, when ``should_
 (checked between tokens), or, with ``min_token_prob``, at the first token the model is unsure of once a
 word is written, cut back to where the last word or bracket ended (a completion's junk tail costs
 steps and shows wrong text).
+
+With a ``drafter`` (the workspace memory's continuation, ``glm5_lsp.memory``), a proposed run of
+tokens is verified in one forward pass: the tokens are fed together, and each position's logits go
+through the same processor and the same choice as a step would make; a greedy choice that equals
+the proposed token accepts it (and its logits, already computed, serve the next step), the first
+that differs ends the draft and the cache is cut back. Sampling accepts a proposed token with its
+probability and otherwise samples from the rest (speculative sampling with a one-token proposal),
+so the text is distributed as without drafts. Greedy text is the same with and without drafts.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
 from glm5_lsp.model.tokenizer import Tokenizer
 
 LogitsProcessor = Callable[[Sequence[int], torch.Tensor], torch.Tensor]
+Drafter = Callable[[Sequence[int]], Sequence[int]]  # generated ids -> proposed next ids (may be empty)
 
 
 @dataclass
@@ -61,6 +70,9 @@ class Generation:
     cached_tokens: int  # prompt tokens reused from the previous call
     seconds: float = 0.0
     prefill_seconds: float = 0.0
+    drafted_tokens: int = 0  # proposed by the drafter and verified
+    accepted_tokens: int = 0  # of those, kept
+    forward_calls: int = 0  # model calls after the prefill (steps and verifications)
 
 
 def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
@@ -72,6 +84,30 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: to
         sorted_probs, order = probs.sort(descending=True)
         keep = sorted_probs.cumsum(-1) - sorted_probs < top_p  # always keeps the most likely token
         probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+    return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
+
+
+def sample_with_draft(logits: torch.Tensor, proposed: int, temperature: float, top_p: float,
+                      generator: torch.Generator | None) -> int:
+    """One token id distributed as :func:`sample`'s, given a proposed one: greedy is the argmax;
+    otherwise ``proposed`` is accepted with its probability, else a token is drawn from the others
+    in proportion to theirs (speculative sampling when the proposal is a single token)."""
+    if temperature == 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(descending=True)
+        keep = sorted_probs.cumsum(-1) - sorted_probs < top_p
+        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+    probs = probs / probs.sum()
+    if 0 <= proposed < probs.shape[-1]:
+        accept = float(probs[proposed])
+        if float(torch.rand(1, generator=generator)) < accept:
+            return proposed
+        probs = probs.clone()
+        probs[proposed] = 0.0
+        if float(probs.sum()) <= 0:
+            return proposed
     return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
 
 
@@ -137,6 +173,7 @@ class Generator:
         logits_processor: LogitsProcessor | None = None,
         on_text: Callable[[str], None] | None = None,
         should_cancel: Callable[[], bool] | None = None,
+        drafter: Drafter | None = None,
     ) -> Generation:
         config = config or GenerationConfig()
         t0 = time.perf_counter()
@@ -150,6 +187,10 @@ class Generator:
         stop_point: tuple[int, str] | None = None  # (tokens, text) where an unsure stop would cut
         streamed = 0
         finish = "length"
+        draft: list[int] = []  # proposed ids not yet decided, their logits after each, and the
+        draft_logits: list[torch.Tensor] = []  # cache length that holds none of them
+        valid = 0
+        drafted = accepted = calls = 0
         for _ in range(config.max_new_tokens):
             if should_cancel is not None and should_cancel():
                 finish = "cancelled"
@@ -157,7 +198,10 @@ class Generator:
             scores = logits.float()
             if logits_processor is not None:
                 scores = logits_processor(out, scores.clone())
-            token = sample(scores.cpu(), config.temperature, config.top_p, rng)
+            if draft:
+                token = sample_with_draft(scores.cpu(), draft[0], config.temperature, config.top_p, rng)
+            else:
+                token = sample(scores.cpu(), config.temperature, config.top_p, rng)
             if config.min_token_prob and float(torch.softmax(scores, dim=-1)[token]) < config.min_token_prob:
                 here = _stops_between(text, self.tokenizer.decode(out + [token])[len(text):])
                 cut = (len(out), text) if here else stop_point
@@ -187,8 +231,32 @@ class Generator:
                 if ready > streamed:
                     on_text(text[streamed:ready])
                     streamed = ready
+            if draft and token == draft[0]:  # a proposed token kept: its logits are computed already
+                draft.pop(0)
+                logits = draft_logits.pop(0)
+                valid += 1
+                accepted += 1
+                continue
+            if draft:  # the first proposed token not kept: the cache loses the rest
+                self.cache.truncate(valid)
+                draft, draft_logits = [], []
+            if len(out) >= config.max_new_tokens:
+                break  # no step needed for a token nobody will read
+            proposal = list(drafter(out))[: config.max_new_tokens - len(out) - 1] if drafter is not None else []
+            calls += 1
+            if proposal:
+                ids = torch.tensor([[token, *proposal]], dtype=torch.long, device=self.cache.device)
+                step_logits = self.model(ids, cache=self.cache, policy=self.policy)[0]
+                logits = step_logits[0]
+                draft, draft_logits = proposal, list(step_logits[1:])
+                valid = self.cache.length - len(proposal)
+                drafted += len(proposal)
+                continue
             step_ids = torch.tensor([[token]], dtype=torch.long, device=self.cache.device)
             logits = self.model(step_ids, cache=self.cache, policy=self.policy)[0, -1]
+            valid = self.cache.length
+        if draft:
+            self.cache.truncate(valid)  # only what was kept (the rest stays right, but unasked)
         if on_text is not None and len(text) > streamed:
             on_text(text[streamed:])
         return Generation(
@@ -200,4 +268,7 @@ class Generator:
             cached_tokens=reused,
             seconds=time.perf_counter() - t0,
             prefill_seconds=prefill_seconds,
+            drafted_tokens=drafted,
+            accepted_tokens=accepted,
+            forward_calls=calls,
         )

@@ -1,0 +1,267 @@
+"""The memory's next-token estimate for a text, in the model's tokens, wherever the text ends.
+
+The memory holds files as the tokenizer cuts them whole. A context that ends mid-word (``self.na``,
+token healing's cut), after white space (``x = ``, or ``\\n\\n`` that a following name would split
+in two), or after a token that could still grow (``.`` before ``(``) is tokenized differently from
+the same characters inside a file, so its ids would rarely be found. Here the text is cut where the
+tokenization is settled: before its last pre-token (the byte-level regex's piece) and the white
+space before that, which leaves a text ending in a character that is not white space, whose ids are
+exactly the file's. The rest, *pending* text, is matched through the memory's own tokens: a next
+id whose text runs past the pending text gives its remainder (the longest vocabulary token it
+starts with) as the model's next token; one that the pending text runs past is followed one level
+deeper (the most frequent one). A continuation that disagrees with the pending text does not count;
+when none agrees, shorter suffixes are tried (backing off as an n-gram model does when a count is 0).
+
+With nothing pending the estimate is the memory's own counts, id for id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from glm5_lsp.memory.matcher import Match, Matcher
+from glm5_lsp.memory.tokens import last_chunk_start
+
+MAX_DEPTH = 4  # levels of pending text followed through the memory's own tokens (the slow way)
+BACKOFF_TRIES = 4
+
+
+
+@dataclass
+class Estimate:
+    """The memory's distribution over the model's next token: ``ids`` and ``probs`` (summing to 1,
+    or empty), and the match it came from (its length and count set the mixing weight)."""
+
+    ids: np.ndarray
+    probs: np.ndarray
+    match: Match
+
+    @property
+    def empty(self) -> bool:
+        return not len(self.ids)
+
+    def top(self) -> tuple[int, float]:
+        if self.empty:
+            return -1, 0.0
+        best = int(np.argmax(self.probs))
+        return int(self.ids[best]), float(self.probs[best])
+
+
+class Vocabulary:
+    """Token strings and the longest token a text begins with."""
+
+    _cache: ClassVar[dict[int, Vocabulary]] = {}
+
+    def __init__(self, strings: Sequence[str]) -> None:
+        self.strings = strings
+        self.by_string: dict[str, int] = {}
+        for i, s in enumerate(strings):
+            if s and "\ufffd" not in s:
+                self.by_string.setdefault(s, i)
+        self.longest = max((len(s) for s in self.by_string), default=1)
+        self.first_char = np.asarray([ord(s[0]) if s else -1 for s in strings], dtype=np.int64)
+
+    @classmethod
+    def of(cls, tokenizer: object) -> Vocabulary:
+        strings = tokenizer.token_strings()  # type: ignore[attr-defined]
+        found = cls._cache.get(id(strings))
+        if found is None or found.strings is not strings:
+            found = cls._cache[id(strings)] = cls(strings)
+        return found
+
+    def first_token(self, text: str) -> int:
+        """The id of the longest token that ``text`` begins with (-1 for none)."""
+        for n in range(min(len(text), self.longest), 0, -1):
+            i = self.by_string.get(text[:n])
+            if i is not None:
+                return i
+        return -1
+
+
+class TextMatcher:
+    """A :class:`~glm5_lsp.memory.matcher.Matcher` driven by text: ``bind`` the code before the
+    cursor, then ask for the estimate after any text written since."""
+
+    def __init__(self, matcher: Matcher, tokenizer: object) -> None:
+        self.matcher = matcher
+        self.tokenizer = tokenizer
+        self.vocab = Vocabulary.of(tokenizer)
+        inner = getattr(tokenizer, "_tok", None)
+        self._pre = inner.pre_tokenizer if inner is not None and inner.pre_tokenizer is not None else None
+        self.code = ""
+        self._tail_start = 0  # a chunk start in ``code``: ids before it are bound to the matcher
+        self._stable: tuple[str, list[int]] = ("", [])  # a chunk-aligned start of the tail and its ids
+
+    def bind(self, code: str) -> None:
+        self.code = code
+        self._tail_start = last_chunk_start(code)
+        self.matcher.bind(self.tokenizer.encode(code[: self._tail_start]) if self._tail_start else [])  # type: ignore[attr-defined]
+        self._stable = ("", [])
+
+    # ---- the settled ids and the pending text ---------------------------------------------------
+
+    def split(self, written: str) -> tuple[list[int], str]:
+        """The ids after the bound part up to where the text's tokenization is settled, and the
+        pending text after it."""
+        tail = self.code[self._tail_start:] + written
+        cut = self._settled(tail)
+        return self._ids(tail[:cut]), tail[cut:]
+
+    def _settled(self, tail: str) -> int:
+        line = last_chunk_start(tail)
+        piece = tail[line:]
+        if self._pre is not None and piece:
+            pieces = self._pre.pre_tokenize_str(piece)
+            cut = line + (pieces[-1][1][0] if pieces else 0)
+        else:  # no pre-tokenizer to ask: the last run of word characters or of other characters
+            cut = len(tail)
+            while cut > line and (tail[cut - 1].isalnum() or tail[cut - 1] == "_"):
+                cut -= 1
+            if cut == len(tail):
+                while cut > line and not tail[cut - 1].isalnum() and not tail[cut - 1].isspace():
+                    cut -= 1
+        return cut
+
+    def _ids(self, text: str) -> list[int]:
+        """Ids of ``text`` (a start of the tail), re-encoding only what follows the last chunk
+        start encoded before."""
+        stable_end = last_chunk_start(text)
+        known, ids = self._stable
+        if not text.startswith(known) or len(known) > stable_end:
+            known, ids = "", []
+        if stable_end > len(known):
+            ids = ids + self.tokenizer.encode(text[len(known):stable_end])  # type: ignore[attr-defined]
+            known = text[:stable_end]
+            self._stable = (known, ids)
+        return ids + self.tokenizer.encode(text[stable_end:]) if stable_end < len(text) else list(ids)  # type: ignore[attr-defined]
+
+    # ---- estimates ------------------------------------------------------------------------------
+
+    def estimate(self, written: str) -> Estimate:
+        """The memory's distribution over the model's next token after the bound code plus ``written``."""
+        ids, pending = self.split(written)
+        if not written and pending:  # where the prompt ends, mid-word or after white space
+            walked = self._walk(ids, pending)
+            if walked is not None:
+                return walked
+        piece = self._encode(pending) if pending else []
+        match = self.matcher.sync(ids + piece)
+        counts = match.counts
+        whole = (counts.ids, counts.counts.astype(np.float64))  # the text as the tokenizer cuts it
+        if not pending:
+            return self._estimate(*whole, match)
+        if match.length <= len(piece):  # found only inside the last piece: no context behind it
+            whole = (whole[0][:0], whole[1][:0])
+        before = self.matcher.sync(ids)  # the state before the last piece: kept on the way, no search
+        merged, kept = self._merges(before.counts, pending)
+        if not len(merged[0]) or not kept:
+            if not len(merged[0]):
+                if not len(whole[0]):  # nothing agrees with the piece here: shorter contexts
+                    return self._walk(ids, pending) or self._estimate(*whole, match)
+                return self._estimate(*whole, match)
+            return self._estimate(*merged, before)
+        # What followed the context before the piece: some occurrences wrote it whole and went on
+        # (``kept`` of them: the whole-text estimate stands for those), others wrote a longer token
+        # that begins with it (its remainder is the model's next token).
+        total_kept = float(kept)
+        if not len(whole[0]) or not whole[1].sum():
+            return self._estimate(*merged, before)
+        ids_all = np.concatenate([whole[0], merged[0]])
+        weights = np.concatenate([whole[1] / whole[1].sum() * total_kept, merged[1]])
+        source = match if total_kept >= merged[1].sum() else before
+        return self._estimate(ids_all, weights, source)
+
+    def _walk(self, ids: list[int], pending: str, depth: int = 0) -> Estimate | None:
+        """The slow way, where the last piece was never seen after the longest context: back off to
+        shorter contexts until what followed agrees with the pending text, following an id that
+        the pending text runs past one level on (a typed word's first characters, several pieces
+        of white space)."""
+        match = self.matcher.sync(ids)
+        length, tries = match.length, 0
+        while True:
+            found = self._agrees(ids, match, pending, depth)
+            if found is not None or length <= 1 or tries >= BACKOFF_TRIES:
+                return found
+            length = length // 2 if length > 8 else length - 1
+            tries += 1
+            match = self.matcher.backoff(ids, length)
+
+    def _agrees(self, ids: list[int], match: Match, pending: str, depth: int) -> Estimate | None:
+        if not pending:
+            counts = match.counts
+            return self._estimate(counts.ids, counts.counts.astype(np.float64), match) if len(counts.ids) else None
+        (merged_ids, merged_counts), _ = self._merges(match.counts, pending)
+        strings = self.vocab.strings
+        deeper: tuple[int, int] | None = None  # (count, id): the likeliest id the pending text runs past
+        for token, count in zip(match.counts.ids.tolist(), match.counts.counts.tolist()):
+            piece = strings[token] if token < len(strings) else ""
+            if piece and len(piece) <= len(pending) and pending.startswith(piece) and (deeper is None or count > deeper[0]):
+                deeper = (count, token)
+        sub = None
+        if deeper is not None and depth < MAX_DEPTH:
+            sub = self._walk(ids + [deeper[1]], pending[len(strings[deeper[1]]):], depth + 1)
+        if sub is None:
+            return self._estimate(merged_ids, merged_counts, match) if len(merged_ids) else None
+        assert deeper is not None
+        ids_all = np.concatenate([merged_ids, sub.ids])
+        weights = np.concatenate([merged_counts, sub.probs * deeper[0]])
+        return self._estimate(ids_all, weights, sub.match if deeper[0] >= merged_counts.sum() else match)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _estimate(ids: np.ndarray, weights: np.ndarray, match: Match) -> Estimate:
+        if not len(ids) or weights.sum() <= 0:
+            return Estimate(np.zeros(0, dtype=np.int64), np.zeros(0), match)
+        keys, where = np.unique(ids, return_inverse=True)
+        summed = np.zeros(len(keys))
+        np.add.at(summed, where, weights)
+        return Estimate(keys, summed / summed.sum(), match)
+
+    def _merges(self, counts: object, pending: str) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+        """Of what followed the context before the last piece (``pending``): the ids that run past
+        it, as the model's next token (their remainder's first token) with their counts; and how
+        many occurrences wrote it in pieces of its own (an id that it begins with)."""
+        ids, numbers = counts.ids, counts.counts  # type: ignore[attr-defined]
+        first = self.vocab.first_char
+        inside = ids < len(first)
+        ids, numbers = ids[inside], numbers[inside]
+        agree = first[ids] == ord(pending[0])  # only ids that begin as the pending text does
+        strings = self.vocab.strings
+        out_ids: list[int] = []
+        out_counts: list[float] = []
+        kept = 0
+        for token, count in zip(ids[agree].tolist(), numbers[agree].tolist()):
+            piece = strings[token]
+            if len(piece) > len(pending) and piece.startswith(pending):
+                after = self.vocab.first_token(piece[len(pending):])
+                if after >= 0:
+                    out_ids.append(after)
+                    out_counts.append(count)
+            elif pending.startswith(piece):
+                kept += count
+        return (np.asarray(out_ids, dtype=np.int64), np.asarray(out_counts, dtype=np.float64)), kept
+
+    def continuation(self, written: str, max_tokens: int, min_length: int = 1, min_share: float = 0.0,
+                     stop: str = "") -> list[int]:
+        """The memory's greedy continuation in the model's tokens after ``written``: the most
+        likely next token, again and again, while the match is at least ``min_length`` ids long and
+        that token at least ``min_share`` likely; ends after a token holding ``stop``."""
+        out: list[int] = []
+        text = written
+        strings = self.vocab.strings
+        while len(out) < max_tokens:
+            estimate = self.estimate(text)
+            token, share = estimate.top()
+            if token < 0 or estimate.match.length < min_length or share < min_share:
+                break
+            out.append(token)
+            text += strings[token]
+            if stop and stop in strings[token]:
+                break
+        return out

@@ -1,0 +1,217 @@
+"""Fit the memory's interpolation weights on held-out packages, and measure perplexity with them.
+
+For each package (``BENCHMARK_FIT`` by default: the packages the weights may be chosen on; never
+``BENCHMARK_REPORT``), copied as its own workspace, every file is scored token by token twice: by
+the model alone (windows of the model's trained context, each token seeing at least half a window
+before it) and by the memory holding the rest of that package plus the libraries it imports and the
+standard library (the file's own positions excluded). Each token's cell of the interpolation table
+(the match's length, occurrences and top share) then gets the weight that maximises the held-out
+log-likelihood of the mixture in that cell, a one-dimensional concave problem. Cells with too few
+tokens take the weight of their length row.
+
+    python -m glm5_lsp.memory.fit                      # fit on BENCHMARK_FIT, write interpolation.json
+    python -m glm5_lsp.memory.fit --max-tokens 20000   # fewer tokens per package
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from glm5_lsp.memory.align import TextMatcher
+from glm5_lsp.memory.heldout import copy_package
+from glm5_lsp.memory.matcher import Matcher, Source
+from glm5_lsp.memory.mixing import COUNT_EDGES, LENGTH_EDGES, SHARE_EDGES, TABLE_FILE, Interpolation, buckets
+from glm5_lsp.memory.workspace import WorkspaceMemory, as_key
+
+MIN_CELL = 200  # tokens a cell needs for a weight of its own
+
+
+@dataclass
+class Scores:
+    """Per scored token: the model's and the memory's probability of the real token, the table
+    cell of the memory's estimate (-1 where it had none)."""
+
+    model: list[float] = field(default_factory=list)
+    memory: list[float] = field(default_factory=list)
+    cells: list[tuple[int, int, int]] = field(default_factory=list)
+    files: int = 0
+    seconds_model: float = 0.0
+    seconds_memory: float = 0.0
+
+    def extend(self, other: Scores) -> None:
+        self.model += other.model
+        self.memory += other.memory
+        self.cells += other.cells
+        self.files += other.files
+        self.seconds_model += other.seconds_model
+        self.seconds_memory += other.seconds_memory
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.asarray(self.model), np.asarray(self.memory),
+                np.asarray(self.cells, dtype=np.int64).reshape(-1, 3))
+
+
+def model_probabilities(model: object, ids: Sequence[int], window: int) -> np.ndarray:
+    """``p(ids[t] | ids[max(0, ...):t])`` for t >= 1 by the model: windows of ``window`` tokens
+    stepping by half of one, each scoring its second half (the first window all of it)."""
+    import torch
+
+    n = len(ids)
+    out = np.full(n, np.nan)
+    half = max(1, window // 2)
+    start = 0
+    with torch.inference_mode():
+        while True:
+            chunk = torch.tensor([list(ids[start:start + window])], dtype=torch.long)
+            logp = torch.log_softmax(model(chunk)[0].float(), dim=-1)  # type: ignore[operator]
+            first = 1 if start == 0 else half
+            for i in range(first, chunk.shape[1]):
+                out[start + i] = math.exp(float(logp[i - 1, chunk[0, i]]))
+            if start + window >= n:
+                break
+            start += half
+    return out
+
+
+def score_package(name: str, model: object, tokenizer: object, workdir: Path, window: int,
+                  max_tokens: int, libraries: bool = True, log: Callable[[str], None] = print) -> Scores:
+    """Model and memory probabilities over one package's files (at most ``max_tokens`` scored)."""
+    root = copy_package(name, workdir)
+    memory = WorkspaceMemory(tokenizer)  # type: ignore[arg-type]
+    memory.index_folder(root, libraries=libraries)
+    if not libraries:
+        memory.libraries = None
+    scores = Scores()
+    base = memory.base
+    assert base is not None
+    for key in sorted(base.live_keys()):
+        if len(scores.model) >= max_tokens:
+            break
+        text = Path(key).read_text(encoding="utf-8")
+        ids, offsets = tokenizer.encode_with_offsets(text)  # type: ignore[attr-defined]
+        ids = ids[: max_tokens - len(scores.model) + 1]
+        if len(ids) < 2:
+            continue
+        started = time.perf_counter()
+        p_model = model_probabilities(model, ids, window)
+        scores.seconds_model += time.perf_counter() - started
+        started = time.perf_counter()
+        span = base.span(as_key(key))
+        sources = [Source(s.index, span if s.index is base else s.exclude) for s in memory.sources()]
+        matcher = TextMatcher(Matcher(sources), tokenizer)
+        matcher.bind("")
+        for t in range(1, len(ids)):
+            estimate = matcher.estimate(text[: offsets[t][0]])
+            scores.model.append(float(p_model[t]))
+            if estimate.empty or estimate.match.length <= 0:
+                scores.memory.append(0.0)
+                scores.cells.append((-1, -1, -1))
+                continue
+            where = np.searchsorted(estimate.ids, ids[t])
+            hit = where < len(estimate.ids) and estimate.ids[where] == ids[t]
+            scores.memory.append(float(estimate.probs[where]) if hit else 0.0)
+            scores.cells.append(buckets(estimate))
+        scores.seconds_memory += time.perf_counter() - started
+        scores.files += 1
+    log(f"{name}: {scores.files} files, {len(scores.model)} tokens "
+        f"(model {scores.seconds_model:.0f} s, memory {scores.seconds_memory:.0f} s)")
+    return scores
+
+
+def best_weight(p_memory: np.ndarray, p_model: np.ndarray) -> float:
+    """The ``lam`` in [0, 0.995] maximising ``sum(log(lam * p_memory + (1 - lam) * p_model))``."""
+    lo, hi = 0.0, 0.995
+    for _ in range(60):  # the derivative is decreasing in lam: bisect on its sign
+        mid = (lo + hi) / 2
+        grad = np.sum((p_memory - p_model) / np.maximum(mid * p_memory + (1 - mid) * p_model, 1e-30))
+        if grad > 0:
+            lo = mid
+        else:
+            hi = mid
+    return round((lo + hi) / 2, 4)
+
+
+def fit(scores: Scores, source: str) -> Interpolation:
+    p_model, p_memory, cells = scores.arrays()
+    p_model = np.maximum(p_model, 1e-12)
+    table = Interpolation.prior().table
+    for li in range(len(LENGTH_EDGES)):
+        row = cells[:, 0] == li
+        row_weight = best_weight(p_memory[row], p_model[row]) if row.sum() >= MIN_CELL else None
+        for ci in range(len(COUNT_EDGES)):
+            for si in range(len(SHARE_EDGES)):
+                cell = row & (cells[:, 1] == ci) & (cells[:, 2] == si)
+                if cell.sum() >= MIN_CELL:
+                    table[li][ci][si] = best_weight(p_memory[cell], p_model[cell])
+                elif row_weight is not None:
+                    table[li][ci][si] = row_weight
+    return Interpolation(table, source)
+
+
+def perplexity(scores: Scores, interpolation: Interpolation | None) -> float:
+    """exp of the mean negative log-likelihood, of the model alone or mixed with the memory."""
+    p_model, p_memory, cells = scores.arrays()
+    p = np.maximum(p_model, 1e-12)
+    if interpolation is not None:
+        lam = np.zeros(len(p))
+        has = cells[:, 0] >= 0
+        table = np.asarray(interpolation.table)
+        lam[has] = table[cells[has, 0], cells[has, 1], cells[has, 2]]
+        p = lam * p_memory + (1 - lam) * p
+    return float(np.exp(-np.mean(np.log(np.maximum(p, 1e-12)))))
+
+
+def load_runtime(model_path: str | None) -> tuple[object, object, int]:
+    import json
+
+    import torch
+
+    from glm5_lsp.model import default_model_path, load_model, load_tokenizer
+
+    path = Path(model_path or default_model_path())
+    model = load_model(path)
+    model.eval()
+    torch.set_num_threads(1)
+    try:
+        window = int(json.loads((path / "metrics.json").read_text()).get("seq_len", 512))
+    except (OSError, ValueError):
+        window = 512
+    return model, load_tokenizer(path), window
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_REPORT
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--packages", nargs="*", default=list(BENCHMARK_FIT))
+    parser.add_argument("--max-tokens", type=int, default=30_000, help="scored tokens per package")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--out", type=Path, default=TABLE_FILE)
+    args = parser.parse_args(argv)
+    reported = sorted(set(args.packages) & set(BENCHMARK_REPORT))
+    if reported:
+        parser.error(f"never fit on the packages the benchmarks report: {', '.join(reported)}")
+    model, tokenizer, window = load_runtime(args.model)
+    total = Scores()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.packages:
+            total.extend(score_package(name, model, tokenizer, Path(tmp), window, args.max_tokens))
+    table = fit(total, f"fitted on {', '.join(args.packages)} ({len(total.model)} tokens)")
+    before, prior, after = perplexity(total, None), perplexity(total, Interpolation.prior()), perplexity(total, table)
+    table.save(args.out, perplexity={"model": round(before, 3), "prior": round(prior, 3), "fitted": round(after, 3)})
+    print(f"perplexity on the fitting data: model {before:.2f}, prior table {prior:.2f}, fitted {after:.2f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""One suffix array over a set of documents' token ids (a *shard* of the memory).
+
+The documents' ids are laid end to end, each followed by the separator (an id no token has, so no
+match runs from one document into the next), and every position is sorted by the suffix that starts
+there (``pydivsufsort``: libdivsufsort on the ids as big-endian bytes, which sorts them in token
+order; 4 million tokens in under a second). The suffixes that begin with a token sequence then form
+one range of the array, found by narrowing token by token (:meth:`SuffixIndex.narrow`): binary
+searches over the range, a vectorised ``searchsorted`` once it is small.
+
+A shard never changes its ids; a document that changed or went away is marked dead (its positions'
+``alive`` flags cleared) and lives on in a newer shard. Counting skips dead positions and a caller's
+excluded range (the cursor's own line, which would otherwise predict itself).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from glm5_lsp.memory.tokens import separator
+
+SMALL_RANGE = 512  # at most this many suffixes: narrow with one vectorised gather and searchsorted
+SAMPLE = 2048  # at most this many occurrences are read for a distribution (evenly spaced)
+
+
+def suffix_array(tokens: np.ndarray) -> np.ndarray:
+    """The suffix array of ``tokens`` (int32 positions, or int64 past 2**31 tokens)."""
+    if len(tokens) == 0:
+        return np.zeros(0, dtype=np.int32)
+    try:
+        from pydivsufsort import divsufsort
+    except ImportError:  # pragma: no cover - a declared dependency; the fallback is slow but correct
+        return _suffix_array_numpy(tokens)
+    return np.ascontiguousarray(divsufsort(tokens))
+
+
+def _suffix_array_numpy(tokens: np.ndarray) -> np.ndarray:
+    """Prefix doubling with numpy sorts: O(n log^2 n), for when libdivsufsort is missing."""
+    n = len(tokens)
+    rank = tokens.astype(np.int64)
+    k = 1
+    sa = np.argsort(rank, kind="stable")
+    while True:
+        second = np.full(n, -1, dtype=np.int64)
+        second[: n - k] = rank[k:]
+        sa = np.lexsort((second, rank))
+        keys = np.stack([rank[sa], second[sa]])
+        new = np.zeros(n, dtype=np.int64)
+        new[1:] = np.cumsum(np.any(keys[:, 1:] != keys[:, :-1], axis=0))
+        rank = np.empty(n, dtype=np.int64)
+        rank[sa] = new
+        if new[-1] == n - 1 or k >= n:
+            return sa.astype(np.int32 if n < 2**31 else np.int64)
+        k *= 2
+
+
+@dataclass
+class Counts:
+    """What followed the occurrences of a token sequence: distinct next ids, their counts, and the
+    number of live occurrences (estimated from an even sample when there are many)."""
+
+    ids: np.ndarray
+    counts: np.ndarray
+    total: int
+
+    def top(self) -> tuple[int, float]:
+        """The most frequent next id and its share (-1, 0 when nothing followed)."""
+        if not len(self.ids):
+            return -1, 0.0
+        best = int(np.argmax(self.counts))
+        return int(self.ids[best]), float(self.counts[best] / self.counts.sum())
+
+
+class SuffixIndex:
+    """A suffix array over documents' ids; see the module docstring."""
+
+    def __init__(self, tokens: np.ndarray, sa: np.ndarray, doc_starts: np.ndarray, keys: Sequence[str]) -> None:
+        self.tokens = tokens  # [N], documents end to end, each followed by the separator
+        self.sa = sa  # [N]
+        self.doc_starts = doc_starts  # [D + 1], the last is N
+        self.keys = list(keys)  # each document's key (a path)
+        self.sep = separator(tokens.dtype)
+        self.alive: np.ndarray | None = None  # [N] bool once a document died; None while all live
+        self.dead_tokens = 0
+        self._doc = {key: i for i, key in enumerate(self.keys)}
+        # first[t]: where the suffixes that begin with id t start in the array (one past the last
+        # real id: where the separators' suffixes start).
+        self.first: np.ndarray | None = None
+        if self.sep <= np.iinfo(np.uint16).max:
+            self.first = np.searchsorted(tokens[sa], np.arange(self.sep + 2), side="left")
+
+    # ---- building -------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, docs: Sequence[tuple[str, np.ndarray]], dtype: np.dtype) -> SuffixIndex:
+        """An index over ``(key, ids)`` documents."""
+        sep = separator(dtype)
+        lengths = np.asarray([len(ids) + 1 for _, ids in docs], dtype=np.int64)
+        starts = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        tokens = np.full(int(starts[-1]), sep, dtype=dtype)
+        for (_, ids), start in zip(docs, starts[:-1]):
+            tokens[start:start + len(ids)] = ids
+        return cls(tokens, suffix_array(tokens), starts, [key for key, _ in docs])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.alive is None else self.alive.nbytes
+        return int(self.tokens.nbytes + self.sa.nbytes + self.doc_starts.nbytes + extra)
+
+    def has(self, key: str) -> bool:
+        return key in self._doc and self.is_alive(key)
+
+    def is_alive(self, key: str) -> bool:
+        i = self._doc.get(key)
+        if i is None:
+            return False
+        return self.alive is None or bool(self.alive[self.doc_starts[i]])
+
+    def live_keys(self) -> list[str]:
+        return [k for k in self.keys if self.is_alive(k)]
+
+    def document(self, key: str) -> np.ndarray:
+        i = self._doc[key]
+        return self.tokens[self.doc_starts[i]:self.doc_starts[i + 1] - 1]
+
+    def span(self, key: str) -> tuple[int, int] | None:
+        """The positions ``[start, end)`` of a document's ids (its separator not included)."""
+        i = self._doc.get(key)
+        if i is None:
+            return None
+        return int(self.doc_starts[i]), int(self.doc_starts[i + 1] - 1)
+
+    def kill(self, key: str) -> bool:
+        """Mark a document dead (changed or removed); False when it is not here or already dead."""
+        i = self._doc.get(key)
+        if i is None or not self.is_alive(key):
+            return False
+        if self.alive is None:
+            self.alive = np.ones(len(self.tokens), dtype=bool)
+        start, end = int(self.doc_starts[i]), int(self.doc_starts[i + 1])
+        self.alive[start:end] = False
+        self.dead_tokens += end - start
+        return True
+
+    @property
+    def live_tokens(self) -> int:
+        return len(self.tokens) - self.dead_tokens
+
+    # ---- saving (the libraries' shard, cached on disk) ---------------------------------------
+
+    def save(self, folder: Path) -> None:
+        """Write the shard to ``folder`` (atomically: a temporary folder renamed into place)."""
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp"))
+        np.save(tmp / "tokens.npy", self.tokens)
+        np.save(tmp / "sa.npy", self.sa)
+        np.save(tmp / "doc_starts.npy", self.doc_starts)
+        (tmp / "keys.txt").write_text("\n".join(self.keys), encoding="utf-8")
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process wrote it first: theirs is the same
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
+
+    @classmethod
+    def load(cls, folder: Path) -> SuffixIndex:
+        """A saved shard, memory-mapped (pages are read as queries touch them)."""
+        # Plain array views of the maps: numpy.memmap's own indexing costs a Python call per item.
+        tokens = np.load(folder / "tokens.npy", mmap_mode="r").view(np.ndarray)
+        sa = np.load(folder / "sa.npy", mmap_mode="r").view(np.ndarray)
+        starts = np.load(folder / "doc_starts.npy")
+        keys = (folder / "keys.txt").read_text(encoding="utf-8").split("\n")
+        if len(tokens) != len(sa) or len(starts) != len(keys) + 1 or (len(starts) and starts[-1] != len(tokens)):
+            raise ValueError(f"{folder}: the saved index is inconsistent")
+        return cls(tokens, sa, starts, keys)
+
+    # ---- queries ----------------------------------------------------------------------------
+
+    def narrow(self, lo: int, hi: int, depth: int, token: int) -> tuple[int, int]:
+        """Of the suffixes ``sa[lo:hi]`` (which share their first ``depth`` ids), those whose next
+        id is ``token``: a sub-range (empty when none)."""
+        if hi <= lo:
+            return lo, lo
+        if depth == 0 and lo == 0 and hi == len(self.sa) and self.first is not None:
+            if token >= len(self.first) - 1:
+                return 0, 0
+            return int(self.first[token]), int(self.first[token + 1])
+        tokens, sa = self.tokens, self.sa
+        if token > self.sep:
+            return lo, lo
+        if hi - lo <= SMALL_RANGE:
+            column = tokens[sa[lo:hi] + depth]
+            typed = column.dtype.type(token)  # searchsorted converts a Python int slowly
+            return lo + int(column.searchsorted(typed, side="left")), lo + int(column.searchsorted(typed, side="right"))
+        a, b = lo, hi  # first position whose id at depth is >= token
+        while a < b:
+            mid = (a + b) >> 1
+            if tokens[sa[mid] + depth] < token:
+                a = mid + 1
+            else:
+                b = mid
+        start = a
+        b = hi  # first position whose id at depth is > token
+        while a < b:
+            mid = (a + b) >> 1
+            if tokens[sa[mid] + depth] <= token:
+                a = mid + 1
+            else:
+                b = mid
+        return start, a
+
+    def find(self, pattern: Sequence[int], lo: int = 0, hi: int | None = None, depth: int = 0) -> tuple[int, int]:
+        """The range of suffixes that begin with ``pattern`` (within ``sa[lo:hi]``, whose suffixes
+        share ``pattern[:depth]`` already)."""
+        hi = len(self.sa) if hi is None else hi
+        tokens, sa = self.tokens, self.sa
+        n = len(pattern)
+        while depth < n and hi > lo:
+            if hi - lo <= 4 and n - depth > 1:  # a few candidates: compare the rest whole
+                rest = np.asarray(pattern[depth:], dtype=tokens.dtype)
+                keep = [i for i in range(lo, hi) if np.array_equal(tokens[sa[i] + depth:sa[i] + n], rest)]
+                if not keep:
+                    return lo, lo
+                return keep[0], keep[-1] + 1  # matches are contiguous
+            lo, hi = self.narrow(lo, hi, depth, int(pattern[depth]))
+            depth += 1
+        return lo, hi
+
+    def continuations(self, lo: int, hi: int, length: int, exclude: tuple[int, int] | None = None,
+                      sample: int | None = None) -> np.ndarray:
+        """The positions right after the live occurrences ``sa[lo:hi]`` of a ``length``-id sequence,
+        those in ``exclude`` (``[start, end)`` positions) left out; at most ``sample`` of them,
+        evenly spaced over the range."""
+        if sample is not None and hi - lo > sample:
+            picks = lo + (np.arange(sample, dtype=np.int64) * (hi - lo)) // sample
+            after = self.sa[picks].astype(np.int64) + length
+        else:
+            after = self.sa[lo:hi].astype(np.int64) + length
+        if self.alive is not None:
+            after = after[self.alive[after]]
+        if exclude is not None:
+            after = after[(after < exclude[0]) | (after >= exclude[1])]
+        return after
+
+    def any_live(self, lo: int, hi: int, length: int, exclude: tuple[int, int] | None = None) -> bool:
+        """Whether some occurrence ``sa[lo:hi]`` is live and not followed by an excluded position."""
+        if hi <= lo:
+            return False
+        spare = self.dead_tokens + (exclude[1] - exclude[0] if exclude is not None else 0)
+        if hi - lo > spare:
+            return True  # more occurrences than positions that could be skipped
+        return len(self.continuations(lo, hi, length, exclude)) > 0
+
+    def counts(self, lo: int, hi: int, length: int, exclude: tuple[int, int] | None = None,
+               sample: int = SAMPLE) -> Counts:
+        """What followed the occurrences ``sa[lo:hi]`` of a ``length``-id sequence."""
+        after = self.continuations(lo, hi, length, exclude, sample)
+        if not len(after):
+            return Counts(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0)
+        # The occurrences are sorted by what follows them, so the next ids come out sorted: runs of
+        # equal ids are the counts (no sort needed).
+        following = self.tokens[after].astype(np.int64)
+        following = following[following != self.sep]  # a document's end: nothing followed
+        total = len(after) if hi - lo <= sample else round(len(after) * (hi - lo) / sample)
+        n = len(following)
+        if not n:
+            return Counts(following, following, int(total))
+        change = np.empty(n + 1, dtype=bool)
+        change[0] = change[n] = True
+        np.not_equal(following[1:], following[:-1], out=change[1:n])
+        edges = np.flatnonzero(change)
+        return Counts(following[edges[:-1]], edges[1:] - edges[:-1], int(total))

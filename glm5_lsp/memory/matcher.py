@@ -1,0 +1,239 @@
+"""The longest suffix of a growing context found in the memory, one token at a time.
+
+For each shard the matcher keeps the longest suffix of the context that occurs there (live, outside
+the excluded range) and the range of the suffix array holding its occurrences. A new token either
+extends it (the occurrences narrowed by one id: a binary search) or, when no occurrence goes on with
+that token, the longest suffix is looked for again, no longer than before (a binary search over the
+length). Over all shards the longest wins and the counts of what followed it are summed over the
+shards that have it, as infini-gram's estimate does.
+
+The context is the prompt's code (bound once per request) plus the tokens generated since; states
+are kept per generated token so a rejected draft or a new candidate costs only the tokens that
+differ (:meth:`Matcher.sync`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from glm5_lsp.memory.index import Counts, SuffixIndex
+
+MAX_MATCH = 256  # tokens: a longer suffix adds nothing to the estimate and costs in the search
+
+
+@dataclass(frozen=True)
+class Source:
+    """One shard as a request sees it: the positions ``exclude`` (``[start, end)``) never count as
+    what followed a match (the cursor's own line in the document being edited)."""
+
+    index: SuffixIndex
+    exclude: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class ShardState:
+    length: int
+    lo: int
+    hi: int
+
+
+@dataclass
+class Match:
+    """The memory's estimate after a context: the longest suffix found (``length`` ids, 0 for none)
+    and what followed its occurrences."""
+
+    length: int
+    counts: Counts
+    shards: tuple[ShardState, ...] = field(repr=False, default=())
+
+    @property
+    def total(self) -> int:
+        return self.counts.total
+
+    def top(self) -> tuple[int, float]:
+        return self.counts.top()
+
+    def probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """Next ids and their probabilities under the memory alone."""
+        counts = self.counts.counts
+        total = counts.sum()
+        if not total:
+            return self.counts.ids, counts.astype(np.float64)
+        return self.counts.ids, counts / total
+
+
+def _common_prefix(known: list[int], base: int, ids: Sequence[int]) -> int:
+    """How many leading ``ids`` equal ``known[base:]`` (slice comparisons: C speed, then a binary
+    search only where they differ)."""
+    ids = ids if isinstance(ids, list) else [int(t) for t in ids]
+    limit = min(len(ids), len(known) - base)
+    if known[base:base + limit] == ids[:limit]:
+        return limit
+    lo, hi = 0, limit  # known[base:base+lo] == ids[:lo]; they differ within [:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if known[base:base + mid] == ids[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+_EMPTY = Counts(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0)
+
+
+class Matcher:
+    """Longest-suffix states for one request's context over a fixed set of shards."""
+
+    def __init__(self, sources: Sequence[Source], max_match: int = MAX_MATCH) -> None:
+        self.sources = [s for s in sources if len(s.index)]
+        self.max_match = max_match
+        self.context: list[int] = []
+        self._states: list[tuple[ShardState, ...]] = []  # after context[: base + i]
+        self._matches: list[Match | None] = []  # per state, computed when asked
+        self._base = 0
+
+    # ---- following a context ----------------------------------------------------------------
+
+    def bind(self, context: Sequence[int]) -> Match:
+        """Start over with ``context`` (the prompt's code); later calls extend it."""
+        self.context = [int(t) for t in context]
+        self._base = len(self.context)
+        self._states = [tuple(self._longest(source, self.context, self.max_match) for source in self.sources)]
+        self._matches = [None]
+        return self.match_at(0)
+
+    def sync(self, generated: Sequence[int]) -> Match:
+        """The estimate after the bound context plus ``generated``."""
+        base = self._base
+        known = self.context
+        n = _common_prefix(known, base, generated)
+        if n < len(generated):  # diverged (or went further): drop what differs, follow the rest
+            del known[base + n:]
+            del self._states[n + 1:]
+            del self._matches[n + 1:]
+            for token in generated[n:]:
+                self.push(int(token))
+        return self.match_at(len(generated))
+
+    def push(self, token: int) -> Match:
+        """Append one token to the context (past every state kept so far)."""
+        self.context.append(token)
+        previous = self._states[-1]
+        self._states.append(tuple(self._extend(source, state, token) for source, state in zip(self.sources, previous)))
+        self._matches.append(None)
+        return self.match_at(len(self._states) - 1)
+
+    def match_at(self, i: int) -> Match:
+        """The estimate after ``context[: base + i]``."""
+        found = self._matches[i]
+        if found is None:
+            found = self._matches[i] = self._estimate(self._states[i])
+        return found
+
+    @property
+    def generated(self) -> list[int]:
+        return self.context[self._base:]
+
+    def continuation(self, generated: Sequence[int], max_tokens: int, min_length: int = 1,
+                     min_share: float = 0.0, stop: Sequence[int] = ()) -> list[int]:
+        """The memory's own greedy continuation after ``generated``: the most frequent next id,
+        again and again, while the match is at least ``min_length`` ids long and that id at least
+        ``min_share`` of what followed; it ends after an id in ``stop``. The states it walks are
+        kept (a draft verified next costs no new search)."""
+        match = self.sync(generated)
+        out: list[int] = []
+        i = len(generated)
+        while len(out) < max_tokens:
+            token, share = match.top()
+            if token < 0 or match.length < min_length or share < min_share:
+                break
+            out.append(token)
+            i += 1
+            if len(self._states) > i and self.context[self._base + i - 1] == token:
+                match = self.match_at(i)  # walked before (an earlier draft)
+            else:
+                del self.context[self._base + i - 1:]
+                del self._states[i:]
+                del self._matches[i:]
+                match = self.push(token)
+            if token in stop:
+                break
+        return out
+
+    def backoff(self, generated: Sequence[int], length: int) -> Match:
+        """The estimate from the suffix of ``length`` ids (shorter than the longest) after the
+        bound context plus ``generated``: what followed it wherever it occurs."""
+        self.sync(generated)
+        context = self.context
+        states = []
+        for source in self.sources:
+            state = self._probe(source, context, length) if length <= len(context) else None
+            states.append(state if state is not None else ShardState(0, 0, len(source.index.sa)))
+        return self._estimate(tuple(states))
+
+    # ---- per shard ------------------------------------------------------------------------------
+
+    def _extend(self, source: Source, state: ShardState, token: int) -> ShardState:
+        index = source.index
+        if state.length < self.max_match:
+            lo, hi = index.narrow(state.lo, state.hi, state.length, token)
+            if index.any_live(lo, hi, state.length + 1, source.exclude):
+                return ShardState(state.length + 1, lo, hi)
+        else:  # at the cap: the same length, one token on (most often still there)
+            found = self._probe(source, self.context, self.max_match)
+            if found is not None:
+                return found
+        return self._longest(source, self.context, min(state.length, self.max_match))
+
+    def _longest(self, source: Source, context: Sequence[int], upper: int) -> ShardState:
+        """The longest live suffix of ``context``, at most ``upper`` ids (a binary search over the
+        length: a suffix that occurs has every shorter suffix occurring too)."""
+        index = source.index
+        best = ShardState(0, 0, len(index.sa))
+        upper = min(upper, len(context))
+        if upper == 0:
+            return best
+        good, bad = 0, upper + 1
+        probe = 1  # gallop up first: most matches are short, and a probe costs in its length
+        while probe < bad:
+            state = self._probe(source, context, probe)
+            if state is None:
+                bad = probe
+                break
+            best, good = state, probe
+            probe = min(probe * 2, upper) if probe < upper else bad
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            state = self._probe(source, context, mid)
+            if state is None:
+                bad = mid
+            else:
+                best, good = state, mid
+        return best
+
+    @staticmethod
+    def _probe(source: Source, context: Sequence[int], length: int) -> ShardState | None:
+        index = source.index
+        lo, hi = index.find(context[len(context) - length:])
+        if not index.any_live(lo, hi, length, source.exclude):
+            return None
+        return ShardState(length, lo, hi)
+
+    def _estimate(self, states: tuple[ShardState, ...]) -> Match:
+        length = max((s.length for s in states), default=0)
+        if length == 0:
+            return Match(0, _EMPTY, states)
+        parts = [source.index.counts(s.lo, s.hi, s.length, source.exclude)
+                 for source, s in zip(self.sources, states) if s.length == length]
+        if len(parts) == 1:
+            return Match(length, parts[0], states)
+        ids = np.concatenate([p.ids for p in parts])
+        counts = np.concatenate([p.counts for p in parts])
+        merged, where = np.unique(ids, return_inverse=True)
+        summed = np.zeros(len(merged), dtype=np.int64)
+        np.add.at(summed, where, counts)
+        return Match(length, Counts(merged, summed, sum(p.total for p in parts)), states)

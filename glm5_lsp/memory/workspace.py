@@ -1,0 +1,350 @@
+"""The memory of one workspace: its files and its libraries as token ids, indexed for suffix matches.
+
+Shards, newest last (a document lives in exactly one; the older copies are marked dead):
+
+- ``libraries``: the standard library and the installed distributions the workspace imports
+  (:mod:`~glm5_lsp.memory.libraries`: built once per set, cached on disk, shared);
+- ``base``: the workspace's files as :meth:`WorkspaceMemory.index_folder` found them;
+- ``frozen``: earlier edits, folded together once ``recent`` grows past ``recent_tokens``;
+- ``recent``: the documents edited before the one being edited now;
+- ``hot``: the document being edited (re-indexed alone on each change: a 2,600-line file's suffix
+  array takes a few milliseconds, and its ids are re-tokenized only around the change,
+  :class:`~glm5_lsp.memory.tokens.TokenizedText`).
+
+A change to another document moves the previous hot one into ``recent`` (rebuilt: it holds only
+edited documents). :meth:`compact` folds everything but the libraries back into one base shard.
+All methods are thread-safe; a request's matcher keeps the shards it started with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from glm5_lsp.memory.index import SuffixIndex
+from glm5_lsp.memory.libraries import (
+    LibraryCache,
+    imported_modules,
+    libraries_for,
+    local_modules,
+    read_source,
+)
+from glm5_lsp.memory.matcher import MAX_MATCH, Matcher, Source
+from glm5_lsp.memory.tokens import Encoder, TokenizedText, encode_batch, token_dtype
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, float], None]  # (message, fraction done)
+SOURCE_SUFFIXES = (".py", ".pyi")
+SKIPPED_FOLDERS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", "venv", ".tox",
+                             ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", "build", "dist", ".eggs"})
+
+
+@dataclass
+class MemorySettings:
+    """Sizes and sources. The defaults bound a workspace's memory to a few hundred megabytes."""
+
+    enabled: bool = True
+    libraries: bool = True  # the installed distributions the workspace imports
+    stdlib: bool = True  # and the standard library
+    max_files: int = 5_000  # workspace files indexed (the first ones in path order past it are kept)
+    max_file_bytes: int = 1_000_000  # a workspace file larger than this is left out
+    library_file_bytes: int = 200_000
+    max_library_tokens: int = 16_000_000  # ids of library code (about 100 MB with its suffix array)
+    recent_tokens: int = 400_000  # ``recent`` past this is frozen and a new one begins
+    max_match: int = MAX_MATCH
+    suffixes: tuple[str, ...] = SOURCE_SUFFIXES
+
+
+@dataclass
+class MemoryStats:
+    files: int = 0
+    tokens: int = 0
+    library_tokens: int = 0
+    bytes: int = 0
+    build_seconds: float = 0.0
+    library_seconds: float = 0.0
+    libraries: list[str] = field(default_factory=list)
+    library_cached: bool = False
+    shards: int = 0
+    dead_tokens: int = 0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def tokenizer_digest(tokenizer: Encoder) -> str:
+    """A stable digest of a tokenizer's vocabulary and merges (the libraries' cache key)."""
+    inner = getattr(tokenizer, "_tok", None)
+    payload = inner.to_str() if inner is not None and hasattr(inner, "to_str") else repr(
+        [tokenizer.encode(chr(c)) for c in range(32, 127)])
+    return hashlib.blake2b(payload.encode(), digest_size=16).hexdigest()
+
+
+class WorkspaceMemory:
+    """See the module docstring. Keys are the documents' paths as strings (an ``untitled:`` name
+    for a buffer with no file)."""
+
+    def __init__(self, tokenizer: Encoder, settings: MemorySettings | None = None,
+                 cache_dir: Path | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.settings = settings or MemorySettings()
+        self.dtype = token_dtype(tokenizer.vocab_size)
+        self.cache_dir = cache_dir
+        self._lock = threading.RLock()
+        self.libraries: SuffixIndex | None = None
+        self.base: SuffixIndex | None = None
+        self.frozen: list[SuffixIndex] = []
+        self.recent: SuffixIndex | None = None
+        self.hot: SuffixIndex | None = None
+        self._hot_key: str | None = None
+        self._edited: dict[str, TokenizedText] = {}  # documents edited since they were indexed
+        self.stats = MemoryStats()
+        self.root: Path | None = None
+
+    # ---- building -------------------------------------------------------------------------------
+
+    def index_folder(self, root: str | os.PathLike[str], progress: Progress | None = None,
+                     libraries: bool | None = None) -> MemoryStats:
+        """Index every source file under ``root`` (the base shard) and, unless turned off, the
+        libraries its files import. Replaces whatever the memory held."""
+        started = time.perf_counter()
+        root = Path(root).resolve()
+        paths = source_files(root, self.settings)
+        texts: list[tuple[str, str]] = []
+        for number, path in enumerate(paths):
+            text = read_source(path) if path.stat().st_size <= self.settings.max_file_bytes else None
+            if text is not None:
+                texts.append((str(path), text))
+            if progress is not None and number % 200 == 0:
+                progress(f"reading {number}/{len(paths)} files", 0.1 * number / max(len(paths), 1))
+        docs: list[tuple[str, np.ndarray]] = []
+        batch = 256
+        for start in range(0, len(texts), batch):
+            part = texts[start:start + batch]
+            for (key, _), ids in zip(part, encode_batch(self.tokenizer, [t for _, t in part])):
+                docs.append((key, np.asarray(ids, dtype=self.dtype)))
+            if progress is not None:
+                progress(f"tokenizing {min(start + batch, len(texts))}/{len(texts)} files",
+                         0.1 + 0.5 * (start + batch) / max(len(texts), 1))
+        if progress is not None:
+            progress("indexing the workspace", 0.6)
+        base = SuffixIndex.build(docs, self.dtype)
+        with self._lock:
+            self.root = root
+            self.base, self.frozen, self.recent, self.hot, self._hot_key = base, [], None, None, None
+            self._edited.clear()
+        self.stats.build_seconds = round(time.perf_counter() - started, 3)
+        use_libraries = self.settings.libraries if libraries is None else libraries
+        if use_libraries or self.settings.stdlib:
+            self.load_libraries((t for _, t in texts), local_modules(root, paths), progress,
+                                distributions=use_libraries)
+        self._refresh_stats()
+        if progress is not None:
+            progress("memory ready", 1.0)
+        return self.stats
+
+    def load_libraries(self, texts: Iterable[str], local: Iterable[str] = (), progress: Progress | None = None,
+                       distributions: bool = True) -> None:
+        """The libraries' shard for code that reads like ``texts`` (their imports), ``local`` names
+        being the workspace's own."""
+        from glm5_lsp.memory.libraries import stdlib_library
+
+        cache = LibraryCache(self.tokenizer, tokenizer_digest(self.tokenizer), self.cache_dir)
+        if distributions:
+            chosen = libraries_for(imported_modules(texts), local, self.settings.library_file_bytes,
+                                   stdlib=self.settings.stdlib)
+        else:
+            chosen = [stdlib_library(self.settings.library_file_bytes)] if self.settings.stdlib else []
+
+        def scaled(message: str, fraction: float) -> None:
+            if progress is not None:
+                progress(message, 0.6 + 0.4 * fraction)
+
+        index, report = cache.shard(chosen, self.settings.max_library_tokens, scaled)
+        with self._lock:
+            self.libraries = index
+        self.stats.libraries = report["libraries"]
+        self.stats.library_seconds = report["seconds"]
+        self.stats.library_cached = report["cached"]
+        self._refresh_stats()
+
+    # ---- documents ------------------------------------------------------------------------------
+
+    def update(self, key: str, text: str) -> bool:
+        """The document ``key`` now reads ``text`` (opened, changed, saved, or changed on disk).
+        Returns False when that is what the memory holds already."""
+        with self._lock:
+            doc = self._edited.get(key)
+            if doc is not None and doc.text == text and self._hot_key == key:
+                return False
+            if doc is None:
+                doc = TokenizedText(self.tokenizer, text)
+                self._edited[key] = doc
+            else:
+                doc.update(text)
+            if self._hot_key != key:
+                for shard in self._older_shards():
+                    shard.kill(key)
+                self._demote_hot()
+            self.hot = SuffixIndex.build([(key, doc.ids)], self.dtype)
+            self._hot_key = key
+            return True
+
+    def remove(self, key: str) -> bool:
+        """Forget a document (deleted, or renamed away). False when the memory did not hold it."""
+        with self._lock:
+            found = False
+            for shard in [*self._older_shards(), self.hot]:
+                if shard is not None:
+                    found = shard.kill(key) or found
+            if self._edited.pop(key, None) is not None:
+                found = True
+            if self._hot_key == key:
+                self.hot, self._hot_key = None, None
+            if self.recent is not None and not self.recent.live_keys():
+                self.recent = None
+            return found
+
+    def rename(self, old: str, new: str) -> None:
+        """A document moved: its text is kept under its new name."""
+        with self._lock:
+            text = self.text_of(old)
+            self.remove(old)
+            if text is not None:
+                self.update(new, text)
+
+    def refresh(self, key: str) -> bool:
+        """Read ``key`` from disk again (changed outside the editor, or deleted: then removed)."""
+        text = read_source(Path(key)) if Path(key).is_file() else None
+        if text is None:
+            return self.remove(key)
+        return self.update(key, text)
+
+    def text_of(self, key: str) -> str | None:
+        """The text the memory holds for a document (an edited one's, or the file's on disk)."""
+        with self._lock:
+            doc = self._edited.get(key)
+            if doc is not None:
+                return doc.text
+            if any(shard.has(key) for shard in self._older_shards()):
+                return read_source(Path(key))
+            return None
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._edited or any(shard.has(key) for shard in self._older_shards())
+
+    def documents(self) -> list[str]:
+        with self._lock:
+            keys = set(self._edited)
+            for shard in self._older_shards():
+                keys.update(shard.live_keys())
+            return sorted(keys)
+
+    def compact(self) -> None:
+        """Fold every workspace shard into one base shard (no dead positions left)."""
+        with self._lock:
+            docs = []
+            for shard in [self.base, *self.frozen, self.recent, self.hot]:
+                if shard is None:
+                    continue
+                for key in shard.live_keys():
+                    edited = self._edited.get(key)
+                    docs.append((key, edited.ids if edited is not None else np.array(shard.document(key))))
+            self.base = SuffixIndex.build(docs, self.dtype)
+            self.frozen, self.recent, self.hot, self._hot_key = [], None, None, None
+            self._edited.clear()
+        self._refresh_stats()
+
+    def _older_shards(self) -> list[SuffixIndex]:
+        return [s for s in (self.base, *self.frozen, self.recent) if s is not None]
+
+    def _demote_hot(self) -> None:
+        """The hot document joins ``recent`` (rebuilt from the edited documents it holds)."""
+        if self._hot_key is None:
+            return
+        key = self._hot_key
+        keys = [k for k in (self.recent.live_keys() if self.recent is not None else []) if k != key] + [key]
+        docs = [(k, self._edited[k].ids) for k in keys if k in self._edited]
+        if self.recent is not None and self.recent.live_tokens + len(self._edited[key].ids) > self.settings.recent_tokens:
+            self.frozen.append(self.recent)  # full: keep it as it is, start a new one with this document
+            docs = [(key, self._edited[key].ids)]
+            for k in keys[:-1]:
+                self._edited.pop(k, None)  # their ids live in the frozen shard now
+        self.recent = SuffixIndex.build(docs, self.dtype)
+        self.hot, self._hot_key = None, None
+
+    # ---- queries --------------------------------------------------------------------------------
+
+    def sources(self, key: str | None = None, exclude: tuple[int, int] | None = None) -> list[Source]:
+        """The shards as a request sees them: ``exclude`` (token positions of document ``key``,
+        which must be the hot one) never counts as what followed a match."""
+        with self._lock:
+            shards = [s for s in (self.libraries, self.base, *self.frozen, self.recent) if s is not None]
+            out = [Source(s) for s in shards]
+            if self.hot is not None:
+                hot_exclude = None
+                if exclude is not None and key is not None and key == self._hot_key:
+                    span = self.hot.span(key)
+                    assert span is not None
+                    hot_exclude = (span[0] + exclude[0], span[0] + exclude[1])
+                out.append(Source(self.hot, hot_exclude))
+            return out
+
+    def matcher(self, key: str | None = None, document: str | None = None, prefix_end: int | None = None) -> Matcher:
+        """A matcher for a request in document ``key`` whose prompt's code ends at character
+        ``prefix_end`` of ``document``: the document is brought up to date first, and what follows
+        the cursor's own line there is excluded (the prefix would otherwise find itself and predict
+        the text after the cursor, the next line)."""
+        exclude = None
+        if key is not None and document is not None:
+            self.update(key, document)
+            if prefix_end is not None:
+                with self._lock:
+                    doc = self._edited[key]
+                    line_end = document.find("\n", prefix_end)
+                    first = doc.token_at(max(0, prefix_end - 1))
+                    last = doc.token_at(line_end) + 1 if line_end >= 0 else len(doc.ids) + 1
+                    exclude = (first, last)
+        return Matcher(self.sources(key, exclude), self.settings.max_match)
+
+    def _refresh_stats(self) -> None:
+        with self._lock:
+            workspace = [s for s in (self.base, *self.frozen, self.recent, self.hot) if s is not None]
+            self.stats.files = len(self.documents())
+            self.stats.tokens = sum(s.live_tokens for s in workspace)
+            self.stats.library_tokens = len(self.libraries) if self.libraries is not None else 0
+            self.stats.bytes = sum(s.nbytes for s in workspace) + (self.libraries.nbytes if self.libraries is not None else 0)
+            self.stats.shards = len(workspace) + (self.libraries is not None)
+            self.stats.dead_tokens = sum(s.dead_tokens for s in workspace)
+
+
+def source_files(root: Path, settings: MemorySettings) -> list[Path]:
+    """The workspace's source files, in path order, at most ``settings.max_files``."""
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS and not d.startswith("."))
+        for name in sorted(files):
+            if name.endswith(settings.suffixes):
+                found.append(Path(folder) / name)
+    found.sort()
+    return found[: settings.max_files]
+
+
+def as_key(path: str | os.PathLike[str] | None) -> str:
+    """A document's key: its absolute path, or ``untitled:`` for a buffer with none."""
+    return str(Path(path).resolve()) if path else "untitled:"
+
+
+def keys_under(memory: WorkspaceMemory, folder: str) -> Sequence[str]:
+    prefix = str(Path(folder).resolve()) + os.sep
+    return [k for k in memory.documents() if k.startswith(prefix)]

@@ -1,0 +1,171 @@
+"""The workspace memory's core: chunked tokenization equals the whole text's, suffix-array queries
+equal brute force, the matcher's longest suffix equals a brute-force search, and edits re-tokenize."""
+
+from __future__ import annotations
+
+import random
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glm5_lsp.memory.index import SuffixIndex, _suffix_array_numpy, suffix_array
+from glm5_lsp.memory.matcher import Matcher, Source
+from glm5_lsp.memory.tokens import TokenizedText, chunk_starts, last_chunk_start, token_dtype
+from glm5_lsp.model import default_model_path, load_tokenizer
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(default_model_path())
+
+
+def stdlib_texts(count: int) -> list[str]:
+    files = sorted(STDLIB.glob("*.py"))[:count]
+    return [f.read_text(encoding="utf-8") for f in files]
+
+
+def test_chunks_laid_end_to_end_are_the_whole_texts_tokens(tokenizer) -> None:
+    for text in [*stdlib_texts(25), "x = 1  \n\n\n    y\t\n", "", "\n", "a\n\nb", "é = 'ü'\n  \n\tz"]:
+        whole = np.asarray(tokenizer.encode(text), dtype=token_dtype(tokenizer.vocab_size))
+        assert np.array_equal(TokenizedText(tokenizer, text).ids, whole)
+        ids, offsets = tokenizer.encode_with_offsets(text)
+        assert np.array_equal(TokenizedText(tokenizer, text, ids, [o[0] for o in offsets]).ids, whole)
+
+
+def test_last_chunk_start_is_the_last_of_chunk_starts() -> None:
+    for text in ["", "a", "a\n", "a\nb", "a \n b\n\n c", "x\n\n\n", "\n\nq"]:
+        assert last_chunk_start(text) == chunk_starts(text)[-1], text
+
+
+def test_edits_retokenize_to_the_whole_texts_tokens(tokenizer) -> None:
+    rng = random.Random(3)
+    text = stdlib_texts(3)[2][:6000]
+    doc = TokenizedText(tokenizer, text)
+    pieces = ["", "x", "\n", "  ", "\n\n    def f(self):\n        return 1\n", "foo.bar(", "'''", "é"]
+    for _ in range(60):
+        start = rng.randrange(len(text) + 1)
+        end = min(len(text), start + rng.choice([0, 0, 1, 3, 40]))
+        text = text[:start] + rng.choice(pieces) + text[end:]
+        start_token, removed, added = doc.update(text)
+        assert np.array_equal(doc.ids, np.asarray(tokenizer.encode(text), dtype=doc.ids.dtype))
+        assert removed >= 0 and added >= 0 and start_token >= 0
+
+
+def test_token_at_finds_the_token_holding_a_character(tokenizer) -> None:
+    text = "class A:\n    def f(self, x):\n        return self.value + x\n"
+    doc = TokenizedText(tokenizer, text)
+    _, offsets = tokenizer.encode_with_offsets(text)
+    for offset in range(len(text)):
+        i = doc.token_at(offset)
+        assert offsets[i][0] <= offset < offsets[i][1]
+    assert doc.token_at(len(text)) == len(doc.ids)
+
+
+def test_suffix_array_is_sorted_and_matches_the_numpy_fallback() -> None:
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 6, 3000).astype(np.uint16)
+    tokens[1000:1500] = tokens[0:500]  # long repeats
+    sa = suffix_array(tokens)
+    assert np.array_equal(sa, _suffix_array_numpy(tokens))
+    suffixes = [tuple(tokens[i:i + 40]) for i in sa]
+    assert suffixes == sorted(suffixes)
+
+
+def brute_count(tokens: np.ndarray, pattern: list[int]) -> int:
+    n = len(pattern)
+    return sum(1 for i in range(len(tokens) - n + 1) if list(tokens[i:i + n]) == pattern)
+
+
+def test_find_counts_every_occurrence(tokenizer) -> None:
+    dtype = token_dtype(tokenizer.vocab_size)
+    docs = [(str(i), np.asarray(tokenizer.encode(t), dtype=dtype)) for i, t in enumerate(stdlib_texts(4))]
+    index = SuffixIndex.build(docs, dtype)
+    rng = random.Random(1)
+    for _ in range(150):
+        doc = rng.choice(docs)[1]
+        start = rng.randrange(len(doc) - 8)
+        pattern = [int(t) for t in doc[start:start + rng.randint(1, 7)]]
+        lo, hi = index.find(pattern)
+        assert hi - lo == brute_count(index.tokens, pattern)
+        assert all(list(index.tokens[index.sa[i]:index.sa[i] + len(pattern)]) == pattern for i in range(lo, hi))
+    assert index.find([index.sep - 1, 3]) == (0, 0) or index.find([index.sep - 1, 3])[0] == index.find([index.sep - 1, 3])[1]
+
+
+def brute_longest(docs: list[list[int]], context: list[int], dead: set[int] = frozenset()) -> tuple[int, dict[int, int]]:
+    """The longest suffix of ``context`` found in the live documents, and what followed it."""
+    best, follow = 0, {}
+    for length in range(1, len(context) + 1):
+        suffix = context[-length:]
+        found: dict[int, int] = {}
+        hit = False
+        for number, doc in enumerate(docs):
+            if number in dead:
+                continue
+            for i in range(len(doc) - length + 1):
+                if doc[i:i + length] == suffix:
+                    hit = True
+                    if i + length < len(doc):
+                        found[doc[i + length]] = found.get(doc[i + length], 0) + 1
+        if not hit:
+            break
+        best, follow = length, found
+    return best, follow
+
+
+def test_the_matcher_finds_the_longest_suffix_and_its_counts_token_by_token() -> None:
+    rng = random.Random(5)
+    docs = [[rng.randrange(8) for _ in range(rng.randint(30, 200))] for _ in range(6)]
+    docs[2][10:60] = docs[0][5:55]  # a long shared stretch
+    dtype = np.dtype(np.uint16)
+    first = SuffixIndex.build([(str(i), np.asarray(d, dtype=dtype)) for i, d in enumerate(docs[:3])], dtype)
+    second = SuffixIndex.build([(str(i + 3), np.asarray(d, dtype=dtype)) for i, d in enumerate(docs[3:])], dtype)
+    first.kill("1")
+    matcher = Matcher([Source(first), Source(second)])
+    context = docs[0][:20]
+    matcher.bind(context)
+    for token in docs[0][20:90] + [rng.randrange(8) for _ in range(30)]:
+        match = matcher.push(token)
+        context.append(token)
+        length, follow = brute_longest(docs, context, dead={1})
+        assert match.length == length
+        assert dict(zip(match.counts.ids.tolist(), match.counts.counts.tolist())) == follow
+
+
+def test_sync_follows_a_changed_generation_from_where_it_differs() -> None:
+    dtype = np.dtype(np.uint16)
+    doc = [1, 2, 3, 4, 5, 1, 2, 3, 9, 9]
+    index = SuffixIndex.build([("a", np.asarray(doc, dtype=dtype))], dtype)
+    matcher = Matcher([Source(index)])
+    matcher.bind([1])
+    assert matcher.sync([2, 3]).length == 3
+    assert matcher.sync([2, 3, 4]).length == 4
+    assert matcher.sync([2, 3, 9]).length == 4  # 1 2 3 9 occurs once
+    assert matcher.sync([2]).length == 2
+    assert matcher.continuation([2, 3, 4], 3) == [5, 1, 2]
+
+
+def test_an_excluded_range_never_counts_as_what_followed() -> None:
+    dtype = np.dtype(np.uint16)
+    doc = [7, 8, 9, 1, 7, 8, 9, 2]
+    index = SuffixIndex.build([("a", np.asarray(doc, dtype=dtype))], dtype)
+    matcher = Matcher([Source(index, exclude=(7, 8))])  # the position holding the second "2"
+    match = matcher.bind([7, 8, 9])
+    assert match.length == 3 and match.counts.ids.tolist() == [1]
+
+
+def test_a_saved_shard_loads_the_same(tmp_path, tokenizer) -> None:
+    dtype = token_dtype(tokenizer.vocab_size)
+    docs = [(f"doc{i}", np.asarray(tokenizer.encode(t), dtype=dtype)) for i, t in enumerate(stdlib_texts(2))]
+    index = SuffixIndex.build(docs, dtype)
+    index.save(tmp_path / "shard")
+    loaded = SuffixIndex.load(tmp_path / "shard")
+    assert loaded.keys == index.keys and np.array_equal(loaded.sa, index.sa)
+    pattern = [int(t) for t in docs[1][1][40:44]]
+    assert loaded.find(pattern) == index.find(pattern)
+    (tmp_path / "shard" / "keys.txt").write_text("only-one", encoding="utf-8")
+    with pytest.raises(ValueError, match="inconsistent"):
+        SuffixIndex.load(tmp_path / "shard")

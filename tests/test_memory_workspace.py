@@ -1,0 +1,151 @@
+"""The workspace memory: a folder indexed, documents changed, deleted, renamed or changed on disk,
+the cursor's own line never predicting itself, and the libraries' shard cached by content."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glm5_lsp.memory.libraries import Library, LibraryCache, imported_modules, libraries_for, local_modules
+from glm5_lsp.memory.mixing import continuation_text
+from glm5_lsp.memory.workspace import MemorySettings, WorkspaceMemory, as_key, tokenizer_digest
+from glm5_lsp.model import default_model_path, load_tokenizer
+
+HELPER = '''def scale_point(point, factor):
+    """Scale a point."""
+    return Point(point.x * factor, point.y * factor, label="scaled")
+'''
+MAIN = '''from shapes.helper import scale_point
+
+
+def grow(point):
+    return Point(point.x * 2, point.y * 2, label="grown")
+'''
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(default_model_path())
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "shapes").mkdir(parents=True)
+    (root / "shapes" / "helper.py").write_text(HELPER, encoding="utf-8")
+    (root / "shapes" / "main.py").write_text(MAIN, encoding="utf-8")
+    (root / ".git").mkdir()
+    (root / ".git" / "junk.py").write_text("never = indexed\n", encoding="utf-8")
+    return root
+
+
+def memory_for(tokenizer, root: Path) -> WorkspaceMemory:
+    memory = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False))
+    memory.index_folder(root)
+    return memory
+
+
+def memory_says(memory: WorkspaceMemory, tokenizer, text: str) -> str:
+    """The memory's own continuation of ``text`` (no document: nothing excluded)."""
+    return continuation_text(memory, tokenizer, None, text, len(text), max_tokens=12)
+
+
+def test_a_folder_is_indexed_and_continues_what_it_holds(tokenizer, workspace: Path) -> None:
+    memory = memory_for(tokenizer, workspace)
+    assert memory.documents() == sorted(as_key(p) for p in (workspace / "shapes").glob("*.py"))
+    assert memory.stats.files == 2 and memory.stats.tokens > 40 and memory.stats.bytes > 0
+    assert memory_says(memory, tokenizer, "    return Point(point.x * factor, point.y * fa") == 'ctor, label="scaled")'
+
+
+def test_an_edited_document_is_matched_as_it_now_reads(tokenizer, workspace: Path) -> None:
+    memory = memory_for(tokenizer, workspace)
+    key = as_key(workspace / "shapes" / "helper.py")
+    memory.update(key, HELPER.replace('label="scaled"', 'label="resized"'))
+    assert memory_says(memory, tokenizer, "point.y * factor, la") == 'bel="resized")'
+    memory.update(key, HELPER.replace('label="scaled"', 'label="third"'))  # the hot document again
+    assert memory_says(memory, tokenizer, "point.y * factor, la") == 'bel="third")'
+    other = as_key(workspace / "shapes" / "main.py")
+    memory.update(other, MAIN.replace('label="grown"', 'label="big"'))  # helper.py goes to ``recent``
+    assert memory_says(memory, tokenizer, "point.y * factor, la") == 'bel="third")'
+    assert memory_says(memory, tokenizer, "point.y * 2, la") == 'bel="big")'
+    assert memory.text_of(key) == HELPER.replace('label="scaled"', 'label="third"')
+
+
+def test_a_deleted_document_is_forgotten(tokenizer, workspace: Path) -> None:
+    memory = memory_for(tokenizer, workspace)
+    path = workspace / "shapes" / "helper.py"
+    path.unlink()
+    assert memory.refresh(as_key(path))  # changed outside the editor: gone from disk
+    assert as_key(path) not in memory
+    assert "scaled" not in memory_says(memory, tokenizer, "point.y * factor, la")
+    assert not memory.remove(as_key(path))  # already gone: nothing to do
+
+
+def test_a_renamed_document_keeps_its_text_under_the_new_name(tokenizer, workspace: Path) -> None:
+    memory = memory_for(tokenizer, workspace)
+    old, new = as_key(workspace / "shapes" / "helper.py"), as_key(workspace / "shapes" / "moved.py")
+    memory.rename(old, new)
+    assert old not in memory and new in memory
+    assert memory_says(memory, tokenizer, "point.y * factor, la") == 'bel="scaled")'
+
+
+def test_a_change_on_disk_is_read_again(tokenizer, workspace: Path) -> None:
+    memory = memory_for(tokenizer, workspace)
+    path = workspace / "shapes" / "helper.py"
+    path.write_text(HELPER.replace("scaled", "from_disk"), encoding="utf-8")
+    assert memory.refresh(as_key(path))
+    assert memory_says(memory, tokenizer, "point.y * factor, la") == 'bel="from_disk")'
+    assert not memory.refresh(as_key(path))  # no change the second time
+
+
+def test_compact_keeps_every_live_document(tokenizer, workspace: Path) -> None:
+    memory = memory_for(tokenizer, workspace)
+    key = as_key(workspace / "shapes" / "helper.py")
+    memory.update(key, HELPER.replace("scaled", "compacted"))
+    memory.update(as_key(workspace / "new.py"), "value = compute_total(items)\n")
+    memory.compact()
+    assert memory.stats.dead_tokens == 0 and len(memory.documents()) == 3
+    assert memory_says(memory, tokenizer, "point.y * factor, la") == 'bel="compacted")'
+    assert memory_says(memory, tokenizer, "value = compute_to") == "tal(items)"
+
+
+def test_the_cursor_line_does_not_predict_itself(tokenizer, workspace: Path) -> None:
+    """The document holds the cut line and the lines below: matching the prefix to itself would
+    propose what follows the cursor (the next line) instead of the line's rest."""
+    memory = memory_for(tokenizer, workspace)
+    key = as_key(workspace / "shapes" / "main.py")
+    cut = MAIN.index("point.y * 2") + len("point.y * 2")
+    document = MAIN[:cut] + "\n" + MAIN[MAIN.index("\n", cut) + 1:]  # the rest of the line removed
+    memory.update(key, document)
+    text = continuation_text(memory, tokenizer, key, document, cut, max_tokens=12)
+    assert not text.startswith("\n") and text.strip() != ""
+
+
+def test_imports_and_local_modules(tmp_path: Path) -> None:
+    texts = ["import os, json as j\nfrom collections.abc import Sequence\nfrom . import sibling\nimport shapes.helper\n"]
+    assert imported_modules(texts) == {"os", "json", "collections", "shapes"}
+    files = [tmp_path / "shapes" / "helper.py", tmp_path / "tool.py", tmp_path / "src" / "pkg" / "a.py"]
+    assert {"shapes", "tool", "pkg"} <= local_modules(tmp_path, files)
+    chosen = libraries_for({"iniconfig", "os"}, local={"iniconfig"}, stdlib=False)
+    assert all(lib.name.lower() != "iniconfig" for lib in chosen)  # the workspace's own package
+
+
+def test_the_libraries_shard_is_built_once_and_keyed_by_content(tmp_path: Path, tokenizer) -> None:
+    lib_dir = tmp_path / "lib"
+    lib_dir.mkdir()
+    (lib_dir / "a.py").write_text("def library_function(alpha, beta):\n    return alpha + beta\n", encoding="utf-8")
+    library = Library("demo", "1.0", (lib_dir / "a.py",))
+    cache = LibraryCache(tokenizer, tokenizer_digest(tokenizer), tmp_path / "cache")
+    LibraryCache._loaded.clear()
+    index, report = cache.shard([library], max_tokens=10_000)
+    assert not report["cached"] and report["tokens"] == len(index) > 10
+    LibraryCache._loaded.clear()
+    again, report = cache.shard([library], max_tokens=10_000)
+    assert report["cached"] and np.array_equal(again.sa, index.sa)
+    (lib_dir / "a.py").write_text("def other_function():\n    pass\n", encoding="utf-8")
+    _, report = cache.shard([library], max_tokens=10_000)
+    assert not report["cached"]  # new content, new key
+    _, report = cache.shard([library], max_tokens=5)
+    assert report.get("left_out") == ["demo"] and report["tokens"] == 0
