@@ -173,3 +173,19 @@ def test_parallel_checks_match_serial() -> None:
     assert len(serial.train) >= 64
     assert [d.digest for d in parallel.train] == [d.digest for d in serial.train]
     assert parallel.manifest["dropped_files"] == serial.manifest["dropped_files"]
+
+
+def test_the_editor_benchmarks_packages_are_never_trained_on() -> None:
+    from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_HOLDOUT, BENCHMARK_REPORT
+
+    assert not set(BENCHMARK_FIT) & set(BENCHMARK_REPORT)
+    corpus, train, heldout = _fixture_corpus(excluded=("goodpkg",))
+    assert not any(package == "goodpkg" for package, _ in train)
+    assert not any(unit == "goodpkg" for unit, _ in heldout), "excluded is not evaluated either"
+    assert corpus.manifest["dropped_files"]["benchmark_holdout"] == 2
+    assert corpus.manifest["excluded_for_benchmarks"] == ["goodpkg"]
+    assert CorpusConfig().excluded == BENCHMARK_HOLDOUT
+    shipped = Path(__file__).parents[1] / "glm5_lsp" / "weights" / "glm5-code-tiny" / "corpus_manifest.json"
+    if shipped.is_file():
+        sources = {r["package"].lower() for r in json.loads(shipped.read_text())["sources"]}
+        assert not sources & {p.lower() for p in BENCHMARK_HOLDOUT}

@@ -1,7 +1,11 @@
-"""``glm5-lsp train``: build the corpus and tokenizer, train to a wall-clock budget, write the model folder.
+"""``glm5-lsp train``: build the corpus and tokenizer, train to a wall-clock budget, write the model folder;
+or continue training a model on the whole corpus in runs that resume, and promote the result.
 
 glm5-lsp train --out runs/cpu --preset cpu --budget-minutes 35
 glm5-lsp train --out $OUT/model --preset gpu --budget-minutes 8 --device cuda
+glm5-lsp train --continue-from glm5_lsp/weights/glm5-code-tiny --out runs/continued --threads 1
+glm5-lsp train --resume runs/continued --threads 1
+glm5-lsp train --promote runs/continued            # into the shipped model, when better
 """
 
 from __future__ import annotations
@@ -105,6 +109,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only re-write --out's model card with these `glm5-lsp eval` reports added (repeatable)",
     )
 
+    group = parser.add_argument_group("continued training (resumable runs from a trained model)")
+    group.add_argument("--continue-from", type=Path, default=None, metavar="MODEL",
+                       help="start a continued run in --out from this model folder (fresh optimizer, warm-up); "
+                            "'shipped' for the embedded model")
+    group.add_argument("--resume", type=Path, default=None, metavar="RUN",
+                       help="resume the continued run in this folder from its last checkpoint")
+    group.add_argument("--promote", type=Path, default=None, metavar="RUN",
+                       help="measure the run's checkpoint against --into and replace it when better")
+    group.add_argument("--into", type=Path, default=None, metavar="MODEL",
+                       help="the model folder --promote measures against and writes (default: the embedded model)")
+    group.add_argument("--min-gain", type=float, default=0.0,
+                       help="--promote: the relative perplexity gain needed (default 0: any improvement)")
+    group.add_argument("--dry-run", action="store_true", help="--promote: measure only")
+    group.add_argument("--minutes", type=float, default=None,
+                       help="stop the continued run after this many minutes (default: until SIGTERM/SIGINT)")
+    group.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")
+    group.add_argument("--until-step", type=int, default=None, help="stop once the run has taken this many steps")
+    group.add_argument("--checkpoint-minutes", type=float, default=5.0, help="checkpoint interval (default 5)")
+    group.add_argument("--checkpoint-steps", type=int, default=None, help="also checkpoint every n steps")
+    group.add_argument("--shard-bytes", type=int, default=None, help="text per shuffled shard (default 2 MB)")
+
 
 _DEFAULT_BUDGET = {"tiny": 0.5, "cpu": 35.0, "gpu": 8.0}
 
@@ -126,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
         guard.save(args.write_guard)
         print(f"wrote {len(guard.digests)} HumanEval fingerprints to {args.write_guard}")
         return 0
+    if args.continue_from is not None or args.resume is not None or args.promote is not None:
+        return run_continued(args)
     if args.out is None:
         print("glm5-lsp train: --out is required", file=sys.stderr)
         return 2
@@ -201,3 +228,84 @@ def run(args: argparse.Namespace) -> int:
     for name, value in ev["table"]:
         print(f"  {name}: {value}")
     return 0
+
+
+def run_continued(args: argparse.Namespace) -> int:
+    """``--continue-from``, ``--resume`` and ``--promote``."""
+    import torch
+
+    from glm5_lsp.model.loading import CheckpointError, default_model_path
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        if args.promote is not None:
+            from glm5_lsp.train.promote import promote
+
+            target = args.into or default_model_path()
+            result = promote(args.promote, target, min_gain=args.min_gain, dry_run=args.dry_run)
+            for m in (result.shipped, *result.candidates):
+                print(f"  {m.label}: held-out perplexity {m.ppl_64:.3f} (64 rows), {m.ppl_8:.3f} (8 rows)")
+            print(result.message)
+            return 0 if result.promoted or args.dry_run else 3
+        from glm5_lsp.train.continued import RunLimits, train
+
+        run_dir = args.resume
+        if args.continue_from is not None:
+            if args.out is None:
+                print("glm5-lsp train: --continue-from needs --out (the run folder)", file=sys.stderr)
+                return 2
+            run_dir = args.out
+            _start_continued(args)
+        limits = RunLimits(minutes=args.minutes, steps=args.max_steps, until_step=args.until_step,
+                           checkpoint_minutes=args.checkpoint_minutes, checkpoint_steps=args.checkpoint_steps)
+        state = train(run_dir, limits)
+    except (CheckpointError, FileExistsError, FileNotFoundError, RuntimeError, ValueError) as exc:
+        print(f"glm5-lsp train: {exc}", file=sys.stderr)
+        return 1
+    print(f"{run_dir}: {state.run_step} steps in this run, {state.tokens_total:,} tokens seen in all, "
+          f"last loss {state.last_loss}; checkpoint in {run_dir / 'checkpoint'}")
+    return 0
+
+
+def _start_continued(args: argparse.Namespace) -> None:
+    import json
+
+    from glm5_lsp.model.loading import default_model_path
+    from glm5_lsp.train.contamination import BenchmarkGuard
+    from glm5_lsp.train.continued import ContinueConfig, start_run
+    from glm5_lsp.train.corpus import build_corpus
+
+    init = default_model_path() if str(args.continue_from) == "shipped" else args.continue_from
+    metrics_file = init / "metrics.json"
+    metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
+    where = metrics.get("continued") or {}
+    guard = (BenchmarkGuard.load(args.guard_file) if args.guard_file is not None
+             else BenchmarkGuard.from_benchmarks(args.benchmarks) if args.benchmarks and args.benchmarks.is_dir()
+             else None)
+    if guard is None:
+        raise RuntimeError("no benchmark guard: pass --benchmarks (a folder with HumanEval) or --guard-file")
+    corpus = build_corpus(CorpusConfig(
+        stdlib=args.stdlib, site_dirs=tuple(args.site_dir) if args.site_dir else None,
+        holdout=tuple(args.holdout) if args.holdout else DEFAULT_HOLDOUT, workers=args.workers,
+        guard=guard, benchmarks=args.benchmarks if args.benchmarks and args.benchmarks.is_dir() else None,
+        seed=args.seed,
+    ))
+    values = {"init": str(init.resolve()), "seed": int(where.get("seed", args.seed)),
+              "start_tokens": int(metrics.get("tokens_seen") or 0),
+              "start_schedule_step": int(where.get("schedule_step", 0))}
+    if "position" in where:
+        values["start_position"] = where["position"]
+        values["shard_bytes"] = int(where.get("shard_bytes", 2_000_000))
+    if args.shard_bytes:
+        values["shard_bytes"] = args.shard_bytes
+    if args.lr:
+        values["lr"] = args.lr
+    if args.batch_size:
+        values["batch_size"] = args.batch_size
+    if args.seq_len:
+        values["seq_len"] = args.seq_len
+    values["fim_rate"] = args.fim_rate
+    start_run(args.out, ContinueConfig(**values), corpus)
+    log.info("started a continued run in %s: %d training files, %d held out", args.out, len(corpus.train),
+             len(corpus.heldout))

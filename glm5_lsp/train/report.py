@@ -132,6 +132,7 @@ def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
         ),
         "The loss curve is `loss_curve.png`; every step is in `train_log.jsonl`.",
         "",
+        *_continued(info),
         "## Data",
         "",
         (
@@ -196,6 +197,40 @@ def model_card(info: dict[str, Any], samples: list[Sample]) -> str:
     return "\n".join(lines)
 
 
+def _continued(info: dict[str, Any]) -> list[str]:
+    """The continued-training section: where the stream stands, and one row per promotion."""
+    history = info.get("history")
+    if not history:
+        return []
+    cont = info.get("continued") or {}
+    lines = [
+        "### Continued training",
+        "",
+        (
+            f"Then continued on the whole permissive corpus ({_fmt(cont.get('corpus_files', 0))} files, "
+            f"{_fmt(cont.get('corpus_bytes', 0))} bytes), streamed in shuffled shards, at low priority in the "
+            f"background (`scripts/cpu_train.sh`): batch {cont.get('batch_size')} x {cont.get('seq_len')} tokens, "
+            f"AdamW at {cont.get('lr')} with a warm-up per run and an inverse-square-root decay, every "
+            f"{cont.get('sparse_every')}th step through DSA's top-k with the indexers' KL, the other steps dense; "
+            f"a moving average of the weights (decay {cont.get('ema_decay')}) kept beside them. Runs resume from "
+            f"checkpoints; each session reads on from the position recorded in `metrics.json` ({cont.get('position')})."
+        ),
+        "",
+        "#### Promotions",
+        "",
+        "| date | tokens seen | held-out perplexity, DSA, 512 tokens (8 rows) | (64 rows) | weights | HumanEval pass@1 | single-line infilling pass@1 (200) |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
+    for h in history:
+        lines.append(
+            f"| {h.get('date') or ''} | {_fmt(h.get('tokens_seen') or 0)} | {_fmt(h.get('ppl_dsa_512'))} | "
+            f"{_fmt(h.get('ppl_dsa_512_64rows')) if h.get('ppl_dsa_512_64rows') else ''} | {h.get('weights', '')} | "
+            f"{_fmt(h['humaneval'], 4) if h.get('humaneval') is not None else ''} | "
+            f"{_fmt(h['infilling'], 4) if h.get('infilling') is not None else ''} |"
+        )
+    return [*lines, ""]
+
+
 def eval_rows(reports: list[dict[str, Any]]) -> list[str]:
     """A Markdown table of ``glm5-lsp eval`` reports (``report.json``), one row per benchmark run."""
     lines = [
@@ -225,6 +260,10 @@ def refresh_card(folder: Path, report_paths: list[Path]) -> Path:
             raise ValueError(f"{path} is not a glm5-lsp eval report with pass@1")
         reports.append(report)
     summary["humaneval"] = eval_rows(reports)
+    if summary.get("history"):  # the latest promotion's row gets these weights' pass@1 figures
+        for r in reports:
+            key = "humaneval" if r["benchmark"] == "humaneval" else "infilling"
+            summary["history"][-1][key] = r["summary"]["pass@1"]
     metrics_path.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     summary["corpus"] = json.loads((folder / "corpus_manifest.json").read_text(encoding="utf-8"))
     samples = [Sample(**s) for s in summary["samples"]]
