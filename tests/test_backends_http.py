@@ -309,6 +309,28 @@ def test_a_429_retry_after_past_the_deadline_fails_at_once_and_holds_later_reque
         http.close()
 
 
+def test_a_retry_after_holds_off_other_requests_even_when_the_first_is_cancelled() -> None:
+    app, arrivals, _ = counting_app(429, headers={"Retry-After": "5"})
+    with serve_in_thread(app) as url:
+        http = OpenAIHTTPBackend(url, "m", timeout=30)  # the deadline comes only through should_cancel
+        cancel_at = time.monotonic() + 0.3
+        seconds, done = timed(lambda: http.complete(CompletionRequest(
+            Prompt("x"), should_cancel=lambda: time.monotonic() >= cancel_at)))
+        assert isinstance(done, Completion) and done.finish_reason == "cancelled" and seconds < 0.3 + SLACK
+        again, outcome = timed(lambda: http.complete(CompletionRequest(Prompt("y"), should_cancel=lambda: False)))
+        assert isinstance(outcome, BackendUnavailable) and "Retry-After" in str(outcome) and again < SLACK
+        assert len(arrivals) == 1
+        http.close()
+
+
+def test_a_server_that_ignores_stream_still_answers() -> None:
+    app, _, _ = counting_app(200)  # plain JSON whatever the request asks
+    with serve_in_thread(app) as url:
+        pieces: list[str] = []
+        done = OpenAIHTTPBackend(url, "m").complete(CompletionRequest(Prompt("x"), on_text=pieces.append))
+        assert done.text == "ok" and pieces == ["ok"] and done.completion_tokens == 1
+
+
 def test_a_backoff_sleep_ends_when_the_request_is_cancelled() -> None:
     app, arrivals, _ = counting_app(503, headers={"Retry-After": "3"})
     with serve_in_thread(app) as url:

@@ -23,9 +23,9 @@ Time and failure, the rules an editor needs from a remote model:
 - **A circuit breaker**: after ``breaker_failures`` failed attempts in a row (transport errors,
   5xx, no answer by the deadline) every call fails fast with ``BackendUnavailable`` for
   ``breaker_cooldown_s`` (doubled after each failed probe, up to ``breaker_max_cooldown_s``); then
-  one call goes through as a probe, and its answer closes the breaker again. A 429 whose
-  ``Retry-After`` lies past the deadline holds calls off until then the same way, without counting
-  as a failure: a server that says it is busy for 5 s does not make each keystroke ask again.
+  one call goes through as a probe, and its answer closes the breaker again. A ``Retry-After``
+  holds the other calls off until then the same way (a 429 without counting as a failure): a
+  server that says it is busy for 5 s is not asked again by each keystroke meanwhile.
 
 The attention policy (``Prompt.spans``) and ``logits_processor`` need the runtime's internals; this
 backend ignores them and says so once in the log. The repair loop, which only needs text, still runs.
@@ -330,9 +330,9 @@ class OpenAIHTTPBackend:
             delay = wait_for if wait_for is not None else self.backoff * (2**attempt) * (1 + random.random() / 4)
             delay = min(delay, self.max_backoff)
             now = time.monotonic()
+            if wait_for is not None:  # the server said when: no other call asks it again before then
+                self.breaker.hold_off(now + wait_for)
             if now + delay >= deadline:
-                if wait_for is not None:  # the server said when: nobody asks again before then
-                    self.breaker.hold_off(now + wait_for)
                 raise BackendUnavailable(f"{self.base_url}: {attempts}; the next try ({delay:.2f}s away) "
                                          f"would end past the request's deadline")
             log.info("%s: %s; retry %d/%d in %.2fs", self.base_url, reason, attempt + 1, self.max_retries, delay)
@@ -406,6 +406,17 @@ class OpenAIHTTPBackend:
                 if response.status_code >= 400:
                     await response.aread()
                     self._raise_for_status(response)
+                if response.headers.get("content-type", "").startswith("application/json"):
+                    await response.aread()  # a server that ignores "stream": the whole answer at once
+                    try:
+                        data = response.json()
+                    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                        raise BackendError(f"{self.base_url}{path}: answer is not JSON") from error
+                    answer = self._parse(data)
+                    if answer.text:
+                        events.put(("text", answer.text))
+                    events.put(("end", (answer.finish_reason, data.get("usage") or {})))
+                    return
                 usage: dict[str, Any] = {}
                 finish = "length"
                 async for event in _sse_events_async(response.aiter_lines()):
