@@ -3,6 +3,7 @@ broken checkpoints are named, and promotion ships only better weights (and recor
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -72,8 +73,8 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=name)
+    for name, value in a.items():
+        torch.testing.assert_close(value, b[name], rtol=0, atol=1e-6, msg=name)
 
 
 def test_the_stream_resumes_from_any_position(init_model: Path, corpus: Corpus) -> None:
@@ -226,7 +227,7 @@ def test_promotion_ships_better_weights_and_the_next_run_reads_on(
     state = read_state(run / "checkpoint")
     assert written["tokens_seen"] == state.tokens_total == metrics["tokens_seen"] + 30 * 2 * 32
     assert written["continued"]["position"] == state.position
-    assert [h["weights"] for h in written["history"]][0] == "first run" and len(written["history"]) == 2
+    assert written["history"][0]["weights"] == "first run" and len(written["history"]) == 2
     assert written["config"]["hidden_size"] == 64, "the card describes the weights it ships"
     card = (target / "MODEL_CARD.md").read_text()
     assert f"{state.tokens_total:,}" in card and "Promotions" in card
@@ -234,23 +235,13 @@ def test_promotion_ships_better_weights_and_the_next_run_reads_on(
     assert log_steps[0]["tokens"] == 10 and any(r.get("stage") == "continued" for r in log_steps)
     assert promote(run, target).promoted is False  # the same weights again: nothing to gain
 
-    class Args:
-        continue_from = target
-        out = tmp_path / "next"
-        guard_file = None
-        benchmarks = REPO / "tests" / "data" / "train" / "benchmarks"
-        stdlib = REPO / "glm5_lsp" / "train"
-        site_dir = [tmp_path / "no-site"]
-        holdout = None
-        workers = 1
-        seed = 0
-        shard_bytes = None
-        lr = None
-        batch_size = None
-        seq_len = None
-        fim_rate = 0.5
-
-    _start_continued(Args)
+    args = argparse.Namespace(
+        continue_from=target, out=tmp_path / "next", guard_file=None,
+        benchmarks=REPO / "tests" / "data" / "train" / "benchmarks", stdlib=REPO / "glm5_lsp" / "train",
+        site_dir=[tmp_path / "no-site"], holdout=None, workers=1, seed=0, shard_bytes=None, lr=None,
+        batch_size=None, seq_len=None, fim_rate=0.5,
+    )
+    _start_continued(args)
     config = json.loads((tmp_path / "next" / "run.json").read_text())
     assert config["start_position"] == state.position and config["start_tokens"] == state.tokens_total
     assert config["start_schedule_step"] == state.schedule_step
