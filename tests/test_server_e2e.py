@@ -543,14 +543,16 @@ async def test_unknown_documents_past_the_end_and_other_languages_answer_empty(c
     assert actions is not None and not list(actions)
 
 
-async def test_a_failing_backend_answers_an_error_and_the_server_lives_on(client: LanguageClient) -> None:
+async def test_a_failing_backend_answers_empty_with_a_log_line_and_the_server_lives_on(client: LanguageClient) -> None:
+    """A backend error is no fault of the request: an empty completion and one log line, not a
+    JSON-RPC error (a 400 is not the model being down: no message box either)."""
     _, cursor = load_doc("broken.py")
     uri = open_doc(client, "broken.py")
-    with pytest.raises(JsonRpcException) as error:
-        await inline(client, uri, cursor)
-    assert error.value.code == types.ErrorCodes.InternalError
-    assert "400" in str(error.value)
-    assert any("inline completion failed" in m.message for m in client.log_messages)
+    shown = len(client.messages)
+    assert await inline(client, uri, cursor) == []
+    await wait_until(lambda: any("the model failed" in m.message and "400" in m.message
+                                 for m in client.log_messages), 5)
+    assert len(client.messages) == shown
     listed = await client.text_document_completion_async(types.CompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=cursor))
     assert isinstance(listed, types.CompletionList) and listed.items, "names still answer without the model"

@@ -102,11 +102,15 @@ def test_positions_count_the_negotiated_units(encoding: str, units: int) -> None
     assert convert.lsp_offset(text, types.Position(line=1, character=4), encoding) == len(text)
 
 
-def test_positions_past_the_end_are_none() -> None:
+def test_a_position_past_a_line_end_is_the_line_end_and_past_the_last_line_none() -> None:
+    """The protocol: "If the character value is greater than the line length it defaults back to
+    the line length." A line that does not exist has no position."""
     text = "ab\ncd"
     assert convert.lsp_offset(text, types.Position(line=2, character=0)) is None
-    assert convert.lsp_offset(text, types.Position(line=0, character=3)) is None
+    assert convert.lsp_offset(text, types.Position(line=0, character=3)) == 2
+    assert convert.lsp_offset(text, types.Position(line=0, character=2**31 - 1)) == 2
     assert convert.lsp_offset(text, types.Position(line=1, character=2)) == 5
+    assert convert.lsp_offset("ab\r\ncd", types.Position(line=0, character=9)) == 2  # before the \r\n
 
 
 def test_diagnostics_round_trip_through_lsp() -> None:

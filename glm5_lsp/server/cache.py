@@ -4,7 +4,7 @@ A repeated completion request is answered by ``glm5_lsp.lru.LRUCache``."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 
 class TypedThrough:
@@ -28,6 +28,11 @@ class TypedThrough:
         self._shown.move_to_end(key)
         while len(self._shown) > self.size:
             self._shown.popitem(last=False)
+
+    def forget(self, matches: Callable[[Hashable], bool]) -> None:
+        """Drop the suggestions whose key ``matches`` (a closed document's)."""
+        for key in [key for key in self._shown if matches(key)]:
+            del self._shown[key]
 
     def rest(self, key: Hashable, document: str, offset: int) -> str | None:
         """What remains of the shown suggestion after what was typed since, or None."""

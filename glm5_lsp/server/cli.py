@@ -6,6 +6,8 @@ import argparse
 import logging
 import os
 import sys
+import threading
+import time
 
 log = logging.getLogger(__name__)
 
@@ -14,6 +16,7 @@ log = logging.getLogger(__name__)
 # background threads and jedi run pure Python; with 5 ms slices the worker stalls behind them. 0.5 ms:
 # the pipeline's mean request time fell 7% (lower in four of five paired in-process runs, BENCHMARKS.md).
 SWITCH_INTERVAL_S = 0.0005
+EXIT_GRACE_S = 1.0  # after exit, how long a worker thread still busy may hold the process
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -26,7 +29,8 @@ def _host_port(value: str) -> tuple[str, int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     transport = parser.add_mutually_exclusive_group()
     transport.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
-    transport.add_argument("--tcp", type=_host_port, metavar="HOST:PORT", help="listen for one client on TCP")
+    transport.add_argument("--tcp", type=_host_port, metavar="HOST:PORT", help="listen on TCP and serve the first client to connect (a second is refused: the "
+                           "server's workspace and model belong to one session)")
     parser.add_argument(
         "--threads",
         type=int,
@@ -49,8 +53,23 @@ def run(args: argparse.Namespace) -> int:
     server = build_server()
     if args.tcp:
         host, port = args.tcp
-        log.info("serving on %s:%d", host, port)
-        server.start_tcp(host, port)
+        code = server.serve_tcp(host, port)
     else:
-        server.start_io()
-    return 0
+        code = server.serve_stdio()
+    _exit_now_if_stuck(code)
+    return code
+
+
+def _exit_now_if_stuck(code: int) -> None:
+    """After ``exit``, work still running on a worker thread (a model call that ignores cancellation)
+    must not keep the process alive: wait a moment for it, then leave without it."""
+    deadline = time.monotonic() + EXIT_GRACE_S
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() and not t.daemon and t is not threading.current_thread() for t in threading.enumerate()):
+        log.warning("a worker thread is still busy after exit: leaving without it")
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(code)

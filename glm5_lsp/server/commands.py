@@ -13,7 +13,7 @@ from glm5_lsp.server import convert
 from glm5_lsp.server.actions import FIX_TITLE, resolve_fix
 from glm5_lsp.server.checks import diagnose
 from glm5_lsp.server.jobs import CancelToken
-from glm5_lsp.server.state import Glm5Server, guarded
+from glm5_lsp.server.state import Glm5Server
 
 COMMANDS = ("glm5.generate", "glm5.fix", "glm5.reindex")
 
@@ -22,7 +22,6 @@ def register(server: Glm5Server) -> None:
     """Register the ``glm5.*`` commands on ``server``."""
 
     @server.command("glm5.generate")
-    @guarded("glm5.generate")
     async def generate(ls: Glm5Server, *args: Any) -> dict[str, Any]:
         """``{"prompt": str, "language"?: str}`` -> code; or ``{"uri", "position"}`` -> code inserted there."""
         options = args[0] if args and isinstance(args[0], dict) else {}
@@ -43,26 +42,27 @@ def register(server: Glm5Server) -> None:
         text = await ls.completion_text(target, multiline=True, kind="generate")
         applied = False
         if text:
-            edit = convert.lsp_text_edit(target.text, target.offset, target.offset, text, ls.encoding)
+            edit = convert.lsp_text_edit(target.view, target.offset, target.offset, text)
             reply = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
                 edit=types.WorkspaceEdit(changes={target.uri: [edit]}), label="GLM-5: generate"))
             applied = bool(reply and reply.applied)
         return {"text": text, "clean": True, "applied": applied}
 
     @server.command("glm5.fix")
-    @guarded("glm5.fix")
     async def fix(ls: Glm5Server, *args: Any) -> dict[str, Any]:
         """``{"uri"}``: fix the whole document with the repair loop and apply the edit when it checks out."""
         options = args[0] if args and isinstance(args[0], dict) else {}
-        target = ls.locate(str(options.get("uri", "")), None)
+        target = ls.locate(str(options.get("uri", "")))
         if target is None:
             return {"applied": False, "reason": "unknown document"}
+        if target.view.windowed:
+            return {"applied": False, "reason": f"the document is over limits.windowChars "
+                                                f"({ls.settings.limits.window_chars} characters): fix a part of it"}
         errors = [d for d in await asyncio.to_thread(diagnose, target.text, target.path, target.language)
                   if d.severity == "error"]
         if not errors:
             return {"applied": False, "reason": "no errors to fix"}
-        action = types.CodeAction(title=FIX_TITLE, diagnostics=[
-            convert.lsp_diagnostic(target.text, d, ls.encoding) for d in errors])
+        action = types.CodeAction(title=FIX_TITLE, diagnostics=[convert.lsp_diagnostic(target.view, d) for d in errors])
         resolved = await resolve_fix(ls, action, target)
         if resolved.edit is None:
             return {"applied": False, "reason": "no fix that checks out"}
@@ -71,7 +71,6 @@ def register(server: Glm5Server) -> None:
         return {"applied": bool(reply and reply.applied), "reason": ""}
 
     @server.command("glm5.reindex")
-    @guarded("glm5.reindex")
     async def reindex(ls: Glm5Server, *args: Any) -> dict[str, Any]:
         """Rebuild the context engine's index of the workspace, with ``$/progress``."""
         started = time.perf_counter()

@@ -8,7 +8,7 @@ import asyncio
 from lsprotocol import types
 
 from glm5_lsp.server import convert
-from glm5_lsp.server.state import Glm5Server, guarded, log
+from glm5_lsp.server.state import Glm5Server, log
 from glm5_lsp.server.symbols import names_at, word_before
 
 _COMPLETION_KINDS = {
@@ -31,7 +31,6 @@ def register(server: Glm5Server) -> None:
     """Register the completion features on ``server``."""
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    @guarded("inline completion")
     async def inline_completion(
         ls: Glm5Server, params: types.InlineCompletionParams
     ) -> types.InlineCompletionList | None:
@@ -43,13 +42,12 @@ def register(server: Glm5Server) -> None:
         text = await ls.completion_text(target, multiline=ls.multiline_for(target), kind="inline")
         if not text:
             return types.InlineCompletionList(items=[])
-        here = params.position
+        here = target.view.position(target.offset)  # the cursor, clamped into its line
         return types.InlineCompletionList(
             items=[types.InlineCompletionItem(insert_text=text, range=types.Range(start=here, end=here))]
         )
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["."]))
-    @guarded("completion")
     async def completion(ls: Glm5Server, params: types.CompletionParams) -> types.CompletionList | None:
         if not ls.settings.features.completion:
             return None
@@ -69,7 +67,7 @@ def register(server: Glm5Server) -> None:
         if isinstance(names, BaseException):
             raise names
         typed = word_before(target.text, target.offset)
-        word_range = convert.lsp_range(target.text, target.offset - len(typed), target.offset, ls.encoding)
+        word_range = convert.lsp_range(target.view, target.offset - len(typed), target.offset)
         items: list[types.CompletionItem] = []
         if line:
             full = typed + line

@@ -1,9 +1,11 @@
 """The protocol edge: every conversion between LSP types and the project's plain values.
 
 LSP positions count code units of the negotiated encoding (UTF-16 unless the client and server
-agreed on UTF-8 or UTF-32); the rest of the project counts characters (code points). Every function
-that touches a position takes that ``encoding``. Nothing outside ``glm5_lsp.server`` sees an
-``lsprotocol`` type.
+agreed on UTF-8 or UTF-32) on lines broken at ``\n``, ``\r\n`` and ``\r`` only; the rest of the
+project counts characters (code points), and the checkers number lines by ``\n``. Every function
+takes the text as a string (a whole document) or a :class:`~glm5_lsp.server.text.View` (what a
+request read: a window of a large document, positioned in the whole), and the ``encoding``.
+Nothing outside ``glm5_lsp.server`` sees an ``lsprotocol`` type.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import re
 from lsprotocol import types
 
 from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.positions import char_units, column_from_units
+from glm5_lsp.server.text import View, encoding_name
 from glm5_lsp.textdiff import line_col
 
 _SEVERITY_TO_LSP = {
@@ -30,61 +32,54 @@ _SEVERITY_FROM_LSP = {
 
 
 UTF16 = "utf-16"
+Text = str | View
 
 
-def _units(text: str, encoding: str) -> int:
-    if encoding == "utf-32" or text.isascii():
-        return len(text)
-    return sum(char_units(ch, encoding) for ch in text)
+def as_view(text: Text, encoding: str = UTF16) -> View:
+    """``text`` as a :class:`View` (a plain string is a whole document)."""
+    return text if isinstance(text, View) else View.whole(text, encoding_name(encoding))
 
 
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    index = text.find("\n")
-    while index >= 0:
-        starts.append(index + 1)
-        index = text.find("\n", index + 1)
-    return starts
+def lsp_offset(text: Text, position: types.Position, encoding: str = UTF16) -> int | None:
+    """The character offset of an LSP position in ``text``: past the end of a line it is the line's
+    end (the protocol's rule); None past the last line (or outside a window)."""
+    return as_view(text, encoding).offset(position)
 
 
-def lsp_offset(text: str, position: types.Position, encoding: str = UTF16) -> int | None:
-    """The character offset of an LSP position in ``text``, or None when it lies past the end."""
-    starts = _line_starts(text)
-    if position.line < 0 or position.line >= len(starts):
-        return None
-    start = starts[position.line]
-    end = starts[position.line + 1] - 1 if position.line + 1 < len(starts) else len(text)
-    line = text[start:end].rstrip("\r")
-    column = column_from_units(line, position.character, encoding)
-    return None if column is None else start + column
-
-
-def lsp_position(text: str, offset: int, encoding: str = UTF16) -> types.Position:
+def lsp_position(text: Text, offset: int, encoding: str = UTF16) -> types.Position:
     """The LSP position of a character offset (clamped into the text)."""
-    offset = max(0, min(offset, len(text)))
-    line = text.count("\n", 0, offset)
-    line_start = text.rfind("\n", 0, offset) + 1
-    return types.Position(line=line, character=_units(text[line_start:offset], encoding))
+    return as_view(text, encoding).position(offset)
 
 
-def lsp_range(text: str, start: int, end: int, encoding: str = UTF16) -> types.Range:
-    return types.Range(start=lsp_position(text, start, encoding), end=lsp_position(text, end, encoding))
+def lsp_range(text: Text, start: int, end: int, encoding: str = UTF16) -> types.Range:
+    view = as_view(text, encoding)
+    return types.Range(start=view.position(start), end=view.position(end))
 
 
-def lsp_position_of_column(text: str, line: int, column: int, encoding: str = UTF16) -> types.Position:
-    """The LSP position of a (line, character column) pair, clamped into the text."""
-    lines = text.split("\n")
-    if line >= len(lines):
-        return lsp_position(text, len(text), encoding)
-    return types.Position(line=line, character=_units(lines[line][:column], encoding))
+def _column_offset(view: View, line: int, column: int) -> int:
+    """The offset of a repair-layer ``(line, column)``: lines split at ``\n`` as the checkers count
+    them, the column in characters (clamped into the text)."""
+    starts = view.newline_starts()
+    if line >= len(starts):
+        return len(view.text)
+    line = max(0, line)
+    end = starts[line + 1] - 1 if line + 1 < len(starts) else len(view.text)
+    return min(starts[line] + max(0, column), end)
 
 
-def lsp_diagnostic(text: str, diagnostic: Diagnostic, encoding: str = UTF16) -> types.Diagnostic:
+def lsp_position_of_column(text: Text, line: int, column: int, encoding: str = UTF16) -> types.Position:
+    """The LSP position of a repair-layer (line, character column) pair, clamped into the text."""
+    view = as_view(text, encoding)
+    return view.position(_column_offset(view, line, column))
+
+
+def lsp_diagnostic(text: Text, diagnostic: Diagnostic, encoding: str = UTF16) -> types.Diagnostic:
     """A repair-layer diagnostic as an LSP one, positioned in ``text``."""
+    view = as_view(text, encoding)
     return types.Diagnostic(
         range=types.Range(
-            start=lsp_position_of_column(text, diagnostic.line, diagnostic.col, encoding),
-            end=lsp_position_of_column(text, diagnostic.end_line, diagnostic.end_col, encoding),
+            start=view.position(_column_offset(view, diagnostic.line, diagnostic.col)),
+            end=view.position(_column_offset(view, diagnostic.end_line, diagnostic.end_col)),
         ),
         message=diagnostic.message,
         severity=_SEVERITY_TO_LSP.get(diagnostic.severity, types.DiagnosticSeverity.Error),
@@ -93,13 +88,17 @@ def lsp_diagnostic(text: str, diagnostic: Diagnostic, encoding: str = UTF16) -> 
     )
 
 
-def diagnostic_from_lsp(text: str, diagnostic: types.Diagnostic, encoding: str = UTF16) -> Diagnostic:
-    """A client's LSP diagnostic as the repair layer's type (columns in characters)."""
-    start = lsp_offset(text, diagnostic.range.start, encoding)
-    end = lsp_offset(text, diagnostic.range.end, encoding)
-    start = len(text) if start is None else start
-    end = max(start, len(text) if end is None else end)
-    start_pos, end_pos = line_col(text, start), line_col(text, end)
+def diagnostic_from_lsp(text: Text, diagnostic: types.Diagnostic, encoding: str = UTF16) -> Diagnostic | None:
+    """A client's LSP diagnostic as the repair layer's type (columns in characters), or None when
+    it lies outside a window of the document."""
+    view = as_view(text, encoding)
+    start = view.offset(diagnostic.range.start)
+    end = view.offset(diagnostic.range.end)
+    if view.windowed and (start is None or end is None):
+        return None
+    start = len(view.text) if start is None else start
+    end = max(start, len(view.text) if end is None else end)
+    start_pos, end_pos = line_col(view.text, start), line_col(view.text, end)
     return Diagnostic(
         line=start_pos[0],
         col=start_pos[1],
@@ -121,7 +120,7 @@ def _provider_of(source: str | None) -> str:
 _OUR_SOURCE = re.compile(r"glm5-lsp \((.+)\)")
 
 
-def lsp_text_edit(old: str, start: int, end: int, text: str, encoding: str = UTF16) -> types.TextEdit:
+def lsp_text_edit(old: Text, start: int, end: int, text: str, encoding: str = UTF16) -> types.TextEdit:
     """An edit replacing ``old[start:end]`` (character offsets) with ``text``."""
     return types.TextEdit(range=lsp_range(old, start, end, encoding), new_text=text)
 

@@ -18,8 +18,10 @@ tipped the count. Three measures:
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
+import sys
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,26 @@ def settle_heap() -> None:
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+
+
+def release_memory() -> None:
+    """Hand freed memory back to the system (glibc keeps what a large document's text and parse
+    released for reuse, so the process would stay at its largest). Nothing elsewhere."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def freeze_survivors() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 
 class CancelToken:
@@ -65,6 +65,14 @@ class Supersession:
         """Seconds since the last job finished (0 while one runs; infinite before the first)."""
         with self._lock:
             return 0.0 if self._latest else time.monotonic() - self._finished_at
+
+    def cancel_where(self, matches: Callable[[Hashable], bool], reason: str) -> None:
+        """Cancel (and forget) the jobs whose key ``matches``."""
+        with self._lock:
+            keys = [key for key in self._latest if matches(key)]
+            tokens = [self._latest.pop(key) for key in keys]
+        for token in tokens:
+            token.cancel(reason)
 
     def cancel_all(self, reason: str) -> None:
         with self._lock:

@@ -47,26 +47,30 @@ def build_server() -> Glm5Server:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     async def did_open(ls: Glm5Server, params: types.DidOpenTextDocumentParams) -> None:
         ls.schedule_diagnostics(params.text_document.uri)
-        document = params.text_document
+        uri = params.text_document.uri
+        target = ls.locate(uri, offset=0)  # a large document: its head and first window
         context = ls.engine.context
-        if context is not None and ls.locate(document.uri, None) is not None:
-            path = to_fs_path(document.uri) or document.uri
+        if context is not None and target is not None:
             try:
-                await asyncio.to_thread(context.open_document, path, document.text, document.language_id)
+                await asyncio.to_thread(context.open_document, target.path, target.text,
+                                        params.text_document.language_id)
             except Exception:  # the document still gets completions: the prompt re-reads its text
-                log.exception("the context engine could not open %s", path)
+                log.exception("the context engine could not open %s", target.path)
                 return
             try:  # its imports' API docs, before the first completion asks for them
-                added = await asyncio.to_thread(context.warm, path)
+                added = await asyncio.to_thread(context.warm, target.path)
                 if added:
-                    log.info("indexed the API docs of %d package(s) %s imports", added, path)
+                    log.info("indexed the API docs of %d package(s) %s imports", added, target.path)
             except Exception:  # the index stays as it was; completions go on without those docs
-                log.exception("could not index the packages %s imports", path)
-        if document.language_id == "python" and ls.engine.monitors_names:
+                log.exception("could not index the packages %s imports", target.path)
+        if target is not None and target.language == "python" and ls.engine.monitors_names:
             try:  # the decoding monitor's jedi lookups then fit in a request's time from the first one
-                await asyncio.to_thread(warm_jedi, document.text, to_fs_path(document.uri) or None)
+                await asyncio.to_thread(warm_jedi, target.text, to_fs_path(uri) or None)
             except Exception:
-                log.exception("jedi could not read %s", document.uri)
+                log.exception("jedi could not read %s", uri)
+        if ls.document(uri) is None:  # closed while it was warmed: let that go too
+            ls.forget_document(uri)
+            return
         # What the warm-up built lives while the file is open: out of the collector's walks with it.
         await asyncio.to_thread(freeze_survivors)
         ls.note_activity()

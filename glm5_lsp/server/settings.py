@@ -114,6 +114,18 @@ class FeatureSettings:
 
 
 @dataclass
+class LimitSettings:
+    """What one message and one document may cost."""
+
+    # A message body over this many MiB is refused (an error with "id": null) without being read.
+    max_message_mb: int = field(default=64, metadata=_range(1, 2048))
+    # The model, the checks and the indexes read at most this many characters of a document: a
+    # longer one is read as its head (the imports) and a window around the cursor, and its own
+    # diagnostics are not published (a log line says so once per document).
+    window_chars: int = field(default=100_000, metadata=_range(1000, 100_000_000))
+
+
+@dataclass
 class Settings:
     """Everything the server can be told; every field has a working default."""
 
@@ -123,6 +135,7 @@ class Settings:
     completion: CompletionSettings = field(default_factory=CompletionSettings)
     repair: RepairSettings = field(default_factory=RepairSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
     log_level: str = field(default="info", metadata=_choices("error", "warning", "info", "debug"))
 
 

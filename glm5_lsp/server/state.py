@@ -2,49 +2,60 @@
 engine, the completion cache and the in-flight jobs, and the helpers every feature shares.
 
 A request reads top to bottom: :meth:`Glm5Server.locate` the document and cursor (unknown documents,
-positions past the end and unsupported languages answer empty), ask the cache, start a cancellable
-job on the model worker (:meth:`Glm5Server.run_model`: a newer request for the same document
-supersedes it; ``$/cancelRequest`` and the request timeout cancel it between tokens), post-process,
-convert at the edge (``convert.lsp_*``). The features live in ``completions``, ``actions`` and
-``commands``; ``server.build_server`` registers them.
+lines past the end and unsupported languages answer empty; a large document is read as a window,
+``text.View``), ask the cache, start a cancellable job on the model worker
+(:meth:`Glm5Server.run_model`: a newer request for the same document supersedes it;
+``$/cancelRequest`` and the request timeout cancel it between tokens; a backend failure is an empty
+answer and a log line, and a model that is down is shown to the user once), post-process, convert at
+the edge (``convert.lsp_*`` on the request's view). The features live in ``completions``,
+``actions`` and ``commands``; ``server.build_server`` registers them. Every message goes through
+``protocol.Glm5Protocol`` (each request answered) over ``transport.MessageReader`` (framing
+errors answered and resynchronised).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import logging
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import unquote
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInternalError
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from glm5_lsp import __version__
+from glm5_lsp.backends.base import BackendError, BackendUnavailable
 from glm5_lsp.context.languages import detect_language, supported_languages
 from glm5_lsp.lru import LRUCache
 from glm5_lsp.pipeline import Pipeline, PipelineResult
-from glm5_lsp.server import convert
+from glm5_lsp.server import convert, syntax
 from glm5_lsp.server.cache import TypedThrough
 from glm5_lsp.server.checks import check_edit, diagnose
 from glm5_lsp.server.engine import Engine
-from glm5_lsp.server.heap import IdleSettler
+from glm5_lsp.server.heap import IdleSettler, release_memory
 from glm5_lsp.server.jobs import CancelToken, Supersession
 from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.progress import ClientLogHandler, WorkProgress
+from glm5_lsp.server.protocol import Glm5Protocol, strict_converter
 from glm5_lsp.server.settings import Settings, parse_settings
 from glm5_lsp.server.syntax import wants_multiline
+from glm5_lsp.server.text import SyncedDocument, View, document_view
+from glm5_lsp.server.transport import FramingError, MessageReader, ThreadedStreamReader
 
 log = logging.getLogger("glm5_lsp.server")
 DIAGNOSTICS_YIELD_STEPS = 40  # x 50 ms: how long our published diagnostics wait for a pause in completions
 DIAGNOSTICS_QUIET_S = 0.4  # the pause: this long without a completion running
+# An as-you-type completion is answered by its budget (``budgets.completionMs``) plus this, whatever
+# the model worker is doing: a model that hangs costs the user one empty answer, on time.
+ANSWER_GRACE_S = 0.1
 T = TypeVar("T")
 
 _LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
@@ -52,7 +63,12 @@ _LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": loggi
 
 @dataclass(frozen=True)
 class Target:
-    """An open document and a cursor in it, in the project's terms (character offsets)."""
+    """An open document and a cursor in it, in the project's terms (character offsets).
+
+    ``text`` is what the model and the checks read: the whole document, or for one over
+    ``limits.windowChars`` its head and a window around the cursor; ``view`` maps its offsets to the
+    document's positions (every ``convert`` call takes it).
+    """
 
     uri: str
     text: str
@@ -60,13 +76,15 @@ class Target:
     path: str
     language: str
     version: int | None
+    view: View
 
 
 class Glm5Server(LanguageServer):
     """Owns the settings, the model engine, the completion cache and the in-flight jobs."""
 
     def __init__(self) -> None:
-        super().__init__("glm5-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__("glm5-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         protocol_cls=Glm5Protocol, converter_factory=strict_converter)
         self.settings = Settings()
         self.engine = Engine(self.settings, None)
         self.cache: LRUCache[str] = LRUCache(self.settings.completion.cache_size)
@@ -77,7 +95,89 @@ class Glm5Server(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._log_handler: ClientLogHandler | None = None
         self._diagnose_tasks: dict[str, asyncio.Task[None]] = {}
+        self._windowed: set[str] = set()  # documents read as a window (logged once each)
+        self.backend_down = False  # a BackendUnavailable was the last answer (shown to the user once)
         self.heap = IdleSettler(self._on_model_worker, self.supersession.busy)
+
+    protocol: Glm5Protocol
+
+    # ---- serving ------------------------------------------------------------------------------
+
+    def serve_stdio(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
+        """Serve one client on stdin/stdout until ``exit`` or the end of input; the exit status."""
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        source = stdin or sys.stdin.buffer
+        return asyncio.run(self._serve(lambda loop: ThreadedStreamReader(source, loop).read))
+
+    def serve_tcp(self, host: str, port: int, ready: Callable[[int], None] | None = None) -> int:
+        """Listen on ``host:port`` for one client and serve it; the exit status.
+
+        One client per server: the listening socket is closed as soon as the first client
+        connects, so a second one is refused (the server's workspace, settings and model belong
+        to one session, and a second client kept waiting would see a server that never answers
+        ``initialize``). The server exits when its client's session ends.
+        """
+        return asyncio.run(self._serve_tcp(host, port, ready))
+
+    async def _serve_tcp(self, host: str, port: int, ready: Callable[[int], None] | None) -> int:
+        loop = asyncio.get_running_loop()
+        first: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = loop.create_future()
+
+        async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if first.done():
+                log.warning("refused a second client (%s): this server serves one client",
+                            writer.get_extra_info("peername"))
+                writer.close()
+                return
+            first.set_result((reader, writer))
+
+        listener = await asyncio.start_server(on_client, host, port)
+        bound = listener.sockets[0].getsockname()[1]
+        log.info("listening for one client on %s:%d", host, bound)
+        if ready is not None:
+            ready(bound)
+        try:
+            reader, writer = await first
+        finally:
+            listener.close()
+        self.protocol.set_writer(writer)
+        try:
+            return await self._serve(lambda _loop: reader.read)
+        finally:
+            writer.close()
+
+    async def _serve(self, make_read: Callable[[asyncio.AbstractEventLoop], Callable[[int], Any]]) -> int:
+        loop = asyncio.get_running_loop()
+        reader = MessageReader(make_read(loop), lambda: self.settings.limits.max_message_mb << 20)
+        protocol = self.protocol
+        while protocol.exit_code is None:
+            frame = await reader.next()
+            if frame is None:
+                log.info("the client closed the connection%s", "" if protocol._shutdown else " without shutdown")
+                break
+            if isinstance(frame, FramingError):
+                protocol.send_error(None, frame.code, frame.message)
+            else:
+                protocol.receive(frame.data)
+        code = protocol.exit_code if protocol.exit_code is not None else (0 if protocol._shutdown else 1)
+        self.stop()
+        return code
+
+    def stop(self) -> None:
+        """Cancel what runs; the model worker is let go without waiting for a job stuck in it."""
+        self.supersession.cancel_all("exit")
+        self.heap.cancel()
+        for task in self._diagnose_tasks.values():
+            task.cancel()
+        self._diagnose_tasks.clear()
+        self.detach_log_handler()
+        self.model_worker.shutdown(wait=False, cancel_futures=True)
+        if self._thread_pool is not None:
+            self._thread_pool.shutdown(wait=False, cancel_futures=True)
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """pygls' hook for errors outside a request: logged (a request's own error is its answer)."""
+        log.error("%s", error)
 
     # ---- settings ---------------------------------------------------------------------------
 
@@ -155,23 +255,35 @@ class Glm5Server(LanguageServer):
 
     # ---- documents ----------------------------------------------------------------------------
 
-    def locate(self, uri: str, position: types.Position | None) -> Target | None:
-        """The open document and cursor, or None (unknown document, past the end, unsupported language)."""
-        document = self.workspace.text_documents.get(unquote(uri))
+    def document(self, uri: str) -> SyncedDocument | None:
+        found = self.workspace.text_documents.get(unquote(uri))
+        return found if isinstance(found, SyncedDocument) else None
+
+    def locate(self, uri: str, position: types.Position | None = None, *, offset: int | None = None) -> Target | None:
+        """The open document and cursor (``position``, or a document ``offset``), or None (unknown
+        document, a line past the end, an unsupported language). A position past the end of a
+        line is that line's end (the protocol's rule)."""
+        document = self.document(uri)
         if document is None:
             return None
         path = to_fs_path(uri) or uri
         language = detect_language(path, document.language_id)
         if language not in supported_languages():
             return None
-        text = document.source
-        offset = 0
         if position is not None:
-            found = convert.lsp_offset(text, position, self.encoding)
-            if found is None:
+            cursor = document.offset_at(position)
+            if cursor is None:
                 return None
-            offset = found
-        return Target(uri, text, offset, path, language, document.version)
+        else:
+            cursor = max(0, min(offset or 0, len(document)))
+        view = document_view(document, cursor, self.settings.limits.window_chars)
+        if view.windowed and uri not in self._windowed:
+            self._windowed.add(uri)
+            log.info("%s has %d characters, over limits.windowChars (%d): the model, the checks and the index "
+                     "read its head and a window around the cursor", path, len(document),
+                     self.settings.limits.window_chars)
+        local = view.offset_of_document(cursor)
+        return Target(uri, view.text, local if local is not None else 0, path, language, document.version, view)
 
     @property
     def encoding(self) -> str:
@@ -180,17 +292,61 @@ class Glm5Server(LanguageServer):
 
     # ---- running model work -----------------------------------------------------------------
 
-    async def run_model(self, token: CancelToken, job: Callable[[], T], timeout_s: float) -> T:
-        """Run ``job`` on the model worker; client cancellation and the timeout set ``token``."""
+    async def run_model(self, token: CancelToken, job: Callable[[], T | None], timeout_s: float, *,
+                        answer_by_s: float | None = None) -> T | None:
+        """Run ``job`` on the model worker; client cancellation and the timeout set ``token``.
+
+        None when the backend failed (a log line; a model that is down is shown to the user once),
+        or when ``answer_by_s`` passed first: the job is cancelled and left to stop on its own, and
+        its answer is dropped.
+        """
         loop = asyncio.get_running_loop()
         timer = loop.call_later(timeout_s, token.cancel, "timeout")
+        future = loop.run_in_executor(self.model_worker, job)
         try:
-            return await loop.run_in_executor(self.model_worker, job)
+            if answer_by_s is not None:
+                done, _ = await asyncio.wait({future}, timeout=max(0.0, answer_by_s))
+                if not done:
+                    token.cancel("deadline")
+                    future.add_done_callback(self._late_job)
+                    return None
+            result = await future
+        except BackendError as error:
+            self.backend_failed(error)
+            return None
         except asyncio.CancelledError:
             token.cancel("client")
             raise
         finally:
             timer.cancel()
+        self.backend_answered()
+        return result
+
+    def _late_job(self, future: asyncio.Future[Any]) -> None:
+        """A job whose answer came after its request was answered: only its failure matters."""
+        if future.cancelled():
+            return
+        error = future.exception()
+        if isinstance(error, BackendError):
+            self.backend_failed(error)
+        elif error is not None:
+            log.error("a model job failed after its request was answered",
+                      exc_info=(type(error), error, error.__traceback__))
+
+    def backend_failed(self, error: BackendError) -> None:
+        """A backend failure: answered empty, one log line; a model that went down is shown once."""
+        down = isinstance(error, BackendUnavailable)
+        log.warning("the model %s: %s; answered empty", "is unavailable" if down else "failed", error)
+        if down and not self.backend_down:
+            self.backend_down = True
+            self.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Warning,
+                message=f"glm5-lsp: the model is unavailable ({error}); completions are empty until it answers again"))
+
+    def backend_answered(self) -> None:
+        if self.backend_down:
+            self.backend_down = False
+            log.info("the model answers again")
 
     def _on_model_worker(self, fn: Callable[[], None]) -> asyncio.Future[None]:
         return asyncio.get_running_loop().run_in_executor(self.model_worker, fn)
@@ -229,6 +385,7 @@ class Glm5Server(LanguageServer):
             budget = self.settings.budgets.completion_ms / 1000 if as_you_type else None
 
             picked_up = [0.0, 0.0]  # when the model worker started and finished the job
+            submitted = time.perf_counter()
 
             def job() -> PipelineResult | None:
                 picked_up[0] = time.perf_counter()
@@ -236,17 +393,21 @@ class Glm5Server(LanguageServer):
                     pipeline = self.current_pipeline()
                     if pipeline is None or token.cancelled:
                         return None
+                    # The budget counts from the request, not from when the worker got to it.
+                    left = None if budget is None else max(0.05, budget - (picked_up[0] - submitted))
                     return pipeline.complete(target.text, target.offset, path=target.path, language=target.language,
-                                             multiline=multiline, should_cancel=token, time_budget_s=budget)
+                                             multiline=multiline, should_cancel=token, time_budget_s=left)
                 finally:
                     picked_up[1] = time.perf_counter()
 
-            result = await self.run_model(token, job, self.settings.budgets.request_timeout_ms / 1000)
+            result = await self.run_model(token, job, self.settings.budgets.request_timeout_ms / 1000,
+                                          answer_by_s=None if budget is None else budget + ANSWER_GRACE_S)
         finally:
             self.supersession.finish((target.uri, kind), token)
             self.note_activity()
         if result is None or token.cancelled:
-            log.debug("completion at %s:%d dropped (%s)", target.path, target.offset, token.reason or "no model")
+            log.debug("completion at %s:%d dropped (%s)", target.path, target.offset,
+                      token.reason or "no model or it failed")
             return ""
         if not result.clean and not self.settings.repair.return_unclean:
             log.info("completion dropped: no candidate passed the checks in %d round(s)", result.rounds)
@@ -301,17 +462,17 @@ class Glm5Server(LanguageServer):
                 if self.supersession.quiet_for() >= DIAGNOSTICS_QUIET_S:
                     break
                 await asyncio.sleep(0.05)
-            target = self.locate(uri, None)
-            if target is None:
+            target = self.locate(uri)
+            if target is None or target.view.windowed:  # a large document is not checked whole
                 return
             found = await asyncio.to_thread(diagnose, target.text, target.path, target.language)
-            current = self.locate(uri, None)
+            current = self.document(uri)
             if current is None or current.version != target.version:
                 return
             self.text_document_publish_diagnostics(
                 types.PublishDiagnosticsParams(
                     uri=uri, version=target.version,
-                    diagnostics=[convert.lsp_diagnostic(target.text, d, self.encoding) for d in found],
+                    diagnostics=[convert.lsp_diagnostic(target.view, d, self.encoding) for d in found],
                 )
             )
 
@@ -320,12 +481,21 @@ class Glm5Server(LanguageServer):
     # ---- code actions ---------------------------------------------------------------------------
 
     def forget_document(self, uri: str) -> None:
-        """A closed document: no pending diagnostics run, and the context engine lets it go."""
+        """A closed document: its running work is cancelled, and everything kept for it is let go
+        (its pending diagnostics, the context engine's document and summary, jedi's parse of it,
+        the suggestion shown in it, the recent syntax trees); then the memory goes back to the system."""
         task = self._diagnose_tasks.pop(uri, None)
         if task is not None:
             task.cancel()
+        self.supersession.cancel_where(lambda key: isinstance(key, tuple) and key[:1] == (uri,), "closed")
+        self.typed_through.forget(lambda key: isinstance(key, tuple) and key[:1] == (uri,))
+        self._windowed.discard(uri)
+        path = to_fs_path(uri) or uri
         if self.engine.context is not None:
-            self.engine.context.close_document(to_fs_path(uri) or uri)
+            self.engine.context.close_document(path)
+        syntax.forget_trees()
+        forget_jedi_parse(path)
+        release_memory()
 
     def detach_log_handler(self) -> None:
         if self._log_handler is not None:
@@ -348,20 +518,14 @@ class Glm5Server(LanguageServer):
         package.setLevel(logging.DEBUG)  # each handler filters by its own level
 
 
-def guarded(name: str) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
-    """Answer a failing request with a JSON-RPC error (logged), never take the server down."""
+def forget_jedi_parse(path: str) -> None:
+    """Drop parso's cached parse of ``path`` (jedi keeps one per file it was asked about)."""
+    cache = getattr(sys.modules.get("parso.cache"), "parser_cache", None)
+    if not isinstance(cache, dict):
+        return
+    import pathlib
 
-    def wrap(handler: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-        @functools.wraps(handler)
-        async def run(*args: Any) -> T:
-            try:
-                return await handler(*args)
-            except (asyncio.CancelledError, JsonRpcException):
-                raise
-            except Exception as error:
-                log.exception("%s failed", name)
-                raise JsonRpcInternalError(f"{name} failed: {type(error).__name__}: {error}") from error
-
-        return run
-
-    return wrap
+    keys = {path, pathlib.Path(path)}
+    for by_path in list(cache.values()):
+        for key in keys:
+            by_path.pop(key, None)

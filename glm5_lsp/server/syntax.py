@@ -32,6 +32,11 @@ _BRACE_BODIES = ("statement_block", "compound_statement", "block")
 _TREES = RecentTrees(4)
 
 
+def forget_trees() -> None:
+    """Let the recent trees go (a document closed; the next parse is a fresh one)."""
+    _TREES.entries.clear()
+
+
 @functools.cache
 def parser_for(language: str) -> tree_sitter.Parser | None:
     """A parser for one of our languages, or None when its grammar package is missing."""
