@@ -16,10 +16,14 @@ import pytest
 from glm5_lsp.backends.base import CompletionRequest
 from glm5_lsp.evaluate.datasets import DatasetError, load_problems
 from glm5_lsp.evaluate.runner import evaluate
-from glm5_lsp.evaluate.sandbox import run_program
+from glm5_lsp.evaluate.sandbox import SandboxLimits, isolation_problem, run_program
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
 
 DATA = Path(__file__).parent / "data" / "eval"
+# Candidates run isolated where this machine can make the sandbox's namespaces; elsewhere (a container
+# without user namespaces) unisolated: these are the tests' own programs. test_sandbox.py tests the rest.
+LIMITS = SandboxLimits(isolate=isolation_problem() is None)
+UNSAFE_FLAG = [] if LIMITS.isolate else ["--unsafe-no-sandbox"]
 _spec = importlib.util.spec_from_file_location(
     "scripted_backend", Path(__file__).parent / "data" / "batch" / "scripted_backend.py")
 assert _spec and _spec.loader
@@ -59,9 +63,9 @@ CANONICAL = {
 def test_right_answers_pass_and_wrong_ones_fail(name: str, path: str, kind: str) -> None:
     problems, _ = load_problems(name, DATA / path)
     assert {problem.kind for problem in problems} == {kind}
-    right = evaluate(problems, pipeline(oracle(CANONICAL)), progress=False)
+    right = evaluate(problems, pipeline(oracle(CANONICAL)), progress=False, limits=LIMITS)
     assert right.summary([1])["pass@1"] == 1.0, [s.stderr for s in right.samples]
-    wrong = evaluate(problems, pipeline(oracle({})), progress=False)
+    wrong = evaluate(problems, pipeline(oracle({})), progress=False, limits=LIMITS)
     assert wrong.summary([1])["pass@1"] == 0.0 and all(s.status == "failed" for s in wrong.samples)
 
 
@@ -70,12 +74,12 @@ def test_infilling_subsets_from_the_file_name() -> None:
     assert subset == "single-line" and single[0].multiline is False
     # the model runs on past the hidden line: only the line is kept, and it ends with its newline
     backend = oracle({"def count_vowels": "".join(VOWEL_BODY[1:])})
-    result = evaluate(single, pipeline(backend), progress=False)
+    result = evaluate(single, pipeline(backend), progress=False, limits=LIMITS)
     assert result.samples[0].candidate == VOWEL_BODY[1] and result.samples[0].passed
     multi, subset = load_problems("humaneval-infilling", DATA / "mini-MultiLineInfilling.jsonl")
     assert subset == "multi-line" and multi[0].multiline
     backend = oracle({"def count_vowels": "".join(VOWEL_BODY[1:]) + "\n\nprint(count_vowels('a'))\n"})
-    result = evaluate(multi, pipeline(backend), progress=False)
+    result = evaluate(multi, pipeline(backend), progress=False, limits=LIMITS)
     assert result.samples[0].candidate == "".join(VOWEL_BODY[1:4]) and result.samples[0].passed
 
 
@@ -83,7 +87,7 @@ def test_pass_at_k_over_several_samples() -> None:
     problems, _ = load_problems("humaneval", DATA / "mini_humaneval.jsonl", limit=1)
     replies = iter(["    return a + b\n", "    return a * b\n", "    return a - b\n"])
     backend = scripted.ScriptedBackend(lambda request: next(replies))
-    result = evaluate(problems, pipeline(backend, temperature=0.8), n_samples=3, progress=False)
+    result = evaluate(problems, pipeline(backend, temperature=0.8), n_samples=3, progress=False, limits=LIMITS)
     summary = result.summary([1, 2, 3])
     assert summary["samples_per_problem"] == 3 and summary["pass@1"] == pytest.approx(1 / 3)
     assert summary["pass@2"] == pytest.approx(2 / 3) and summary["pass@3"] == 1.0
@@ -95,7 +99,7 @@ def test_a_generation_error_is_recorded_not_fatal() -> None:
         raise RuntimeError("backend fell over")
 
     problems, _ = load_problems("humaneval", DATA / "mini_humaneval.jsonl")
-    result = evaluate(problems, pipeline(scripted.ScriptedBackend(explode)), progress=False)
+    result = evaluate(problems, pipeline(scripted.ScriptedBackend(explode)), progress=False, limits=LIMITS)
     assert [s.status for s in result.samples] == ["error", "error"] and "fell over" in result.samples[0].error
     assert result.summary([1])["pass@1"] == 0.0 and result.summary([1])["errors"] == 2
 
@@ -116,7 +120,7 @@ def test_cli_end_to_end_with_a_checkpoint(tiny_checkpoint: Path, tmp_path: Path,
 
     out = tmp_path / "report"
     code = main(["eval", "humaneval", "--data", str(DATA / "mini_humaneval.jsonl"), "--model", str(tiny_checkpoint),
-                 "--max-tokens", "8", "--repair-rounds", "1", "--out", str(out), "--no-progress"])
+                 "--max-tokens", "8", "--repair-rounds", "1", "--out", str(out), "--no-progress", *UNSAFE_FLAG])
     printed = capsys.readouterr().out
     assert code == 0 and "pass@1: 0.0000 (2 problems, 1 samples each)" in printed  # random weights pass nothing
     report = json.loads((out / "report.json").read_text())
@@ -174,5 +178,5 @@ def test_real_canonical_solutions_pass_and_buggy_ones_fail(shared_benchmarks: Pa
             right, wrong = textwrap.indent(textwrap.dedent(record["canonical_solution"]), "    "), "    return None\n"
         else:
             right, wrong = record["canonical_solution"], "    return None\n"
-        assert run_program(problem.program(right)).passed, problem.task_id
-        assert not run_program(problem.program(wrong)).passed, problem.task_id
+        assert run_program(problem.program(right), LIMITS).passed, problem.task_id
+        assert not run_program(problem.program(wrong), LIMITS).passed, problem.task_id
