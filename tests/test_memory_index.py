@@ -169,3 +169,22 @@ def test_a_saved_shard_loads_the_same(tmp_path, tokenizer) -> None:
     (tmp_path / "shard" / "keys.txt").write_text("only-one", encoding="utf-8")
     with pytest.raises(ValueError, match="inconsistent"):
         SuffixIndex.load(tmp_path / "shard")
+
+
+def test_a_scanned_document_matches_as_its_suffix_array_does() -> None:
+    from glm5_lsp.memory.index import ScanIndex
+
+    rng = random.Random(9)
+    doc = [rng.randrange(6) for _ in range(400)]
+    doc[200:260] = doc[20:80]
+    ids = np.asarray(doc, dtype=np.uint16)
+    exclude = (150, 170)
+    by_array = Matcher([Source(SuffixIndex.build([("d", ids)], ids.dtype), exclude)])
+    by_scan = Matcher([Source(ScanIndex("d", ids), exclude)])
+    context = doc[:30]
+    a, b = by_array.bind(context), by_scan.bind(context)
+    for token in doc[30:120] + [rng.randrange(6) for _ in range(40)]:
+        a, b = by_array.push(token), by_scan.push(token)
+        assert a.length == b.length
+        assert a.counts.ids.tolist() == b.counts.ids.tolist() and a.counts.counts.tolist() == b.counts.counts.tolist()
+    assert by_array.backoff([], 3).counts.counts.tolist() == by_scan.backoff([], 3).counts.counts.tolist()

@@ -59,6 +59,15 @@ def _suffix_array_numpy(tokens: np.ndarray) -> np.ndarray:
         k *= 2
 
 
+@dataclass(frozen=True)
+class ShardState:
+    """A suffix array's state for a matched sequence: its length and its occurrences ``sa[lo:hi]``."""
+
+    length: int
+    lo: int
+    hi: int
+
+
 @dataclass
 class Counts:
     """What followed the occurrences of a token sequence: distinct next ids, their counts, and the
@@ -280,3 +289,159 @@ class SuffixIndex:
         np.not_equal(following[1:], following[:-1], out=change[1:n])
         edges = np.flatnonzero(change)
         return Counts(following[edges[:-1]], edges[1:] - edges[:-1], int(total))
+
+    # ---- matcher states -----------------------------------------------------------------------
+
+    def root(self) -> ShardState:
+        return ShardState(0, 0, len(self.sa))
+
+    def extend(self, state: ShardState, token: int, exclude: tuple[int, int] | None) -> ShardState | None:
+        """The state one token on, or None when no live occurrence goes on with it."""
+        lo, hi = self.narrow(state.lo, state.hi, state.length, token)
+        return ShardState(state.length + 1, lo, hi) if self.any_live(lo, hi, state.length + 1, exclude) else None
+
+    def probe(self, context: Sequence[int], length: int, exclude: tuple[int, int] | None) -> ShardState | None:
+        """The state of the last ``length`` ids of ``context``, or None when they have no live occurrence."""
+        lo, hi = self.find(context[len(context) - length:])
+        return ShardState(length, lo, hi) if self.any_live(lo, hi, length, exclude) else None
+
+    def longest(self, context: Sequence[int], upper: int, exclude: tuple[int, int] | None) -> ShardState:
+        """The longest live suffix of ``context``, at most ``upper`` ids (a search over the length: a
+        suffix that occurs has every shorter suffix occurring too; galloping up first, since most
+        matches are short and a probe costs in its length)."""
+        best = self.root()
+        if upper <= 0:
+            return best
+        good, bad = 0, upper + 1
+        probe = 1
+        while probe < bad:
+            state = self.probe(context, probe, exclude)
+            if state is None:
+                bad = probe
+                break
+            best, good = state, probe
+            probe = min(probe * 2, upper) if probe < upper else bad
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            state = self.probe(context, mid, exclude)
+            if state is None:
+                bad = mid
+            else:
+                best, good = state, mid
+        return best
+
+    def counts_of(self, state: ShardState, exclude: tuple[int, int] | None) -> Counts:
+        return self.counts(state.lo, state.hi, state.length, exclude)
+
+
+@dataclass(frozen=True)
+class ScanState:
+    """A scanned document's state: the matched length and the positions right after each occurrence
+    (None at length 0: every position)."""
+
+    length: int
+    ends: np.ndarray | None
+
+
+class ScanIndex:
+    """One document searched by scanning its ids (numpy comparisons over the array), with no suffix
+    array to build: the document being edited, re-indexed on every keystroke for the cost of its
+    re-tokenized lines alone. Its states keep the positions after each occurrence, so a token on is
+    one comparison over those; the longest suffix from scratch is one pass over the document
+    (the positions holding the last id, narrowed id by id backwards)."""
+
+    def __init__(self, key: str, ids: np.ndarray) -> None:
+        self.keys = [key]
+        self.sep = separator(ids.dtype)
+        self.tokens = np.empty(len(ids) + 1, dtype=ids.dtype)
+        self.tokens[:-1] = ids
+        self.tokens[-1] = self.sep
+        self.alive_doc = True
+        self.dead_tokens = 0
+        self.sa = self.tokens  # its length is what callers read as the index's size
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.tokens.nbytes)
+
+    @property
+    def live_tokens(self) -> int:
+        return len(self.tokens) - self.dead_tokens
+
+    def has(self, key: str) -> bool:
+        return self.alive_doc and key == self.keys[0]
+
+    def is_alive(self, key: str) -> bool:
+        return self.has(key)
+
+    def live_keys(self) -> list[str]:
+        return list(self.keys) if self.alive_doc else []
+
+    def document(self, key: str) -> np.ndarray:
+        return self.tokens[:-1]
+
+    def span(self, key: str) -> tuple[int, int] | None:
+        return (0, len(self.tokens) - 1) if key == self.keys[0] else None
+
+    def kill(self, key: str) -> bool:
+        if not self.has(key):
+            return False
+        self.alive_doc = False
+        self.dead_tokens = len(self.tokens)
+        return True
+
+    # ---- matcher states -----------------------------------------------------------------------
+
+    def root(self) -> ScanState:
+        return ScanState(0, None)
+
+    def _live(self, ends: np.ndarray, exclude: tuple[int, int] | None) -> np.ndarray:
+        if not self.alive_doc:
+            return ends[:0]
+        if exclude is not None:
+            ends = ends[(ends < exclude[0]) | (ends >= exclude[1])]
+        return ends
+
+    def extend(self, state: ScanState, token: int, exclude: tuple[int, int] | None) -> ScanState | None:
+        tokens = self.tokens
+        if state.ends is None:
+            ends = np.flatnonzero(tokens == token) + 1
+        else:
+            ends = state.ends[tokens[state.ends] == token] + 1
+        return ScanState(state.length + 1, ends) if len(self._live(ends, exclude)) else None
+
+    def probe(self, context: Sequence[int], length: int, exclude: tuple[int, int] | None) -> ScanState | None:
+        state = self._walk(context, length, exclude)
+        return state if state.length == length else None
+
+    def longest(self, context: Sequence[int], upper: int, exclude: tuple[int, int] | None) -> ScanState:
+        return self._walk(context, upper, exclude)
+
+    def _walk(self, context: Sequence[int], upper: int, exclude: tuple[int, int] | None) -> ScanState:
+        """Occurrences of ever longer suffixes of ``context`` (up to ``upper`` ids), read backwards
+        from the positions holding its last id; the longest with a live occurrence."""
+        best = self.root()
+        if upper <= 0 or not context or not self.alive_doc:
+            return best
+        tokens = self.tokens
+        ends = np.flatnonzero(tokens == context[-1]) + 1
+        for length in range(1, upper + 1):
+            if length > 1:
+                ends = ends[ends - length >= 0]
+                ends = ends[tokens[ends - length] == context[-length]]
+            if not len(self._live(ends, exclude)):
+                break
+            best = ScanState(length, ends)
+        return best
+
+    def counts_of(self, state: ScanState, exclude: tuple[int, int] | None) -> Counts:
+        ends = self._live(state.ends if state.ends is not None else np.arange(len(self.tokens)), exclude)
+        following = self.tokens[ends].astype(np.int64)
+        following = following[following != self.sep]
+        if not len(following):
+            return Counts(following, following, len(ends))
+        ids, counts = np.unique(following, return_counts=True)
+        return Counts(ids, counts.astype(np.int64), len(ends))

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from glm5_lsp.memory.index import Counts, SuffixIndex
+from glm5_lsp.memory.index import Counts, ScanIndex, ShardState, SuffixIndex  # noqa: F401
 
 MAX_MATCH = 256  # tokens: a longer suffix adds nothing to the estimate and costs in the search
 
@@ -29,15 +30,8 @@ class Source:
     """One shard as a request sees it: the positions ``exclude`` (``[start, end)``) never count as
     what followed a match (the cursor's own line in the document being edited)."""
 
-    index: SuffixIndex
+    index: SuffixIndex | ScanIndex
     exclude: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True)
-class ShardState:
-    length: int
-    lo: int
-    hi: int
 
 
 @dataclass
@@ -47,7 +41,7 @@ class Match:
 
     length: int
     counts: Counts
-    shards: tuple[ShardState, ...] = field(repr=False, default=())
+    shards: tuple[Any, ...] = field(repr=False, default=())
 
     @property
     def total(self) -> int:
@@ -92,7 +86,7 @@ class Matcher:
         self.sources = [s for s in sources if len(s.index)]
         self.max_match = max_match
         self.context: list[int] = []
-        self._states: list[tuple[ShardState, ...]] = []  # after context[: base + i]
+        self._states: list[tuple[Any, ...]] = []  # after context[: base + i]
         self._matches: list[Match | None] = []  # per state, computed when asked
         self._base = 0
 
@@ -172,62 +166,36 @@ class Matcher:
         states = []
         for source in self.sources:
             state = self._probe(source, context, length) if length <= len(context) else None
-            states.append(state if state is not None else ShardState(0, 0, len(source.index.sa)))
+            states.append(state if state is not None else source.index.root())
         return self._estimate(tuple(states))
 
     # ---- per shard ------------------------------------------------------------------------------
 
-    def _extend(self, source: Source, state: ShardState, token: int) -> ShardState:
+    def _extend(self, source: Source, state: Any, token: int) -> Any:
         index = source.index
         if state.length < self.max_match:
-            lo, hi = index.narrow(state.lo, state.hi, state.length, token)
-            if index.any_live(lo, hi, state.length + 1, source.exclude):
-                return ShardState(state.length + 1, lo, hi)
+            found = index.extend(state, token, source.exclude)
+            if found is not None:
+                return found
         else:  # at the cap: the same length, one token on (most often still there)
             found = self._probe(source, self.context, self.max_match)
             if found is not None:
                 return found
         return self._longest(source, self.context, min(state.length, self.max_match))
 
-    def _longest(self, source: Source, context: Sequence[int], upper: int) -> ShardState:
-        """The longest live suffix of ``context``, at most ``upper`` ids (a binary search over the
-        length: a suffix that occurs has every shorter suffix occurring too)."""
-        index = source.index
-        best = ShardState(0, 0, len(index.sa))
-        upper = min(upper, len(context))
-        if upper == 0:
-            return best
-        good, bad = 0, upper + 1
-        probe = 1  # gallop up first: most matches are short, and a probe costs in its length
-        while probe < bad:
-            state = self._probe(source, context, probe)
-            if state is None:
-                bad = probe
-                break
-            best, good = state, probe
-            probe = min(probe * 2, upper) if probe < upper else bad
-        while bad - good > 1:
-            mid = (good + bad) // 2
-            state = self._probe(source, context, mid)
-            if state is None:
-                bad = mid
-            else:
-                best, good = state, mid
-        return best
+    @staticmethod
+    def _longest(source: Source, context: Sequence[int], upper: int) -> Any:
+        return source.index.longest(context, min(upper, len(context)), source.exclude)
 
     @staticmethod
-    def _probe(source: Source, context: Sequence[int], length: int) -> ShardState | None:
-        index = source.index
-        lo, hi = index.find(context[len(context) - length:])
-        if not index.any_live(lo, hi, length, source.exclude):
-            return None
-        return ShardState(length, lo, hi)
+    def _probe(source: Source, context: Sequence[int], length: int) -> Any:
+        return source.index.probe(context, length, source.exclude)
 
-    def _estimate(self, states: tuple[ShardState, ...]) -> Match:
+    def _estimate(self, states: tuple[Any, ...]) -> Match:
         length = max((s.length for s in states), default=0)
         if length == 0:
             return Match(0, _EMPTY, states)
-        parts = [source.index.counts(s.lo, s.hi, s.length, source.exclude)
+        parts = [source.index.counts_of(s, source.exclude)
                  for source, s in zip(self.sources, states) if s.length == length]
         if len(parts) == 1:
             return Match(length, parts[0], states)

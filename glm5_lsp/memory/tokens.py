@@ -65,7 +65,7 @@ def last_chunk_start(text: str, end: int | None = None) -> int:
 def encode_batch(tokenizer: Encoder, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of several texts (the ``tokenizers`` library's parallel batch where it is there)."""
     inner = getattr(tokenizer, "_tok", None)
-    if inner is not None and hasattr(inner, "encode_batch"):
+    if inner is not None and hasattr(inner, "encode_batch") and len(texts) > 8:  # a few: no thread pool
         return [e.ids for e in inner.encode_batch(list(texts), add_special_tokens=False)]
     return [tokenizer.encode(t) for t in texts]
 
@@ -119,13 +119,19 @@ class TokenizedText:
     def _set_all(self, text: str, ids: Sequence[int] | None, token_starts: Sequence[int] | None = None) -> None:
         self.text = text
         starts = chunk_starts(text)
+        if (ids is None or token_starts is None) and len(starts) > 8:  # one pass over the whole text
+            ids, offsets = self.tokenizer.encode_with_offsets(text)
+            token_starts = [o[0] for o in offsets]
+        if ids is not None and token_starts is not None:
+            cuts = np.searchsorted(np.asarray(token_starts, dtype=np.int64), np.asarray(starts[1:], dtype=np.int64))
+            if not all(cut < len(token_starts) and token_starts[cut] == start for cut, start in zip(cuts.tolist(), starts[1:])):
+                ids = token_starts = None  # a chunk start inside a token (an odd tokenizer): encode chunk by chunk
         if ids is None or token_starts is None:
             pieces = [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)])]
             chunk_ids = encode_batch(self.tokenizer, pieces) if text else []
             self._chunk_ids = [np.asarray(c, dtype=self.dtype) for c in chunk_ids]
         else:  # split the whole text's ids at the chunk starts (they are token boundaries)
             all_ids = np.asarray(ids, dtype=self.dtype)
-            cuts = np.searchsorted(np.asarray(token_starts, dtype=np.int64), np.asarray(starts[1:], dtype=np.int64))
             self._chunk_ids = list(np.split(all_ids, cuts)) if text else []
         self._chunk_chars = starts if text else []
         self._ids = None

@@ -7,9 +7,9 @@ Shards, newest last (a document lives in exactly one; the older copies are marke
 - ``base``: the workspace's files as :meth:`WorkspaceMemory.index_folder` found them;
 - ``frozen``: earlier edits, folded together once ``recent`` grows past ``recent_tokens``;
 - ``recent``: the documents edited before the one being edited now;
-- ``hot``: the document being edited (re-indexed alone on each change: a 2,600-line file's suffix
-  array takes a few milliseconds, and its ids are re-tokenized only around the change,
-  :class:`~glm5_lsp.memory.tokens.TokenizedText`).
+- ``hot``: the document being edited, searched by scanning (:class:`~glm5_lsp.memory.index.ScanIndex`:
+  no suffix array to rebuild on each keystroke), its ids re-tokenized only around the change
+  (:class:`~glm5_lsp.memory.tokens.TokenizedText`).
 
 A change to another document moves the previous hot one into ``recent`` (rebuilt: it holds only
 edited documents). :meth:`compact` folds everything but the libraries back into one base shard.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glm5_lsp.memory.index import SuffixIndex
+from glm5_lsp.memory.index import ScanIndex, SuffixIndex
 from glm5_lsp.memory.libraries import (
     LibraryCache,
     imported_modules,
@@ -104,7 +104,7 @@ class WorkspaceMemory:
         self.base: SuffixIndex | None = None
         self.frozen: list[SuffixIndex] = []
         self.recent: SuffixIndex | None = None
-        self.hot: SuffixIndex | None = None
+        self.hot: ScanIndex | None = None
         self._hot_key: str | None = None
         self._edited: dict[str, TokenizedText] = {}  # documents edited since they were indexed
         self.stats = MemoryStats()
@@ -195,7 +195,7 @@ class WorkspaceMemory:
                 for shard in self._older_shards():
                     shard.kill(key)
                 self._demote_hot()
-            self.hot = SuffixIndex.build([(key, doc.ids)], self.dtype)
+            self.hot = ScanIndex(key, doc.ids)  # no suffix array to build: scanned
             self._hot_key = key
             return True
 

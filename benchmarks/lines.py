@@ -1,0 +1,304 @@
+"""The rest of a line, side by side: the model alone, the workspace memory alone, the two mixed, the
+copy baseline, and jedi-language-server, on installed packages no one here wrote.
+
+Each package of ``BENCHMARK_REPORT`` (never trained on, never tuned on) is copied into its own
+workspace folder. Cursors are seeded two characters into an identifier of a code line, the rest of
+that line cut off and the lines below kept (``glm5_lsp.memory.heldout``). At each cursor, one after
+the other (never concurrently):
+
+- **model** : ``glm5-lsp serve`` (a subprocess, this repository's code, default settings) asked for
+  an inline completion over LSP after a ``didChange`` to the cut document;
+- **memory**: the memory's own greedy longest-match continuation (no model), the memory holding the
+  workspace, the libraries it imports and the standard library, the cursor's line excluded;
+- **mixed** : the server's own pipeline (``server.engine.Engine``: the same settings, context engine,
+  repair loop, decoding monitor, token healing and 450 ms budget), called in this process with the
+  memory's processor wrapped around the decoding monitor (``mixing first, then the monitor``).
+  Not through LSP yet: the server does not build a memory until it is wired (see ARCHITECTURE);
+- **copy**  : the most frequent rest among the workspace's other lines that start with the typed
+  line (indentation aside);
+- **jedi**  : jedi-language-server's first completion item (a word only: no rest of line).
+
+Figures: shown (a non-empty first line), exact (the first line equals the real rest of the line,
+trailing spaces aside), right word (the answer finishes the cut identifier as the file has it),
+edit similarity (1 - Levenshtein / longer length, 0 for nothing shown, averaged over all cursors),
+precision (exact / shown), latency p50/p95 (ms, this process's wall clock around each answer).
+
+    python benchmarks/lines.py                          # 8 packages x 10 cursors
+    python benchmarks/lines.py --packages tqdm wrapt --positions 20 --details rows.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from lsp_latency import Server, _model_ready, finishes_word
+
+from glm5_lsp.memory.heldout import Case, copy_package, seeded_cases
+from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_REPORT
+
+SYSTEMS = ("model", "memory", "mixed", "copy", "jedi")
+
+
+def edit_similarity(a: str, b: str) -> float:
+    if not a and not b:
+        return 1.0
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return 1 - previous[-1] / max(len(a), len(b))
+
+
+@dataclass
+class Tally:
+    shown: int = 0
+    exact: int = 0
+    right_word: int = 0
+    similarity: float = 0.0
+    count: int = 0
+    seconds: list[float] = field(default_factory=list)
+
+    def add(self, answer: str, case: Case, seconds: float, word_only: bool = False, right: bool | None = None) -> dict:
+        line = answer.split("\n", 1)[0].rstrip()
+        rest_of_word = case.word[2:]
+        self.count += 1
+        self.seconds.append(seconds)
+        shown = bool(line.strip())
+        exact = not word_only and shown and line == case.rest
+        right = finishes_word(line, rest_of_word) if right is None else right
+        self.shown += shown
+        self.exact += exact
+        self.right_word += bool(shown and right)
+        if not word_only:
+            self.similarity += edit_similarity(line, case.rest) if shown else 0.0
+        return {"answer": line, "exact": exact, "right_word": bool(shown and right), "ms": round(seconds * 1000, 1)}
+
+    def row(self, name: str, word_only: bool = False) -> str:
+        n = max(self.count, 1)
+        ms = sorted(s * 1000 for s in self.seconds) or [float("nan")]
+        p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
+        exact = "—" if word_only else f"{self.exact / n:.1%}"
+        sim = "—" if word_only else f"{self.similarity / n:.2f}"
+        precision = "—" if word_only else (f"{self.exact / self.shown:.1%}" if self.shown else "n/a")
+        return (f"| {name} | {self.shown / n:.1%} | {exact} | {self.right_word / n:.1%} | {sim} | {precision} | "
+                f"{statistics.median(ms):.0f} | {p95:.0f} |")
+
+
+def copy_baseline(case: Case, lines_by_file: dict[Path, list[str]]) -> str:
+    typed = case.document[:case.offset].rsplit("\n", 1)[-1].lstrip()
+    counts: collections.Counter[str] = collections.Counter()
+    for path, lines in lines_by_file.items():
+        for number, line in enumerate(lines):
+            if path == case.path and number == case.line:
+                continue
+            stripped = line.lstrip()
+            if stripped.startswith(typed) and len(stripped) > len(typed):
+                counts[stripped[len(typed):].rstrip()] += 1
+    return counts.most_common(1)[0][0] if counts else ""
+
+
+class Mixed:
+    """The server's pipeline in this process, the memory's processor around its decoding monitor."""
+
+    def __init__(self, root: Path, memory: Any, tokenizer: Any, drafts: bool) -> None:
+        from glm5_lsp.memory.mixing import DraftSettings, ProcessorFactory
+        from glm5_lsp.memory.workspace import as_key
+        from glm5_lsp.server.engine import Engine
+        from glm5_lsp.server.settings import Settings
+
+        self.settings = Settings()
+        engine = Engine(self.settings, str(root))
+        engine.load()
+        if engine.pipeline is None:
+            raise RuntimeError(f"the pipeline did not load: {engine.error}")
+        self.pipeline = engine.pipeline
+        self.pipeline.backend.drafts = drafts
+        factory = ProcessorFactory(memory, tokenizer, drafts=DraftSettings(enabled=drafts))
+        template = self.pipeline.repair
+        inner = template.monitor_factory
+
+        def with_memory(target: Any) -> Any:
+            monitor = inner(target) if inner is not None else None
+            return factory(as_key(target.path), target.document, target.start, then=monitor)
+
+        template.monitor_factory = with_memory
+
+    def complete(self, case: Case) -> str:
+        result = self.pipeline.complete(case.document, case.offset, path=str(case.path), language="python",
+                                        multiline=False, time_budget_s=self.settings.budgets.completion_ms / 1000)
+        return result.text if result.clean or self.settings.repair.return_unclean else ""
+
+
+async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, tallies: dict[str, Tally],
+                      details: list[dict]) -> None:
+    from glm5_lsp.memory.mixing import continuation_text
+    from glm5_lsp.memory.workspace import WorkspaceMemory, as_key
+
+    workdir = Path(tempfile.mkdtemp(prefix=f"lines-{name}-"))
+    root = copy_package(name, workdir)
+    cases = seeded_cases(root, args.positions, seed=args.seed)
+    memory = WorkspaceMemory(tokenizer)
+    started = time.perf_counter()
+    stats = memory.index_folder(root)
+    print(f"{name}: {stats.files} files, {stats.tokens} tokens, libraries {stats.libraries} "
+          f"({stats.library_tokens} tokens), memory built in {time.perf_counter() - started:.1f} s; "
+          f"{len(cases)} cursors", flush=True)
+    lines_by_file = {p: p.read_text(encoding="utf-8").split("\n") for p in root.rglob("*.py")}
+    originals = {c.path: c.path.read_text(encoding="utf-8") for c in cases}
+    mixed = Mixed(root, memory, tokenizer, drafts=not args.no_drafts) if "mixed" in args.systems else None
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    servers = {}
+    if "model" in args.systems:
+        servers["model"] = Server("glm5-lsp", [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads", "1"], env, {})
+    if "jedi" in args.systems:
+        servers["jedi"] = Server("jedi-language-server",
+                                 [sys.executable, "-c", "from jedi_language_server.cli import cli; cli()"], env, None)
+    for server in servers.values():
+        await server.start(root)
+    try:
+        if "model" in servers and not await _model_ready(servers["model"], args.load_timeout):
+            raise RuntimeError("glm5-lsp serve did not get ready")
+        opened: set[Path] = set()
+        for number, case in enumerate(cases):
+            uri = case.path.as_uri()
+            row: dict[str, Any] = {"package": name, "path": str(case.path.relative_to(root)), "line": case.line,
+                                   "typed": case.document[:case.offset].rsplit("\n", 1)[-1], "rest": case.rest}
+            line_text = case.document[:case.offset].rsplit("\n", 1)[-1]
+            column = len(line_text)
+            for key, server in servers.items():
+                if case.path not in opened:
+                    server.open(uri, originals[case.path])
+                server.replace(uri, case.document)
+                started = time.perf_counter()
+                try:
+                    answer = await asyncio.wait_for(_ask(server, uri, case.line, column), args.timeout)
+                except (asyncio.TimeoutError, Exception) as error:  # noqa: BLE001 - counts as nothing shown
+                    answer = ""
+                    row[f"{key}_error"] = type(error).__name__
+                seconds = time.perf_counter() - started
+                if key == "jedi":
+                    row[key] = tallies[key].add(answer, case, seconds, word_only=True, right=answer == case.word)
+                else:
+                    row[key] = tallies[key].add(answer, case, seconds)
+            opened.add(case.path)
+            if "memory" in args.systems:
+                started = time.perf_counter()
+                answer = continuation_text(memory, tokenizer, as_key(case.path), case.document, case.offset)
+                row["memory"] = tallies["memory"].add(answer, case, time.perf_counter() - started)
+            if mixed is not None:
+                started = time.perf_counter()
+                answer = mixed.complete(case)
+                row["mixed"] = tallies["mixed"].add(answer, case, time.perf_counter() - started)
+            if "copy" in args.systems:
+                started = time.perf_counter()
+                answer = copy_baseline(case, lines_by_file)
+                row["copy"] = tallies["copy"].add(answer, case, time.perf_counter() - started)
+            memory.update(as_key(case.path), originals[case.path])  # the file as it was, for the next cursor
+            for server in servers.values():
+                server.replace(uri, originals[case.path])
+            details.append(row)
+            if args.verbose:
+                print(f"  {number}: {row['typed'].strip()[-40:]!r} -> {case.rest!r}: " + ", ".join(
+                    f"{k}={row[k]['answer']!r}" for k in SYSTEMS if k in row), flush=True)
+    finally:
+        for server in servers.values():
+            await server.stop()
+
+
+def weights_commit() -> str:
+    out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h", "--", "glm5_lsp/weights"],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+async def _ask(server: Server, uri: str, line: int, column: int) -> str:
+    from lsprotocol import types
+
+    position = types.Position(line=line, character=column)
+    document = types.TextDocumentIdentifier(uri=uri)
+    if server.name == "glm5-lsp":
+        result = await server.client.text_document_inline_completion_async(types.InlineCompletionParams(
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+            text_document=document, position=position))
+        items = result.items if isinstance(result, types.InlineCompletionList) else (result or [])
+        texts = [str(getattr(item, "insert_text", "")) for item in items]
+        return next((t for t in texts if t.strip()), "")
+    result = await server.client.text_document_completion_async(
+        types.CompletionParams(text_document=document, position=position))
+    items = result.items if isinstance(result, types.CompletionList) else (result or [])
+    return items[0].label if items else ""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--packages", nargs="+", default=list(BENCHMARK_REPORT))
+    parser.add_argument("--positions", type=int, default=10, help="cursors per package")
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=5.0)
+    parser.add_argument("--load-timeout", type=float, default=300.0)
+    parser.add_argument("--no-drafts", action="store_true", help="the mixed run without drafts")
+    parser.add_argument("--details", default="", help="write each cursor's answers to this JSON-lines file")
+    parser.add_argument("--fit", action="store_true", help="allow BENCHMARK_FIT packages (for tuning; never report them)")
+    parser.add_argument("--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+async def main(args: argparse.Namespace) -> int:
+    logging.getLogger("pygls").setLevel(logging.CRITICAL)
+    allowed = set(BENCHMARK_REPORT) | (set(BENCHMARK_FIT) if args.fit else set())
+    unknown = sorted(set(args.packages) - allowed)
+    if unknown:
+        print(f"not a benchmark package: {', '.join(unknown)} (BENCHMARK_REPORT, or BENCHMARK_FIT with --fit)")
+        return 2
+    from glm5_lsp.model import default_model_path, load_tokenizer
+
+    tokenizer = load_tokenizer(default_model_path())
+    commit = weights_commit()
+    print(f"packages: {', '.join(args.packages)}; {args.positions} cursors each (seed {args.seed}); "
+          f"weights from commit {commit or '?'}; drafts {'off' if args.no_drafts else 'on'}")
+    tallies = {name: Tally() for name in SYSTEMS}
+    details: list[dict] = []
+    for name in args.packages:
+        await run_package(name, args, tokenizer, tallies, details)
+    if args.details:
+        Path(args.details).write_text("".join(json.dumps(r) + "\n" for r in details), encoding="utf-8")
+    print()
+    print("| system | shown | exact rest of line | right word | edit similarity | precision | p50 ms | p95 ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    labels = {"model": "model alone (glm5-lsp serve, LSP)", "memory": "memory alone (no model)",
+              "mixed": "model + memory (server pipeline, in process)", "copy": "copy baseline",
+              "jedi": "jedi-language-server (first item, word)"}
+    for name in SYSTEMS:
+        if name in args.systems:
+            print(tallies[name].row(labels[name], word_only=name == "jedi"))
+    copy = tallies["copy"].exact
+    if copy and "mixed" in args.systems:
+        print(f"\nmixed exact / copy exact = {tallies['mixed'].exact / copy:.2f}; "
+              f"mixed exact / memory exact = {tallies['mixed'].exact / max(tallies['memory'].exact, 1):.2f}")
+    if "jedi" in args.systems and "mixed" in args.systems:
+        ratio = statistics.median(tallies["mixed"].seconds) / statistics.median(tallies["jedi"].seconds)
+        print(f"mixed p50 / jedi-language-server p50 = {ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))

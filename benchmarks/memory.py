@@ -1,0 +1,231 @@
+"""The workspace memory's own figures: perplexity with and without it, decoding speed with and without
+drafts, and what updates and a large workspace cost.
+
+    python benchmarks/memory.py perplexity [--packages ...] [--max-tokens 8000]
+    python benchmarks/memory.py drafts [--requests 12] [--max-new-tokens 64]
+    python benchmarks/memory.py updates [--edits 300]
+    python benchmarks/memory.py workspace [--files 2000]
+
+``perplexity``: the embedded model's held-out perplexity on ``BENCHMARK_REPORT`` packages (never
+trained or tuned on), each copied as its own workspace, alone and mixed with the memory holding the
+rest of that package plus the libraries it imports and the standard library (the scored file's own
+positions excluded), with the shipped interpolation table (``glm5_lsp/memory/interpolation.json``,
+fitted on ``BENCHMARK_FIT`` only). ``drafts``: greedy decoding with the mixture, the same requests
+with and without drafts, on a file with repeated structure (pycparser's ``c_ast.py``) and on code
+without (tqdm's ``std.py``, whose lines the memory does not hold twice); tokens/s of each and whether
+the texts are the same. ``updates``: one-line edits typed into a 2,600-line file (the standard
+library's ``argparse.py``), each in the memory before the next. ``workspace``: a workspace of N
+files (installed source copied) indexed in a fresh process: seconds, peak memory (RSS), progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def weights_commit() -> str:
+    out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h", "--", "glm5_lsp/weights"],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip() or "?"
+
+
+def perplexity(args: argparse.Namespace) -> None:
+    from glm5_lsp.memory.fit import Scores, load_runtime, score_package
+    from glm5_lsp.memory.fit import perplexity as ppl
+    from glm5_lsp.memory.mixing import Interpolation
+
+    model, tokenizer, window = load_runtime(None)
+    table = Interpolation.default()
+    print(f"weights from commit {weights_commit()}; window {window}; table: {table.source}")
+    print("| package | tokens | model alone | model + memory | ratio |")
+    print("|---|---|---|---|---|")
+    total = Scores()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.packages:
+            scores = score_package(name, model, tokenizer, Path(tmp), window, args.max_tokens, log=lambda _: None)
+            total.extend(scores)
+            alone, mixed = ppl(scores, None), ppl(scores, table)
+            print(f"| {name} | {len(scores.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} |", flush=True)
+    alone, mixed = ppl(total, None), ppl(total, table)
+    print(f"| all | {len(total.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} |")
+
+
+def drafts(args: argparse.Namespace) -> None:
+    import torch
+
+    from glm5_lsp.memory.heldout import copy_package
+    from glm5_lsp.memory.mixing import DraftSettings, MemoryProcessor
+    from glm5_lsp.memory.workspace import WorkspaceMemory, as_key
+    from glm5_lsp.model import GenerationConfig, Generator, default_model_path, load_model, load_tokenizer
+
+    torch.set_num_threads(1)
+    path = default_model_path()
+    model, tokenizer = load_model(path), load_tokenizer(path)
+    model.eval()
+    print(f"weights from commit {weights_commit()}; {args.requests} requests per file, "
+          f"{args.max_new_tokens} new tokens, greedy, prompts of the 100 lines before a line start")
+    print("| code | tokens/s without drafts | with drafts | ratio | accepted / drafted | same text |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for package, rel, label in (("pycparser", "pycparser/c_ast.py", "repeated structure (pycparser c_ast.py)"),
+                                    ("tqdm", "tqdm/std.py", "no repeats (tqdm std.py)")):
+            root = copy_package(package, Path(tmp))
+            memory = WorkspaceMemory(tokenizer)
+            memory.index_folder(root)
+            file = root / rel
+            lines = file.read_text(encoding="utf-8").split("\n")
+            starts = [i for i in range(120, len(lines) - 20) if lines[i].strip()]
+            picks = [starts[(k * len(starts)) // args.requests] for k in range(args.requests)]
+            totals = {False: [0, 0.0], True: [0, 0.0]}
+            drafted = accepted = 0
+            same = True
+            for line in picks:
+                prompt = "\n".join(lines[line - 100:line]) + "\n"
+                # The file as the editor has it: what is below the cursor stays, the cursor line is excluded.
+                document = "\n".join(lines[:line]) + "\n" + "\n".join(lines[line:])
+                ids = tokenizer.encode(prompt)
+                texts = {}
+                for use in (False, True, False, True):  # twice each, alternating: the machine is shared
+                    processor = MemoryProcessor(memory.matcher(as_key(file), document, len("\n".join(lines[:line])) + 1),
+                                                tokenizer, drafts=DraftSettings(enabled=use))
+                    processor.bind_prompt(ids)
+                    generator = Generator(model, tokenizer)
+                    generator.prefill(ids)  # the prompt cached: decoding alone is timed
+                    started = time.perf_counter()
+                    out = generator.generate(ids, GenerationConfig(max_new_tokens=args.max_new_tokens, stop_at_eos=False),
+                                             logits_processor=processor, drafter=processor.propose if use else None)
+                    seconds = time.perf_counter() - started - out.prefill_seconds
+                    totals[use][0] += len(out.token_ids)
+                    totals[use][1] += seconds
+                    texts.setdefault(use, out.text)
+                    same = same and texts[use] == out.text
+                    if use:
+                        drafted += out.drafted_tokens
+                        accepted += out.accepted_tokens
+                same = same and texts[False] == texts[True]
+            without = totals[False][0] / totals[False][1]
+            with_ = totals[True][0] / totals[True][1]
+            print(f"| {label} | {without:.1f} | {with_:.1f} | {with_ / without:.2f} | {accepted} / {drafted} | "
+                  f"{'yes' if same else 'NO'} |", flush=True)
+
+
+def updates(args: argparse.Namespace) -> None:
+    from glm5_lsp.memory.workspace import MemorySettings, WorkspaceMemory
+    from glm5_lsp.model import default_model_path, load_tokenizer
+
+    tokenizer = load_tokenizer(default_model_path())
+    source = Path(sysconfig.get_paths()["stdlib"]) / "argparse.py"
+    text = source.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    memory = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False))
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(source, Path(tmp) / "argparse.py")
+        memory.index_folder(tmp)
+        key = str((Path(tmp) / "argparse.py").resolve())
+        started = time.perf_counter()
+        memory.update(key, text)  # opened: tokenized whole once
+        opened = time.perf_counter() - started
+        times = []
+        line = len(lines) // 2
+        for i in range(args.edits):
+            lines[line] = lines[line] + "x" if i % 20 else lines[line]
+            if i % 20 == 0:
+                line = (line + 37) % len(lines)
+            started = time.perf_counter()
+            memory.update(key, "\n".join(lines))
+            times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    print(f"{len(lines)}-line file ({len(text)} characters): first open {opened * 1000:.1f} ms; "
+          f"{args.edits} one-character edits: p50 {statistics.median(times):.1f} ms, p95 {p95:.1f} ms, "
+          f"max {times[-1]:.1f} ms (the text joined per edit included, as an editor's full sync sends it)")
+
+
+def workspace(args: argparse.Namespace) -> None:
+    from glm5_lsp.train.corpus import BENCHMARK_REPORT
+
+    site = Path(sysconfig.get_paths()["purelib"])
+    skip = {n.replace("-", "_") for n in BENCHMARK_REPORT}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "ws"
+        count = 0
+        for path in sorted(site.rglob("*.py")):
+            if count >= args.files:
+                break
+            rel = path.relative_to(site)
+            if rel.parts[0] in skip or "test" in rel.parts[0] or path.stat().st_size > 200_000:
+                continue
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            count += 1
+        size = sum(p.stat().st_size for p in root.rglob("*.py"))
+        print(f"workspace: {count} files, {size / 1e6:.1f} MB of source copied from site-packages")
+        code = (
+            "import json, resource, sys, time\n"
+            "from glm5_lsp.memory.workspace import WorkspaceMemory\n"
+            "from glm5_lsp.model import default_model_path, load_tokenizer\n"
+            "tok = load_tokenizer(default_model_path())\n"
+            "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "memory = WorkspaceMemory(tok)\n"
+            "last = [0.0]\n"
+            "def progress(message, fraction):\n"
+            "    if fraction - last[0] >= 0.1 or fraction >= 1.0:\n"
+            "        last[0] = fraction\n"
+            "        print(f'  progress {fraction:4.0%} {message}', flush=True)\n"
+            "started = time.perf_counter()\n"
+            "stats = memory.index_folder(sys.argv[1], progress=progress)\n"
+            "seconds = time.perf_counter() - started\n"
+            "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "print(json.dumps({'seconds': round(seconds, 1), 'peak_rss_mb': round(peak / 1024), "
+            "'rss_before_mb': round(base / 1024), **stats.to_dict()}))\n"
+        )
+        env_cache = Path(tmp) / "cache"
+        import os
+
+        for label, env in (("cold (no library cache)", {**os.environ, "GLM5_LSP_CACHE_DIR": str(env_cache)}),
+                           ("warm (libraries cached)", {**os.environ, "GLM5_LSP_CACHE_DIR": str(env_cache)})):
+            out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, env=env,
+                                 check=False)
+            print(f"{label}:")
+            print(out.stdout.rstrip())
+            if out.returncode:
+                print(out.stderr[-2000:])
+    print(f"(this process's peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB)")
+    _ = json
+
+
+def main(argv: list[str] | None = None) -> int:
+    from glm5_lsp.train.corpus import BENCHMARK_REPORT
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("perplexity")
+    p.add_argument("--packages", nargs="+", default=list(BENCHMARK_REPORT))
+    p.add_argument("--max-tokens", type=int, default=8000)
+    d = sub.add_parser("drafts")
+    d.add_argument("--requests", type=int, default=12)
+    d.add_argument("--max-new-tokens", type=int, default=64)
+    u = sub.add_parser("updates")
+    u.add_argument("--edits", type=int, default=300)
+    w = sub.add_parser("workspace")
+    w.add_argument("--files", type=int, default=2000)
+    args = parser.parse_args(argv)
+    {"perplexity": perplexity, "drafts": drafts, "updates": updates, "workspace": workspace}[args.what](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
