@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from glm5_lsp.pysource import logical_lines
 from glm5_lsp.repair import scope
-from glm5_lsp.repair.scope import ALWAYS, logical_lines, names_in_scope
+from glm5_lsp.repair.scope import ALWAYS, names_in_scope
 
 
 def own(before: str, after: str = "") -> set[str]:
@@ -54,7 +55,8 @@ def test_strings_comments_and_attributes_bind_nothing() -> None:
 def test_bracketed_continuation_lines_do_not_close_blocks() -> None:
     code = "def f(alpha,\nbeta):\n    value = call(\n1,\n)\n    "
     assert {"alpha", "beta", "value", "call"} <= own(code)
-    assert logical_lines("x = (1,\n2)\ny = 3\n")[:2] == [(0, "x = (1, 2)"), (0, "y = 3")]
+    assert [(line.indent, line.code) for line in logical_lines("x = (1,\n2)\ny = 3\n")[:2]] == [
+        (0, "x = (1, 2)"), (0, "y = 3")]
 
 
 def test_module_names_after_the_cursor_count_but_not_their_locals() -> None:
@@ -135,7 +137,8 @@ def test_pieces_are_cut_at_top_level_definitions_only() -> None:
     code = "import os\n\n@dec\ndef f():\n    def g():\n        pass\nclass C:\n    x = 1\nasync def h():\n    pass\n"
     pieces = scope.top_level_pieces(code)
     assert "".join(pieces) == code
-    assert [p.split("\n", 1)[0] for p in pieces] == ["import os", "@dec", "def f():", "class C:", "async def h():"]
+    # a decorated definition starts at its first decorator (as the compile provider cuts it)
+    assert [p.split("\n", 1)[0] for p in pieces] == ["import os", "@dec", "class C:", "async def h():"]
     assert scope.top_level_pieces("x = 1") == ["x = 1"]
     # A piece left inside a string is read with the next one: the string's words are no names.
     names = own('X = 1\n"""\ndef fake():\n    pass\n"""\ndef real():\n    ', "")

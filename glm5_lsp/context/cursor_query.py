@@ -23,12 +23,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from glm5_lsp.pysource import HEADER
+
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _TYPED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _RECEIVER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*\.\s*$")
 _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*$")
-_DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 # The last word before an expression that makes it a condition (``if not os.path.``, ``x and re.``).
 _CONDITION = re.compile(r"(?:^|[^\w.])(?:if|elif|while|not|and|or|assert)\s*\(?\s*$")
 _SHAPE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[=(,]")
@@ -196,9 +197,9 @@ def _enclosing_function(text: str, line_start: int, indent: int, max_lines: int 
         depth = len(line) - len(body)
         if not body or body.startswith("#") or depth >= indent:
             continue
-        match = _DEF.match(line)
-        if match:
-            return match.group(2)
+        match = HEADER.match(line)
+        if match and match.group("kind") == "def":
+            return match.group("name")
         if body.startswith("class ") or depth == 0:
             return ""
         indent = depth

@@ -17,8 +17,8 @@ plain sight. :func:`self_attributes` reads them in a few milliseconds:
   keyword base such as ``metaclass=``, a receiver that is not the method's first parameter, a
   ``from x import *``-style dynamic class) it answers None, and the caller asks jedi.
 
-Blocks are found as :mod:`glm5_lsp.repair.scope` finds them: strings and comments blanked out,
-logical lines, indentation.
+Blocks are read by :mod:`glm5_lsp.pysource` (strings and comments blanked out, logical lines,
+indentation), as every other room reads them.
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ from __future__ import annotations
 import builtins
 import keyword
 import re
-from dataclasses import dataclass, field
 
-from glm5_lsp.repair.scope import logical_lines
+from glm5_lsp.pysource import Block, LogicalLine, logical_lines, walk_blocks
 
-_HEADER = re.compile(r"(?:async\s+)?(def|class)\s+([A-Za-z_]\w*)\s*(?:\((.*?)\))?\s*(?:->.*)?:")
 _TARGETS = re.compile(r"([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*,?\s*(?::(?!=)|=(?!=)|[-+*/%&|^@]=|//=|\*\*=|>>=|<<=)")
 _FIRST_PARAM = re.compile(r"\s*([A-Za-z_]\w*)")
 
@@ -44,60 +42,33 @@ _INSTANCE_ATTRIBUTES = frozenset(dir(_Plain())) | {"__annotations__"}
 _NOT_INSTANCE_METHODS = frozenset({"staticmethod", "classmethod"})
 
 
-@dataclass
-class _Block:
-    kind: str  # "def" or "class"
-    name: str
-    indent: int
-    params: str  # what the header's parentheses hold ("" when none)
-    decorators: list[str]
-    lines: list[str] = field(default_factory=list)  # the block's own lines, nested blocks' apart
-    children: list[_Block] = field(default_factory=list)
-    parent: _Block | None = None
-
-    def first_param(self) -> str | None:
-        found = _FIRST_PARAM.match(self.params)
-        return found.group(1) if found else None
-
-    def is_instance_method(self) -> bool:
-        if self.kind != "def" or self.parent is None or self.parent.kind != "class":
-            return False
-        return not any(d.split("(")[0].strip().split(".")[-1] in _NOT_INSTANCE_METHODS for d in self.decorators)
+def _first_param(block: Block) -> str | None:
+    found = _FIRST_PARAM.match(block.params)
+    return found.group(1) if found else None
 
 
-def _blocks(lines: list[tuple[int, str]], cursor: int) -> tuple[list[_Block], list[_Block]]:
+def _is_instance_method(block: Block) -> bool:
+    if block.kind != "def" or block.parent is None or block.parent.kind != "class":
+        return False
+    return not any(d.split("(")[0].strip().split(".")[-1] in _NOT_INSTANCE_METHODS for d in block.decorators)
+
+
+def _blocks(lines: list[LogicalLine], cursor: int) -> tuple[list[Block], list[Block]]:
     """The top-level blocks of ``lines`` and the chain of blocks enclosing line ``cursor``."""
-    top: list[_Block] = []
-    stack: list[_Block] = []
-    decorators: list[str] = []
-    chain: list[_Block] = []
-    for number, (indent, code) in enumerate(lines):
+    top: list[Block] = []
+    chain: list[Block] = []
+
+    def opened(block: Block) -> None:
+        if block.parent is None:
+            top.append(block)
+
+    for number, (line, _found, stack) in enumerate(walk_blocks(lines, opened)):
         if number == cursor:  # the cursor's own line: inside every open block it is indented under
-            chain = [b for b in stack if b.indent < indent]
-        while stack and indent <= stack[-1].indent and code.strip():
-            stack.pop()
-        if code.startswith("@"):
-            decorators.append(code[1:])
-            continue
-        header = _HEADER.match(code)
-        if header is not None:
-            kind, name, params = header.groups()
-            block = _Block(kind, name, indent, params or "", decorators)
-            if stack:
-                block.parent = stack[-1]
-                stack[-1].children.append(block)
-            else:
-                top.append(block)
-            stack.append(block)
-            if code[header.end():].strip():  # ``def f(self): return self.x``: a body on the header's line
-                block.lines.append(code[header.end():])
-        elif stack:
-            stack[-1].lines.append(code)
-        decorators = []
+            chain = [b for b in stack if b.indent < line.indent]
     return top, chain
 
 
-def _members(cls: _Block, top: dict[str, _Block], seen: set[str]) -> set[str] | None:
+def _members(cls: Block, top: dict[str, Block], seen: set[str]) -> set[str] | None:
     """What an instance of ``cls`` has, or None when a base class is out of sight."""
     if cls.name in seen:
         return set()
@@ -115,19 +86,19 @@ def _members(cls: _Block, top: dict[str, _Block], seen: set[str]) -> set[str] | 
             return None
         names |= inherited
     for line in cls.lines:
-        found = _TARGETS.match(line)
+        found = _TARGETS.match(line.code)
         if found is not None:
             names.update(n.strip() for n in found.group(1).split(",") if not keyword.iskeyword(n.strip()))
     for child in cls.children:
         names.add(child.name)
-        if child.is_instance_method():
-            receiver = child.first_param()
+        if _is_instance_method(child):
+            receiver = _first_param(child)
             if receiver:
                 names |= _mentioned(child, receiver)
     return names
 
 
-def _mentioned(method: _Block, receiver: str) -> set[str]:
+def _mentioned(method: Block, receiver: str) -> set[str]:
     """Every ``receiver.name`` in ``method`` and the functions nested in it (not nested classes,
     whose methods have a ``self`` of their own)."""
     pattern = re.compile(rf"(?<![.\w]){re.escape(receiver)}\s*\.\s*([A-Za-z_]\w*)")
@@ -136,7 +107,7 @@ def _mentioned(method: _Block, receiver: str) -> set[str]:
     while pending:
         block = pending.pop()
         for line in block.lines:
-            found.update(pattern.findall(line))
+            found.update(pattern.findall(line.code))
         pending.extend(child for child in block.children if child.kind == "def")
     return found
 
@@ -152,8 +123,8 @@ def self_attributes(before: str, after: str, receiver: str) -> set[str] | None:
     if newline != -1:
         lines += logical_lines(after[newline + 1:])
     top_blocks, chain = _blocks(lines, cursor)
-    method = next((b for b in reversed(chain) if b.is_instance_method()), None)
-    if method is None or method.first_param() != receiver or method.parent is None:
+    method = next((b for b in reversed(chain) if _is_instance_method(b)), None)
+    if method is None or _first_param(method) != receiver or method.parent is None:
         return None
     top = {b.name: b for b in top_blocks}
     members = _members(method.parent, top, set())

@@ -56,8 +56,9 @@ from dataclasses import dataclass
 
 from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.postprocess import IDENTIFIER_CHARS, ends_in_code, open_brackets
+from glm5_lsp.pysource import HEADER_LINE, piece, top_level_pieces
 from glm5_lsp.repair.members import self_attributes
-from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, scope_at, top_level_pieces
+from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, scope_at
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +79,16 @@ TAIL_CHARS = 512
 
 def identifiers(text: str) -> set[str]:
     """Every identifier in ``text`` (a string prefix such as ``r''`` apart), read per top-level piece
-    (:func:`~glm5_lsp.repair.scope.top_level_pieces`) and kept, so a request reads only the pieces
+    (:func:`~glm5_lsp.pysource.top_level_pieces`) and kept, so a request reads only the pieces
     that changed (a 2,600-line file: about 5 ms at once)."""
     found: set[str] = set()
-    for piece in top_level_pieces(text):
-        found |= _piece_identifiers(piece)
+    for text_piece in top_level_pieces(text):
+        found |= piece(text_piece).fact(_piece_identifiers)
     return found
 
 
-@functools.lru_cache(maxsize=2048)
-def _piece_identifiers(piece: str) -> frozenset[str]:
-    return frozenset(_IDENT_WORD.findall(piece))
+def _piece_identifiers(text: str) -> frozenset[str]:
+    return frozenset(_IDENT_WORD.findall(text))
 
 
 def _dotted_receiver(text: str) -> re.Match[str] | None:
@@ -676,9 +676,6 @@ def token_index(token_strings: Sequence[str]) -> TokenIndex:
     return _INDEXES[key]
 
 
-_SCOPE_HEADER = re.compile(r"^[ \t]*(?:async[ \t]+)?(class|def)[ \t]+\w+[^\n]*", re.MULTILINE)
-
-
 class RememberedAttributes:
     """An attribute provider with a memory shared by requests: keystrokes in one file ask about the
     same receivers (``self.``, ``os.path.``) over and over, and jedi answers in tens of milliseconds.
@@ -721,8 +718,8 @@ class RememberedAttributes:
 def _scope(text: str) -> tuple[str, str]:
     """The nearest ``class`` and ``def`` header lines before the end of ``text`` ("" when none)."""
     found = {"class": "", "def": ""}
-    for match in _SCOPE_HEADER.finditer(text, max(0, len(text) - 200_000)):
-        found[match.group(1)] = match.group(0).strip()
+    for match in HEADER_LINE.finditer(text, max(0, len(text) - 200_000)):
+        found[match.group("kind")] = match.group(0).strip()
     return found["class"], found["def"]
 
 

@@ -20,8 +20,9 @@ import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
 
-_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)|^[ \t]*function[ \t]+([A-Za-z_$][\w$]*)", re.MULTILINE)
-_CLASS = re.compile(r"^[ \t]*class[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
+from glm5_lsp.pysource import HEADER_LINE
+
+_JS_FUNCTION = re.compile(r"^[ \t]*function[ \t]+([A-Za-z_$][\w$]*)", re.MULTILINE)
 _ASSIGN = re.compile(r"^[ \t]*(?:(?:let|const|var)[ \t]+)?([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?=(?!=)", re.MULTILINE)
 _SIMPLE_STRING = re.compile(r"""(?<![\w'"])([rRbBuUfF]{0,2})('([^'"\\\n]*)'|"([^'"\\\n]*)")""")
 _COMMENT_MARKERS = {"python": "#"}
@@ -47,9 +48,12 @@ def name_case(name: str) -> str | None:
 
 def defined_names(code: str) -> dict[str, list[str]]:
     """Names the code defines, by kind: ``function``, ``class``, ``variable``."""
+    headers = [(m.start(), m.group("kind"), m.group("name")) for m in HEADER_LINE.finditer(code)]
+    functions = sorted([(at, name) for at, kind, name in headers if kind == "def"]
+                       + [(m.start(), m.group(1)) for m in _JS_FUNCTION.finditer(code)])
     return {
-        "function": [a or b for a, b in _DEF.findall(code)],
-        "class": _CLASS.findall(code),
+        "function": [name for _, name in functions],
+        "class": [name for _, kind, name in headers if kind == "class"],
         "variable": [n for n in _ASSIGN.findall(code) if not n.isupper()],  # CONSTANTS are their own case
     }
 

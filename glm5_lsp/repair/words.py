@@ -19,13 +19,13 @@ document from parsing.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections import Counter
 
 from glm5_lsp.postprocess import ends_in_code
+from glm5_lsp.pysource import piece, top_level_pieces
 from glm5_lsp.repair.monitor import STAR_IMPORT, open_triple_quote
-from glm5_lsp.repair.scope import scope_at, top_level_pieces
+from glm5_lsp.repair.scope import scope_at
 
 NEAR = 3000  # characters on each side of the cursor counted as "near"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -45,7 +45,7 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     if not words:
         return []
     near = Counter(_IDENT.findall(before[-NEAR:] + " " + after[:NEAR]))
-    counted = [_piece_counts(piece) for text in (before, after) for piece in top_level_pieces(text)]
+    counted = [piece(part).fact(_piece_counts) for text in (before, after) for part in top_level_pieces(text)]
     total = {w: sum(counts[w] for counts in counted) for w in words}
     words.sort(key=lambda w: (-near[w], -total[w], len(w), w))
     if language == "python" and not before[before.rfind("\n") + 1:].strip(" \t") and after[:1] in ("", "\n", "\r"):
@@ -54,11 +54,10 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     return words[:limit]
 
 
-@functools.lru_cache(maxsize=2048)
-def _piece_counts(piece: str) -> Counter[str]:
-    """How often each word occurs in one :func:`~glm5_lsp.repair.scope.top_level_pieces` piece (kept:
-    a keystroke changes one piece, and counting a 2,600-line file at once takes about 10 ms). Read-only."""
-    return Counter(_IDENT.findall(piece))
+def _piece_counts(text: str) -> Counter[str]:
+    """How often each word occurs in one :func:`~glm5_lsp.pysource.top_level_pieces` piece (kept per
+    piece: a keystroke changes one, and counting a 2,600-line file at once takes about 10 ms). Read-only."""
+    return Counter(_IDENT.findall(text))
 
 
 _BARE_BLOCK_KEYWORDS = frozenset({"else", "try", "finally"})  # a block header with nothing between keyword and colon

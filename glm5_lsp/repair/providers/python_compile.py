@@ -73,6 +73,7 @@ from types import CodeType
 from typing import NamedTuple
 
 from glm5_lsp.lru import LRUCache
+from glm5_lsp.pysource import HEADER_LINE, definition_starts, top_level_cuts
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.providers.compile_worker import CompileWorker, worker_available
 from glm5_lsp.textdiff import common_prefix, common_suffix
@@ -274,9 +275,6 @@ def _closest(entries: list[_Entry], text: str) -> tuple[_Entry, int, int] | None
 # A text seen for the first time: cut it, and check every segment
 
 
-_DEFINITION = r"(?:@|class\b|def\b|async[ \t]+def\b)"
-_TOP_LEVEL_DEFINITION = re.compile("\n" + _DEFINITION)
-_CLASS_LINE = re.compile(r"^class[ \t]+(\w+)", re.MULTILINE)
 _INDENTATION = re.compile(r"[ \t\f]*")
 _HEADER_LINES = 20  # a class header longer than this is not split
 _MERGES = 2  # a segment that does not parse is tried together with at most this many next ones
@@ -311,8 +309,7 @@ def _cuts(text: str, class_lines: int, segment_lines: int) -> list[tuple[int, Cl
     """``(offset, owner, opens_class)`` of each segment: top-level definitions, and the members of
     long top-level classes; a decorated definition starts at its first decorator. Neighbouring short
     pieces of one kind are grouped, up to ``segment_lines`` lines a group."""
-    tops = [0] + [m.start() + 1 for m in _TOP_LEVEL_DEFINITION.finditer(text)
-                  if not _after_decorator(text, m.start() + 1, "")]
+    tops = [0, *top_level_cuts(text)]
     cuts: list[tuple[int, ClassHeader | None, bool]] = []
     for start, end in zip(tops, tops[1:] + [len(text)]):
         split = _split_class(text, start, end, class_lines)
@@ -331,16 +328,11 @@ def _cuts(text: str, class_lines: int, segment_lines: int) -> list[tuple[int, Cl
     return kept
 
 
-def _after_decorator(text: str, line_start: int, indent: str) -> bool:
-    previous = text.rfind("\n", 0, line_start - 1) + 1
-    return text.startswith(indent + "@", previous)
-
-
 def _split_class(text: str, start: int, end: int, class_lines: int) -> tuple[ClassHeader, list[int]] | None:
     """The header of the class in ``text[start:end]`` and where its members after the first begin."""
     if not text.startswith(("class", "@"), start) or text.count("\n", start, end) < class_lines:
         return None
-    match = _CLASS_LINE.search(text, start, end)
+    match = _class_line(text, start, end)
     if match is None:
         return None
     line = match.start()
@@ -359,18 +351,20 @@ def _split_class(text: str, start: int, end: int, class_lines: int) -> tuple[Cla
     indent = _INDENTATION.match(text, body).group()
     if not indent:
         return None
-    members = [m.start() + 1 for m in _member_definition(indent).finditer(text, body, end)
-               if not _after_decorator(text, m.start() + 1, indent)]
+    members = definition_starts(text, indent, body, end)
     if not members:
         return None
-    owner = ClassHeader(match.group(1), indent, match.start() - start, body - start,
+    owner = ClassHeader(match.group("name"), indent, match.start() - start, body - start,
                         text.count("\n", start, match.start()), text.count("\n", start, body))
     return owner, members
 
 
-@functools.lru_cache(maxsize=16)
-def _member_definition(indent: str) -> re.Pattern[str]:
-    return re.compile("\n" + re.escape(indent) + _DEFINITION)
+def _class_line(text: str, start: int, end: int) -> re.Match[str] | None:
+    """The first header line of ``text[start:end]`` if it is a class's at column 0 (after decorators)."""
+    match = HEADER_LINE.search(text, start, end)
+    if match is None or match.group("indent") or match.group("kind") != "class":
+        return None
+    return match
 
 
 def _line_numbers(text: str, starts: list[int]) -> list[int]:
