@@ -321,10 +321,10 @@ class OpenAIHTTPBackend:
                 else:  # 429: the server is up, only busy
                     self.breaker.succeeded()
                     opened = False
-            except (httpx.TransportError, httpx.StreamError) as error:
+            except (httpx.HTTPError, httpx.StreamError) as error:  # transport, decoding, redirects
                 reason, wait_for = f"{type(error).__name__}: {error}".rstrip(": "), None
                 opened = self.breaker.failed(reason)
-            attempts = f"giving up after {attempt + 1} attempts ({reason})"
+            attempts = f"giving up after {attempt + 1} attempt{'s' if attempt else ''} ({reason})"
             if attempt >= self.max_retries or opened:
                 raise BackendUnavailable(f"{self.base_url}: {attempts}")
             delay = wait_for if wait_for is not None else self.backoff * (2**attempt) * (1 + random.random() / 4)
