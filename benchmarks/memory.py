@@ -11,9 +11,12 @@ trained or tuned on), each copied as its own workspace, alone and mixed with the
 rest of that package plus the libraries it imports and the standard library (the scored file's own
 positions excluded), with the shipped interpolation table (``glm5_lsp/memory/interpolation.json``,
 fitted on ``BENCHMARK_FIT`` only). ``drafts``: greedy decoding with the mixture, the same requests
-with and without drafts, on a file with repeated structure (pycparser's ``c_ast.py``) and on code
-without (tqdm's ``std.py``, whose lines the memory does not hold twice); tokens/s of each and whether
-the texts are the same. ``updates``: one-line edits typed into a 2,600-line file (the standard
+with and without drafts, on a file with repeated structure (pycparser's ``c_ast.py``, the memory
+holding its workspace and libraries), on tqdm's ``std.py`` with the same memory (the file above the
+cursor included), with a memory of tqdm's other files only, and with an empty memory (no draft is
+ever proposed: what asking costs); tokens/s of each, drafted and accepted tokens, and whether the
+texts are the same. Each request writes at the end of the file cut there (nothing below the
+cursor). ``updates``: one-line edits typed into a 2,600-line file (the standard
 library's ``argparse.py``), each in the memory before the next. ``workspace``: a workspace of N
 files (installed source copied) indexed in a fresh process: seconds, peak memory (RSS), progress.
 """
@@ -67,7 +70,7 @@ def drafts(args: argparse.Namespace) -> None:
 
     from glm5_lsp.memory.heldout import copy_package
     from glm5_lsp.memory.mixing import DraftSettings, MemoryProcessor
-    from glm5_lsp.memory.workspace import WorkspaceMemory, as_key
+    from glm5_lsp.memory.workspace import MemorySettings, WorkspaceMemory, as_key
     from glm5_lsp.model import GenerationConfig, Generator, default_model_path, load_model, load_tokenizer
 
     torch.set_num_threads(1)
@@ -79,11 +82,17 @@ def drafts(args: argparse.Namespace) -> None:
     print("| code | tokens/s without drafts | with drafts | ratio | accepted / drafted | same text |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for package, rel, label in (("pycparser", "pycparser/c_ast.py", "repeated structure (pycparser c_ast.py)"),
-                                    ("tqdm", "tqdm/std.py", "no repeats (tqdm std.py)")):
+        for package, rel, label, kind in (
+                ("pycparser", "pycparser/c_ast.py", "repeated structure (pycparser c_ast.py; workspace + libraries)", "all"),
+                ("tqdm", "tqdm/std.py", "tqdm std.py (workspace + libraries)", "all"),
+                ("tqdm", "tqdm/std.py", "tqdm std.py, the memory holding tqdm's other files only", "others"),
+                ("tqdm", "tqdm/std.py", "tqdm std.py, an empty memory (the cost of asking)", "empty")):
             root = copy_package(package, Path(tmp))
-            memory = WorkspaceMemory(tokenizer)
-            memory.index_folder(root)
+            memory = WorkspaceMemory(tokenizer, None if kind == "all" else MemorySettings(libraries=False, stdlib=False))
+            if kind != "empty":
+                memory.index_folder(root)
+            if kind != "all":
+                memory.remove(as_key(root / rel))
             file = root / rel
             lines = file.read_text(encoding="utf-8").split("\n")
             starts = [i for i in range(120, len(lines) - 20) if lines[i].strip()]
@@ -93,12 +102,14 @@ def drafts(args: argparse.Namespace) -> None:
             same = True
             for line in picks:
                 prompt = "\n".join(lines[line - 100:line]) + "\n"
-                # The file as the editor has it: what is below the cursor stays, the cursor line is excluded.
-                document = "\n".join(lines[:line]) + "\n" + "\n".join(lines[line:])
+                # New code being written at the end of the file: nothing below the cursor (what the
+                # model is about to write must not be in the memory already).
+                document = "\n".join(lines[:line]) + "\n"
                 ids = tokenizer.encode(prompt)
                 texts = {}
                 for use in (False, True, False, True):  # twice each, alternating: the machine is shared
-                    processor = MemoryProcessor(memory.matcher(as_key(file), document, len("\n".join(lines[:line])) + 1),
+                    matcher = memory.matcher(as_key(file), document, len(document)) if kind == "all" else memory.matcher()
+                    processor = MemoryProcessor(matcher,
                                                 tokenizer, drafts=DraftSettings(enabled=use))
                     processor.bind_prompt(ids)
                     generator = Generator(model, tokenizer)

@@ -149,3 +149,21 @@ def test_the_libraries_shard_is_built_once_and_keyed_by_content(tmp_path: Path, 
     assert not report["cached"]  # new content, new key
     _, report = cache.shard([library], max_tokens=5)
     assert report.get("left_out") == ["demo"] and report["tokens"] == 0
+
+
+def test_snippets_are_the_most_similar_windows_of_other_documents(tokenizer, workspace: Path) -> None:
+    from glm5_lsp.memory.snippets import similar_snippets
+
+    memory = memory_for(tokenizer, workspace)
+    memory.update("/open/geometry.py", "def area(rect):\n    return rect.width * rect.height\n" * 3)
+    memory.update("/open/unrelated.py", "import json\nprint(json.dumps({'a': 1}))\n")
+    document = "def perimeter(rect):\n    return 2 * (rect.width + rect.height)\n\ndef area(rect):\n    return rect."
+    key = "/open/current.py"
+    found = similar_snippets(memory, key, document, len(document), max_chars=400)
+    assert found and found[0].key == "/open/geometry.py"
+    assert len([s for s in found if s.key == "/open/geometry.py"]) == 1  # its windows overlap: the best one
+    assert all(s.key != "/open/unrelated.py" for s in found)
+    assert sum(len(s.text) for s in found) <= 400
+    document = "    return Point(point.x * factor, point.y * factor, la"
+    matched = similar_snippets(memory, key, document, len(document))
+    assert any(s.origin == "match" and s.key.endswith("helper.py") and "scaled" in s.text for s in matched)
