@@ -18,6 +18,7 @@ from glm5_lsp.backends.fim import TEMPLATES
 from glm5_lsp.backends.llamacpp_infill import LlamaCppInfillBackend
 from glm5_lsp.backends.ollama import OllamaBackend
 from glm5_lsp.backends.serve_model import serve_in_thread
+from glm5_lsp.backends.served import create_native_backend
 from glm5_lsp.spans import Prompt
 
 
@@ -210,3 +211,24 @@ def test_ollama_length_cancellation_and_stream_errors(ollama: tuple[Fake, str]) 
 def test_ollama_needs_a_model_name() -> None:
     with pytest.raises(ValueError, match="model name"):
         OllamaBackend("http://127.0.0.1:11434", model="")
+
+
+# ---- by name, as the factory makes them ------------------------------------------------------
+
+
+def test_create_native_backend_picks_the_template_by_model_name() -> None:
+    qwen = create_native_backend("ollama", model="qwen2.5-coder:1.5b-base")
+    assert isinstance(qwen, OllamaBackend) and qwen.template is TEMPLATES["qwen2.5-coder"]
+    assert qwen.base_url == "http://127.0.0.1:11434"
+    assert create_native_backend("ollama", model="llama3.2").template is None  # unknown family: Ollama's own
+    assert create_native_backend("ollama", model="qwen2.5-coder:7b", fim="server").template is None
+    assert create_native_backend("ollama", model="mystery", fim="codellama").template is TEMPLATES["codellama"]
+    custom = create_native_backend("ollama", model="m", fim="custom", fim_template="<A>{prefix}<B>{suffix}<C>", fim_stop=["<D>"])
+    assert custom.template is not None and custom.template.stop == ("<D>",)
+    llama = create_native_backend("llamacpp", "http://127.0.0.1:8080/v1", model="starcoder2-3b.gguf", timeout=3)
+    assert isinstance(llama, LlamaCppInfillBackend) and "<file_sep>" in llama.extra_stop
+    assert llama.base_url == "http://127.0.0.1:8080" and llama.timeout == 3
+    with pytest.raises(ValueError, match="unknown native backend"):
+        create_native_backend("tgi")
+    with pytest.raises(ValueError, match="fimTemplate"):
+        create_native_backend("ollama", model="m", fim="custom")
