@@ -265,11 +265,47 @@ def test_a_hanging_server_fails_by_the_deadline_and_holds_no_one_up(
 def test_cancellation_is_seen_while_waiting_for_an_answer(hanging: tuple[str, list[socket.socket]]) -> None:
     url, _ = hanging
     http = OpenAIHTTPBackend(url, "m", timeout=30)
+    http.load()
     cancel_at = time.monotonic() + 0.2
     seconds, done = timed(lambda: http.complete(CompletionRequest(Prompt("a"),
                                                                   should_cancel=lambda: time.monotonic() >= cancel_at)))
     assert isinstance(done, Completion) and done.finish_reason == "cancelled" and done.text == ""
     assert seconds < 0.2 + SLACK
+
+
+@pytest.fixture()
+def unreachable() -> Iterator[str]:
+    """A port whose accept queue is full and never drained: a new connect() hangs in the handshake."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filling = []
+    for _ in range(3):
+        client = socket.socket()
+        client.setblocking(False)
+        try:
+            client.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        filling.append(client)
+    time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}"
+    for client in filling:
+        client.close()
+    listener.close()
+
+
+def test_cancellation_is_seen_while_connecting(unreachable: str) -> None:
+    http = OpenAIHTTPBackend(unreachable, "m", timeout=30)
+    http.load()
+    cancel_at = time.monotonic() + 0.2
+    seconds, done = timed(lambda: http.complete(CompletionRequest(Prompt("a"),
+                                                                  should_cancel=lambda: time.monotonic() >= cancel_at)))
+    assert isinstance(done, Completion) and done.finish_reason == "cancelled" and seconds < 0.2 + SLACK
+    seconds, outcome = timed(lambda: http.complete(CompletionRequest(Prompt("a"), deadline=time.monotonic() + 0.3)))
+    assert isinstance(outcome, BackendUnavailable) and seconds < 0.3 + SLACK  # and the deadline while connecting
+    http.close()
 
 
 def counting_app(status: int, headers: dict[str, str] | None = None) -> tuple[Starlette, list[float], list[int]]:
@@ -301,6 +337,7 @@ def test_a_429_retry_after_past_the_deadline_fails_at_once_and_holds_later_reque
     app, arrivals, _ = counting_app(429, headers={"Retry-After": "5"})
     with serve_in_thread(app) as url:
         http = OpenAIHTTPBackend(url, "m", timeout=1.0)
+        http.load()
         seconds, outcome = timed(lambda: http.complete(CompletionRequest(Prompt("x"))))
         assert isinstance(outcome, BackendUnavailable) and "HTTP 429" in str(outcome) and seconds < SLACK + 0.2
         again, outcome = timed(lambda: http.complete(CompletionRequest(Prompt("y"))))
@@ -313,6 +350,7 @@ def test_a_retry_after_holds_off_other_requests_even_when_the_first_is_cancelled
     app, arrivals, _ = counting_app(429, headers={"Retry-After": "5"})
     with serve_in_thread(app) as url:
         http = OpenAIHTTPBackend(url, "m", timeout=30)  # the deadline comes only through should_cancel
+        http.load()
         cancel_at = time.monotonic() + 0.3
         seconds, done = timed(lambda: http.complete(CompletionRequest(
             Prompt("x"), should_cancel=lambda: time.monotonic() >= cancel_at)))
@@ -335,6 +373,7 @@ def test_a_backoff_sleep_ends_when_the_request_is_cancelled() -> None:
     app, arrivals, _ = counting_app(503, headers={"Retry-After": "3"})
     with serve_in_thread(app) as url:
         http = OpenAIHTTPBackend(url, "m", timeout=30)
+        http.load()
         cancel_at = time.monotonic() + 0.4
         seconds, done = timed(lambda: http.complete(CompletionRequest(
             Prompt("x"), should_cancel=lambda: time.monotonic() >= cancel_at)))
