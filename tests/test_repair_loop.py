@@ -358,3 +358,21 @@ def test_the_typed_word_is_read_from_the_end_as_a_regex_would_find_it() -> None:
         text = "".join(rng.choice("ab1_ .(\n9Z") for _ in range(rng.randrange(12)))
         found = at_end.search(text)
         assert trailing_identifier(text) == (found.group(0) if found else ""), text
+
+
+def test_the_loop_hands_its_deadline_to_the_backend() -> None:
+    """A served model's retries and circuit breaker go by ``request.deadline``: the loop's time budget
+    reaches it as a ``time.monotonic()`` instant (never later than the caller's own deadline)."""
+    clock = FakeClock()
+    clock.now = 1000.0  # the loop's clock is not time.monotonic(): the deadline is converted
+    backend = ScriptedBackend(["math.pi * radius ** 2"], clock=clock)
+    loop = RepairLoop(backend, RepairSettings(time_budget_s=2.0), RUNNER, clock=clock)
+    before = time.monotonic()
+    loop.run(request(), target())
+    sent = backend.requests[0].deadline
+    assert sent is not None and before + 1.5 <= sent <= time.monotonic() + 2.0
+    tighter = request()
+    tighter.deadline = time.monotonic() + 0.5
+    backend.requests.clear()
+    loop.run(tighter, target())
+    assert backend.requests[0].deadline == tighter.deadline

@@ -252,7 +252,12 @@ class RepairLoop:
                 processor.expect_word(request.forced_prefix)  # the healed word is checked as a name too
             if processor is not None and hasattr(processor, "time_left"):  # its lookups end by the deadline
                 processor.time_left = lambda: deadline - self.clock()
-        return replace(request, should_cancel=should_cancel, logits_processor=processor)
+        # The same deadline as an instant of time.monotonic() (the loop's clock may be a test's), for
+        # backends that wait on a server: their retries and the circuit breaker go by it.
+        until = time.monotonic() + max(0.0, deadline - self.clock())
+        if request.deadline is not None:
+            until = min(until, request.deadline)
+        return replace(request, should_cancel=should_cancel, logits_processor=processor, deadline=until)
 
     def _judge_with_rewrites(self, text: str, target: RepairTarget, runner: DiagnosticRunner,
                              before: list[Diagnostic], before_skipped: list[str]) -> tuple[str, Judgement]:
