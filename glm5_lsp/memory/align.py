@@ -28,6 +28,7 @@ from glm5_lsp.memory.tokens import last_chunk_start
 
 MAX_DEPTH = 4  # levels of pending text followed through the memory's own tokens (the slow way)
 BACKOFF_TRIES = 4
+RECENT = 64  # estimates remembered by the text they follow
 
 
 
@@ -95,9 +96,11 @@ class TextMatcher:
         self.code = ""
         self._tail_start = 0  # a chunk start in ``code``: ids before it are bound to the matcher
         self._stable: tuple[str, list[int]] = ("", [])  # a chunk-aligned start of the tail and its ids
+        self._recent: dict[str, Estimate] = {}
 
     def bind(self, code: str) -> None:
         self.code = code
+        self._recent = {}
         self._tail_start = last_chunk_start(code)
         self.matcher.bind(self.tokenizer.encode(code[: self._tail_start]) if self._tail_start else [])  # type: ignore[attr-defined]
         self._stable = ("", [])
@@ -142,7 +145,17 @@ class TextMatcher:
     # ---- estimates ------------------------------------------------------------------------------
 
     def estimate(self, written: str) -> Estimate:
-        """The memory's distribution over the model's next token after the bound code plus ``written``."""
+        """The memory's distribution over the model's next token after the bound code plus ``written``
+        (the last few are remembered: a draft's proposal and the steps that verify it ask the same)."""
+        found = self._recent.get(written)
+        if found is None:
+            found = self._estimate_text(written)
+            self._recent[written] = found
+            if len(self._recent) > RECENT:
+                self._recent.pop(next(iter(self._recent)))
+        return found
+
+    def _estimate_text(self, written: str) -> Estimate:
         ids, pending = self.split(written)
         if not written and pending:  # where the prompt ends, mid-word or after white space
             walked = self._walk(ids, pending)
