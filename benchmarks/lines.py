@@ -22,6 +22,11 @@ Figures: shown (a non-empty first line), exact (the first line equals the real r
 trailing spaces aside), right word (the answer finishes the cut identifier as the file has it),
 edit similarity (1 - Levenshtein / longer length, 0 for nothing shown, averaged over all cursors),
 precision (exact / shown), latency p50/p95 (ms, this process's wall clock around each answer).
+A file is opened in every system before its first cursor (``didOpen``; for the in-process pipeline
+what the server does then: the context engine, its imports' API docs, jedi; the memory's first
+tokenization of it), untimed, and ``--settle`` seconds pass before the first request. The first
+``--warmup`` cursors of each package are asked of every system and not counted. The in-process
+model runs on one torch thread, as ``glm5-lsp serve`` does by default.
 
     python benchmarks/lines.py                          # 8 packages x 10 cursors
     python benchmarks/lines.py --packages tqdm wrapt --positions 20 --details rows.jsonl
@@ -119,16 +124,21 @@ class Mixed:
     """The server's pipeline in this process, the memory's processor around its decoding monitor."""
 
     def __init__(self, root: Path, memory: Any, tokenizer: Any, drafts: bool) -> None:
+        import torch
+
         from glm5_lsp.memory.mixing import DraftSettings, ProcessorFactory
         from glm5_lsp.memory.workspace import as_key
         from glm5_lsp.server.engine import Engine
         from glm5_lsp.server.settings import Settings
 
+        torch.set_num_threads(1)  # as ``glm5-lsp serve --threads 1`` (its default) runs the model
         self.settings = Settings()
         engine = Engine(self.settings, str(root))
         engine.load()
-        if engine.pipeline is None:
+        if engine.pipeline is None or engine.context is None:
             raise RuntimeError(f"the pipeline did not load: {engine.error}")
+        engine.context.reindex(str(root))  # as the server does once it is initialized
+        self.engine = engine
         self.pipeline = engine.pipeline
         self.pipeline.backend.drafts = drafts
         factory = ProcessorFactory(memory, tokenizer, drafts=DraftSettings(enabled=drafts))
@@ -140,6 +150,16 @@ class Mixed:
             return factory(as_key(target.path), target.document, target.start, then=monitor)
 
         template.monitor_factory = with_memory
+
+    def open(self, path: Path, text: str) -> None:
+        """What the server does when a document opens: the context engine learns it, its imports'
+        API docs are indexed, jedi parses it."""
+        from glm5_lsp.repair.monitor import warm_jedi
+
+        assert self.engine.context is not None
+        self.engine.context.open_document(str(path), text, "python")
+        self.engine.context.warm(str(path))
+        warm_jedi(text, str(path))
 
     def complete(self, case: Case) -> str:
         result = self.pipeline.complete(case.document, case.offset, path=str(case.path), language="python",
@@ -154,7 +174,7 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
 
     workdir = Path(tempfile.mkdtemp(prefix=f"lines-{name}-"))
     root = copy_package(name, workdir)
-    cases = seeded_cases(root, args.positions, seed=args.seed)
+    cases = seeded_cases(root, args.positions + args.warmup, seed=args.seed)
     memory = WorkspaceMemory(tokenizer)
     started = time.perf_counter()
     stats = memory.index_folder(root)
@@ -178,14 +198,21 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
             raise RuntimeError("glm5-lsp serve did not get ready")
         opened: set[Path] = set()
         for number, case in enumerate(cases):
+            warming = number < args.warmup  # asked, not counted: each system's first requests start things up
             uri = case.path.as_uri()
             row: dict[str, Any] = {"package": name, "path": str(case.path.relative_to(root)), "line": case.line,
                                    "typed": case.document[:case.offset].rsplit("\n", 1)[-1], "rest": case.rest}
             line_text = case.document[:case.offset].rsplit("\n", 1)[-1]
             column = len(line_text)
-            for key, server in servers.items():
-                if case.path not in opened:
+            if case.path not in opened:  # opened first, as an editor does, before any timing
+                for server in servers.values():
                     server.open(uri, originals[case.path])
+                memory.update(as_key(case.path), originals[case.path])
+                if mixed is not None:
+                    mixed.open(case.path, originals[case.path])
+                await asyncio.sleep(args.settle)  # the servers' own warm-up of a document they open
+            tally = {k: Tally() for k in SYSTEMS} if warming else tallies
+            for key, server in servers.items():
                 server.replace(uri, case.document)
                 started = time.perf_counter()
                 try:
@@ -195,25 +222,27 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
                     row[f"{key}_error"] = type(error).__name__
                 seconds = time.perf_counter() - started
                 if key == "jedi":
-                    row[key] = tallies[key].add(answer, case, seconds, word_only=True, right=answer == case.word)
+                    row[key] = tally[key].add(answer, case, seconds, word_only=True, right=answer == case.word)
                 else:
-                    row[key] = tallies[key].add(answer, case, seconds)
+                    row[key] = tally[key].add(answer, case, seconds)
             opened.add(case.path)
             if "memory" in args.systems:
                 started = time.perf_counter()
                 answer = continuation_text(memory, tokenizer, as_key(case.path), case.document, case.offset)
-                row["memory"] = tallies["memory"].add(answer, case, time.perf_counter() - started)
+                row["memory"] = tally["memory"].add(answer, case, time.perf_counter() - started)
             if mixed is not None:
                 started = time.perf_counter()
                 answer = mixed.complete(case)
-                row["mixed"] = tallies["mixed"].add(answer, case, time.perf_counter() - started)
+                row["mixed"] = tally["mixed"].add(answer, case, time.perf_counter() - started)
             if "copy" in args.systems:
                 started = time.perf_counter()
                 answer = copy_baseline(case, lines_by_file)
-                row["copy"] = tallies["copy"].add(answer, case, time.perf_counter() - started)
+                row["copy"] = tally["copy"].add(answer, case, time.perf_counter() - started)
             memory.update(as_key(case.path), originals[case.path])  # the file as it was, for the next cursor
             for server in servers.values():
                 server.replace(uri, originals[case.path])
+            if warming:
+                continue
             details.append(row)
             if args.verbose:
                 print(f"  {number}: {row['typed'].strip()[-40:]!r} -> {case.rest!r}: " + ", ".join(
@@ -250,12 +279,14 @@ async def _ask(server: Server, uri: str, line: int, column: int) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--packages", nargs="+", default=list(BENCHMARK_REPORT))
-    parser.add_argument("--positions", type=int, default=10, help="cursors per package")
+    parser.add_argument("--positions", type=int, default=10, help="measured cursors per package")
+    parser.add_argument("--warmup", type=int, default=2, help="cursors per package asked first, not counted")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("--load-timeout", type=float, default=300.0)
     parser.add_argument("--no-drafts", action="store_true", help="the mixed run without drafts")
+    parser.add_argument("--settle", type=float, default=2.0, help="seconds after a document opens before its first request")
     parser.add_argument("--details", default="", help="write each cursor's answers to this JSON-lines file")
     parser.add_argument("--fit", action="store_true", help="allow BENCHMARK_FIT packages (for tuning; never report them)")
     parser.add_argument("--verbose", action="store_true")
