@@ -14,7 +14,8 @@
 # (runs/ is not committed) survives only on this machine: a new checkout starts a new run from the
 # shipped weights, which record where in the corpus they stopped (metrics.json, "continued").
 # Knobs (environment): GLM5_RUN (run folder, default runs/continued), GLM5_EVAL (1/0: re-measure
-# HumanEval after a promotion, default 1), GLM5_BENCHMARKS (default ../shared/benchmarks).
+# HumanEval after a promotion, default 1), GLM5_BENCHMARKS (default ../shared/benchmarks), GLM5_GROUP_NICE
+# (the run's scheduling-group nice value, default 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="${GLM5_RUN:-runs/continued}"
@@ -24,8 +25,7 @@ WEIGHTS=glm5_lsp/weights/glm5-code-tiny
 PIDFILE="$RUN/train.pid"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-# SCHED_IDLE where chrt exists (it runs only when nothing else wants the CPU), and nice 19 anyway.
-lowest() { if command -v chrt >/dev/null; then echo chrt --idle 0 nice -n 19; else echo nice -n 19; fi; }
+lowest() { echo nice -n 19; }
 
 running() { [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
@@ -44,9 +44,11 @@ start() {
     setsid nohup $(lowest) $(train_cmd) >>"$RUN/console.log" 2>&1 < /dev/null &
     local pid=$!
     echo $pid > "$PIDFILE"
-    # setsid gives it a scheduling group of its own, which would get a fair share of the CPU whatever
-    # its nice value: lower the group too, so tests and the editor always come first.
-    echo 19 > "/proc/$pid/autogroup" 2>/dev/null || true
+    # setsid gives it a scheduling group of its own (Linux autogroups), which gets a fair share of the
+    # CPU against each other session whatever the task's nice value: the group's own nice sets that
+    # share (GLM5_GROUP_NICE, default 5: about a quarter of a contended core against one busy
+    # session; 19 would starve it whenever anything else runs).
+    echo "${GLM5_GROUP_NICE:-5}" > "/proc/$pid/autogroup" 2>/dev/null || true
     echo "cpu_train.sh: training in the background (pid $!, log $RUN/console.log, steps $RUN/train_log.jsonl)"
 }
 
