@@ -96,7 +96,7 @@ def _block_indent(prompt: Prompt, insert_at: int) -> str:
 
 def _shift(span: Span, at: int, size: int) -> Span:
     start = span.start + size if span.start >= at else span.start
-    end = span.end + size if span.end > at else span.end
+    end = span.end + size if span.end > at or span.start >= at else span.end  # an empty span at ``at`` moves whole
     return Span(start, end, span.role)
 
 

@@ -4,6 +4,7 @@ first, then the symbol table's names)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from lsprotocol import types
 
@@ -34,12 +35,13 @@ def register(server: Glm5Server) -> None:
     async def inline_completion(
         ls: Glm5Server, params: types.InlineCompletionParams
     ) -> types.InlineCompletionList | None:
+        received = time.perf_counter()  # the budget counts from here
         if not ls.settings.features.inline_completion:
             return None
         target = ls.locate(params.text_document.uri, params.position)
         if target is None:
             return types.InlineCompletionList(items=[])
-        text = await ls.completion_text(target, multiline=ls.multiline_for(target), kind="inline")
+        text = await ls.completion_text(target, multiline=ls.multiline_for(target), kind="inline", received=received)
         if not text:
             return types.InlineCompletionList(items=[])
         here = target.view.position(target.offset)  # the cursor, clamped into its line
@@ -49,6 +51,7 @@ def register(server: Glm5Server) -> None:
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["."]))
     async def completion(ls: Glm5Server, params: types.CompletionParams) -> types.CompletionList | None:
+        received = time.perf_counter()
         if not ls.settings.features.completion:
             return None
         target = ls.locate(params.text_document.uri, params.position)
@@ -57,7 +60,7 @@ def register(server: Glm5Server) -> None:
         context = ls.engine.context
         names_job = asyncio.to_thread(names_at, target.text, target.offset, path=target.path,
                                       language=target.language, context=context)
-        model_job = ls.completion_text(target, multiline=False, kind="completion")
+        model_job = ls.completion_text(target, multiline=False, kind="completion", received=received)
         names, line = await asyncio.gather(names_job, model_job, return_exceptions=True)
         if isinstance(line, BaseException):  # the model failed: the symbol table's names still answer
             if isinstance(line, asyncio.CancelledError):

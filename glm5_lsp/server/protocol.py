@@ -25,15 +25,18 @@ later step meets text it cannot encode. The workspace keeps documents by LSP's l
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import math
 import re
-from collections.abc import Callable
+import types as types_module
+from collections.abc import Callable, MutableSequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
 import cattrs
+from cattrs.cols import homogenous_tuple_structure_factory, is_sequence, list_structure_factory
 from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
@@ -72,11 +75,63 @@ def _strict(kind: type, name: str) -> Callable[[Any, Any], Any]:
 
 def strict_converter() -> cattrs.Converter:
     """pygls' converter, without its silent coercions: ``"3"``, ``1.5`` and ``true`` are not integers,
-    ``5`` is not a string (each is an invalid param, not a position on line 3)."""
+    ``5`` is not a string, ``"quickfix"`` is not an array (each is an invalid param, not a position
+    on line 3 or the kinds "q", "u", "i"...)."""
     converter = default_converter()
     for kind, name in ((int, "an integer"), (str, "a string"), (bool, "true or false"), (float, "a number")):
         converter.register_structure_hook(kind, _strict(kind, name))
+    converter.register_structure_hook_factory(_is_array_type, _strict_array)
+    converter.register_structure_hook_factory(_is_open_enum, _strict_open_enum)
     return converter
+
+
+def _open_enum_parts(kind: Any) -> tuple[type, bool] | None:
+    """``(str or int, optional)`` for ``Union[SomeEnum, str]`` (an enum a client may extend, like
+    ``CodeActionKind``), optionally with None; else None."""
+    if get_origin(kind) is not Union and not isinstance(kind, types_module.UnionType):
+        return None
+    args = [arg for arg in get_args(kind) if arg is not type(None)]
+    plain = [arg for arg in args if arg in (str, int)]
+    enums = [arg for arg in args if isinstance(arg, type) and issubclass(arg, enum.Enum)]
+    if len(plain) != 1 or len(enums) != 1 or len(args) != 2:
+        return None
+    return plain[0], len(args) < len(get_args(kind))
+
+
+def _is_open_enum(kind: Any) -> bool:
+    return _open_enum_parts(kind) is not None
+
+
+def _strict_open_enum(kind: Any) -> Callable[[Any, Any], Any]:
+    """lsprotocol lets any number, string or boolean through these; a value must be of the type."""
+    parts = _open_enum_parts(kind)
+    assert parts is not None
+    plain, optional = parts
+
+    def structure(value: Any, _target: Any) -> Any:
+        if (value is None and optional) or type(value) is plain:
+            return value
+        raise TypeError(f"expected {'a string' if plain is str else 'an integer'}, got {_kind_of(value)}")
+
+    return structure
+
+
+def _is_array_type(kind: Any) -> bool:
+    return is_sequence(kind) and get_origin(kind) is not tuple
+
+
+def _strict_array(kind: Any, converter: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    """A sequence field takes a JSON array only (cattrs would make ``"ab"`` into ``("a", "b")`` and
+    an object into its keys)."""
+    make = list_structure_factory if get_origin(kind) in (list, MutableSequence) else homogenous_tuple_structure_factory
+    inner = make(kind, converter)
+
+    def structure(value: Any, target: Any) -> Any:
+        if not isinstance(value, list):
+            raise TypeError(f"expected an array, got {_kind_of(value)}")
+        return inner(value, target)
+
+    return structure
 
 
 def _kind_of(value: Any) -> str:

@@ -11,13 +11,10 @@ import logging
 import sys
 
 from lsprotocol import types
-from pygls.uris import to_fs_path
 
 from glm5_lsp import __version__
-from glm5_lsp.repair.monitor import warm_jedi
 from glm5_lsp.server import actions, commands, completions
 from glm5_lsp.server.commands import COMMANDS
-from glm5_lsp.server.heap import freeze_survivors
 from glm5_lsp.server.state import Glm5Server
 
 log = logging.getLogger("glm5_lsp.server")
@@ -45,35 +42,10 @@ def build_server() -> Glm5Server:
         ls.apply_settings(params.settings)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    async def did_open(ls: Glm5Server, params: types.DidOpenTextDocumentParams) -> None:
+    def did_open(ls: Glm5Server, params: types.DidOpenTextDocumentParams) -> None:
+        # The warm-up runs on its own: this handler (and the message, a 5 MB text perhaps) ends now.
         ls.schedule_diagnostics(params.text_document.uri)
-        uri = params.text_document.uri
-        target = ls.locate(uri, offset=0)  # a large document: its head and first window
-        context = ls.engine.context
-        if context is not None and target is not None:
-            try:
-                await asyncio.to_thread(context.open_document, target.path, target.text,
-                                        params.text_document.language_id)
-            except Exception:  # the document still gets completions: the prompt re-reads its text
-                log.exception("the context engine could not open %s", target.path)
-                return
-            try:  # its imports' API docs, before the first completion asks for them
-                added = await asyncio.to_thread(context.warm, target.path)
-                if added:
-                    log.info("indexed the API docs of %d package(s) %s imports", added, target.path)
-            except Exception:  # the index stays as it was; completions go on without those docs
-                log.exception("could not index the packages %s imports", target.path)
-        if target is not None and target.language == "python" and ls.engine.monitors_names:
-            try:  # the decoding monitor's jedi lookups then fit in a request's time from the first one
-                await asyncio.to_thread(warm_jedi, target.text, to_fs_path(uri) or None)
-            except Exception:
-                log.exception("jedi could not read %s", uri)
-        if ls.document(uri) is None:  # closed while it was warmed: let that go too
-            ls.forget_document(uri)
-            return
-        # What the warm-up built lives while the file is open: out of the collector's walks with it.
-        await asyncio.to_thread(freeze_survivors)
-        ls.note_activity()
+        ls.warm_document(params.text_document.uri, params.text_document.language_id)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: Glm5Server, params: types.DidChangeTextDocumentParams) -> None:

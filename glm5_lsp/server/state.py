@@ -36,11 +36,12 @@ from glm5_lsp.backends.base import BackendError, BackendUnavailable
 from glm5_lsp.context.languages import detect_language, supported_languages
 from glm5_lsp.lru import LRUCache
 from glm5_lsp.pipeline import Pipeline, PipelineResult
+from glm5_lsp.repair.monitor import warm_jedi
 from glm5_lsp.server import convert, syntax
 from glm5_lsp.server.cache import TypedThrough
 from glm5_lsp.server.checks import check_edit, diagnose
 from glm5_lsp.server.engine import Engine
-from glm5_lsp.server.heap import IdleSettler, release_memory
+from glm5_lsp.server.heap import IdleSettler, freeze_survivors, release_memory
 from glm5_lsp.server.jobs import CancelToken, Supersession
 from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.progress import ClientLogHandler, WorkProgress
@@ -55,7 +56,7 @@ DIAGNOSTICS_YIELD_STEPS = 40  # x 50 ms: how long our published diagnostics wait
 DIAGNOSTICS_QUIET_S = 0.4  # the pause: this long without a completion running
 # An as-you-type completion is answered by its budget (``budgets.completionMs``) plus this, whatever
 # the model worker is doing: a model that hangs costs the user one empty answer, on time.
-ANSWER_GRACE_S = 0.1
+ANSWER_GRACE_S = 0.05
 T = TypeVar("T")
 
 _LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
@@ -95,6 +96,7 @@ class Glm5Server(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._log_handler: ClientLogHandler | None = None
         self._diagnose_tasks: dict[str, asyncio.Task[None]] = {}
+        self._warm_tasks: dict[str, asyncio.Task[None]] = {}
         self._windowed: set[str] = set()  # documents read as a window (logged once each)
         self.backend_down = False  # a BackendUnavailable was the last answer (shown to the user once)
         self.heap = IdleSettler(self._on_model_worker, self.supersession.busy)
@@ -167,9 +169,10 @@ class Glm5Server(LanguageServer):
         """Cancel what runs; the model worker is let go without waiting for a job stuck in it."""
         self.supersession.cancel_all("exit")
         self.heap.cancel()
-        for task in self._diagnose_tasks.values():
-            task.cancel()
-        self._diagnose_tasks.clear()
+        for tasks in (self._diagnose_tasks, self._warm_tasks):
+            for task in tasks.values():
+                task.cancel()
+            tasks.clear()
         self.detach_log_handler()
         self.model_worker.shutdown(wait=False, cancel_futures=True)
         if self._thread_pool is not None:
@@ -360,13 +363,21 @@ class Glm5Server(LanguageServer):
         """The loaded pipeline; None when the model failed to load (that was shown to the user)."""
         return self.engine.pipeline
 
-    async def completion_text(self, target: Target, *, multiline: bool, kind: str) -> str:
-        """The post-processed completion at a cursor ("" when there is none), cached and superseding."""
+    async def completion_text(self, target: Target, *, multiline: bool, kind: str, received: float | None = None) -> str:
+        """The post-processed completion at a cursor ("" when there is none), cached and superseding.
+
+        An as-you-type one (``kind`` "inline" or "completion") is answered by ``budgets.completionMs``
+        plus ``ANSWER_GRACE_S`` after the request was ``received`` (``time.perf_counter()``), whatever
+        the model worker and the checks are doing: what is not done by then is dropped.
+        """
+        started = time.perf_counter() if received is None else received
+        as_you_type = kind in ("inline", "completion")
+        budget = self.settings.budgets.completion_ms / 1000 if as_you_type else None
+        deadline = None if budget is None else started + budget + ANSWER_GRACE_S
         key = (hashlib.sha1(target.text.encode("utf-8", "surrogatepass")).hexdigest(), target.offset, multiline,
                target.language)
         token = self.supersession.begin((target.uri, kind))  # even a cache hit makes older requests stale
         cached = self.cache.get(key)
-        started = time.perf_counter()
         shown = (target.uri, kind, multiline)
         if cached is None:  # typing the suggestion's first characters: the rest is still the answer
             cached = self.typed_through.rest(shown, target.text, target.offset)
@@ -381,11 +392,7 @@ class Glm5Server(LanguageServer):
                 if token.cancelled:  # a newer keystroke arrived while we waited
                     return ""
 
-            as_you_type = kind in ("inline", "completion")
-            budget = self.settings.budgets.completion_ms / 1000 if as_you_type else None
-
             picked_up = [0.0, 0.0]  # when the model worker started and finished the job
-            submitted = time.perf_counter()
 
             def job() -> PipelineResult | None:
                 picked_up[0] = time.perf_counter()
@@ -394,14 +401,14 @@ class Glm5Server(LanguageServer):
                     if pipeline is None or token.cancelled:
                         return None
                     # The budget counts from the request, not from when the worker got to it.
-                    left = None if budget is None else max(0.05, budget - (picked_up[0] - submitted))
+                    left = None if budget is None else max(0.05, budget - (picked_up[0] - started))
                     return pipeline.complete(target.text, target.offset, path=target.path, language=target.language,
                                              multiline=multiline, should_cancel=token, time_budget_s=left)
                 finally:
                     picked_up[1] = time.perf_counter()
 
             result = await self.run_model(token, job, self.settings.budgets.request_timeout_ms / 1000,
-                                          answer_by_s=None if budget is None else budget + ANSWER_GRACE_S)
+                                          answer_by_s=None if deadline is None else deadline - time.perf_counter())
         finally:
             self.supersession.finish((target.uri, kind), token)
             self.note_activity()
@@ -413,24 +420,32 @@ class Glm5Server(LanguageServer):
             log.info("completion dropped: no candidate passed the checks in %d round(s)", result.rounds)
             text = ""
         else:
-            text = await self.cleaned(target, result, multiline)
+            text = await self.cleaned(target, result, multiline, deadline)
         log.debug("%s completion at %s:%d: %.0f ms (waited %.0f ms for the model worker, "
                   "pipeline %.0f of %.0f ms there, %d round(s)%s)%s", kind, target.path, target.offset,
                   (time.perf_counter() - started) * 1000, (picked_up[0] - started) * 1000, result.seconds * 1000,
                   (picked_up[1] - picked_up[0]) * 1000, result.rounds,
                   ", the typed word finished" if result.finished_word else "", "" if text else ", empty")
-        self.cache.put(key, text)
+        if text or result.finish_reason != "cancelled":  # nothing because time ran out is no answer to keep
+            self.cache.put(key, text)
         self.typed_through.remember(shown, target.text, target.offset, text)
         return text
 
-    async def cleaned(self, target: Target, result: PipelineResult, multiline: bool) -> str:
-        """Post-process the pipeline's text; what changed is checked again before it is offered."""
+    async def cleaned(self, target: Target, result: PipelineResult, multiline: bool,
+                      deadline: float | None = None) -> str:
+        """Post-process the pipeline's text; what changed is checked again before it is offered (by
+        ``deadline``: else the pipeline's own checked text is)."""
         text = clean_completion(result.text, target.text[: target.offset], target.text[target.offset:],
                                 multiline=multiline, unit=indent_unit(target.text), language=target.language)
         if not text or text == result.text:
             return text
-        verdict = await asyncio.to_thread(check_edit, target.text, target.offset, target.offset, text,
-                                          path=target.path, language=target.language)
+        check = asyncio.ensure_future(asyncio.to_thread(check_edit, target.text, target.offset, target.offset, text,
+                                                        path=target.path, language=target.language))
+        done, _ = await asyncio.wait({check}, timeout=None if deadline is None else max(0.0, deadline - time.perf_counter()))
+        if not done:
+            log.debug("the post-processed completion could not be checked in time; keeping the checked one")
+            return result.text if result.clean else ""
+        verdict = check.result()
         if verdict.ok:
             return text
         log.info("post-processed completion rejected (%s); keeping the checked one", verdict.reason())
@@ -478,18 +493,69 @@ class Glm5Server(LanguageServer):
 
         self._diagnose_tasks[uri] = self.loop.create_task(publish())
 
-    # ---- code actions ---------------------------------------------------------------------------
+    # ---- opening and closing ----------------------------------------------------------------------
+
+    def warm_document(self, uri: str, language_id: str | None) -> None:
+        """Prepare an opened document in the background (the context engine's view of it, the API
+        docs of what it imports, jedi's parse of it), so the first completion need not. A large
+        document is warmed as its head and first window, without jedi. Closing it stops what has
+        not started. Nothing here holds the message, so a 5 MB text is not kept alive by it."""
+        previous = self._warm_tasks.pop(uri, None)
+        if previous is not None:
+            previous.cancel()
+        task = asyncio.get_running_loop().create_task(self._warm(uri, language_id))
+        self._warm_tasks[uri] = task
+        task.add_done_callback(lambda done: self._warm_tasks.pop(uri, None) if self._warm_tasks.get(uri) is done else None)
+
+    async def _warm(self, uri: str, language_id: str | None) -> None:
+        target = self.locate(uri, offset=0)
+        context = self.engine.context
+        if target is None:
+            return
+        if context is not None:
+            try:
+                await asyncio.to_thread(context.open_document, target.path, target.text, language_id)
+            except Exception:  # the document still gets completions: the prompt re-reads its text
+                log.exception("the context engine could not open %s", target.path)
+                return
+            if self.document(uri) is None:
+                return
+            try:  # its imports' API docs, before the first completion asks for them
+                added = await asyncio.to_thread(context.warm, target.path)
+                if added:
+                    log.info("indexed the API docs of %d package(s) %s imports", added, target.path)
+            except Exception:  # the index stays as it was; completions go on without those docs
+                log.exception("could not index the packages %s imports", target.path)
+        # Not for a document read as a window: jedi's parse of each window a large document shows
+        # (its trees, its caches) stayed in the heap after the document closed, 8 MB a document.
+        if target.language == "python" and self.engine.monitors_names and not target.view.windowed \
+                and self.document(uri) is not None:
+            try:  # the decoding monitor's jedi lookups then fit in a request's time from the first one
+                await asyncio.to_thread(warm_jedi, target.text, target.path)
+            except Exception:
+                log.exception("jedi could not read %s", uri)
+        del target
+        if self.document(uri) is None:  # closed while it was warmed: let that go too
+            self._release(uri)
+            return
+        # What the warm-up built lives while the file is open: out of the collector's walks with it.
+        await asyncio.to_thread(freeze_survivors)
+        self.note_activity()
 
     def forget_document(self, uri: str) -> None:
         """A closed document: its running work is cancelled, and everything kept for it is let go
         (its pending diagnostics, the context engine's document and summary, jedi's parse of it,
         the suggestion shown in it, the recent syntax trees); then the memory goes back to the system."""
-        task = self._diagnose_tasks.pop(uri, None)
-        if task is not None:
-            task.cancel()
+        for tasks in (self._diagnose_tasks, self._warm_tasks):
+            task = tasks.pop(uri, None)
+            if task is not None:
+                task.cancel()
         self.supersession.cancel_where(lambda key: isinstance(key, tuple) and key[:1] == (uri,), "closed")
         self.typed_through.forget(lambda key: isinstance(key, tuple) and key[:1] == (uri,))
         self._windowed.discard(uri)
+        self._release(uri)
+
+    def _release(self, uri: str) -> None:
         path = to_fs_path(uri) or uri
         if self.engine.context is not None:
             self.engine.context.close_document(path)

@@ -1,0 +1,269 @@
+"""The server bounded by what is open, and on time whatever its model does.
+
+- Six 5 MB documents opened, completed in and closed: the server process's resident memory comes
+  back to within 10% of where it was (the issue measured 1.1 -> 2.7 GB). The model is the local
+  runtime on a tiny checkpoint, so the decoding monitor, jedi and the context engine all run.
+- A completion in a 5 MB document answers within its budget (it reads a window: ``limits.windowChars``).
+- A served model that hangs, answers 500 or 429 (``Retry-After: 5``): the completion answers empty
+  within its budget (+100 ms), the next one is not held up behind it, and the user is told once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import sysconfig
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "data" / "server"))
+from lsp_raw import RawServer
+from scripted_openai import ScriptedOpenAI
+
+DATA = Path(__file__).resolve().parent / "data" / "server"
+BUDGET_MS = 450  # budgets.completionMs, the default
+SLACK_S = 0.1  # the issue's "+100 ms"
+FIVE_MB = 5_000_000
+
+
+def _source() -> str:
+    return (Path(sysconfig.get_paths()["stdlib"]) / "argparse.py").read_text(encoding="utf-8")
+
+
+def _big_document(marker: str = "") -> tuple[str, int]:
+    """About 5 MB of real Python (argparse.py over and over), with ``marker`` on a line of its own
+    near the middle; returns the text and that line's number."""
+    source = _source()
+    text = (source * (FIVE_MB // len(source) + 1))[:FIVE_MB]
+    middle = text.index("\ndef ", len(text) // 2) + 1
+    text = text[:middle] + marker + "\n" + text[middle:]
+    return text, text.count("\n", 0, middle)
+
+
+def _inline(uri: str, line: int, character: int) -> dict[str, Any]:
+    return {"textDocument": {"uri": uri}, "position": {"line": line, "character": character},
+            "context": {"triggerKind": 1}}
+
+
+def _timed(server: RawServer, method: str, params: dict[str, Any], timeout: float = 60) -> tuple[dict[str, Any], float]:
+    started = time.perf_counter()
+    reply = server.call(method, params, timeout=timeout)
+    return reply, time.perf_counter() - started
+
+
+def _warm_checkers(server: RawServer) -> None:
+    """A first completion in a small file: the server's first one starts its checkers (a ruff
+    server, the compile helper), which is start-up, not what these tests time."""
+    uri = "file:///tmp/glm5_limits/warm_checkers.py"
+    server.open(uri, "x = 1\nfast = \n")
+    server.call("textDocument/inlineCompletion", _inline(uri, 1, 7))
+    server.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    _settled(server)
+
+
+def _settled(server: RawServer, quiet_s: float = 1.5) -> None:
+    """Until what was sent has been read and the work it started is done (a request answered after it,
+    then a quiet moment)."""
+    server.call("textDocument/codeAction", {"textDocument": {"uri": "file:///tmp/none.py"},
+                                            "range": {"start": {"line": 0, "character": 0},
+                                                      "end": {"line": 0, "character": 0}},
+                                            "context": {"diagnostics": []}})
+    time.sleep(quiet_s)
+
+
+def test_six_5mb_documents_opened_and_closed_leave_memory_where_it_was(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    server = RawServer(stderr_path=tmp_path / "stderr.txt")
+    try:
+        server.initialize({"model": {"path": str(tiny_checkpoint)}, "completion": {"debounceMs": 0}})
+        server.wait_ready(120)
+        # The first file of its kind warms what lives for the whole session (jedi's view of the
+        # modules it imports, the API-doc index of those packages, the checkers): a real file, once.
+        warm = "file:///tmp/glm5_limits/warm.py"
+        source = _source()
+        server.open(warm, source)
+        server.call("textDocument/inlineCompletion", _inline(warm, source.count("\n") // 2, 4))
+        server.notify("textDocument/didClose", {"textDocument": {"uri": warm}})
+        _settled(server)
+        start = server.rss_bytes()
+        text, line = _big_document("fast = ")
+        peak = start
+        for number in range(6):
+            uri = f"file:///tmp/glm5_limits/big{number}.py"
+            server.open(uri, text)
+            for offset in (0, 1):
+                reply = server.call("textDocument/inlineCompletion", _inline(uri, line + offset, 4), timeout=60)
+                assert "result" in reply, reply
+            peak = max(peak, server.rss_bytes())
+            server.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+        _settled(server)
+        end = server.rss_bytes()
+        print(f"\nRSS: {start / 2**20:.0f} MiB before, {peak / 2**20:.0f} MiB at most, {end / 2**20:.0f} MiB after "
+              f"six 5 MB documents ({end / start:.3f}x)")
+        assert end <= 1.10 * start, f"RSS {start / 2**20:.0f} -> {end / 2**20:.0f} MiB"
+        assert server.finish() == 0
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Any:
+    server = ScriptedOpenAI.from_file(DATA / "script.json")
+    server.url = server.start()  # type: ignore[attr-defined]
+    yield server
+    server.stop()
+
+
+def test_a_completion_in_a_5mb_document_answers_within_its_budget(scripted: Any, tmp_path: Path) -> None:
+    server = RawServer(stderr_path=tmp_path / "stderr.txt")
+    try:
+        server.initialize({"model": {"backend": "openai", "url": scripted.url, "name": "scripted"},
+                           "completion": {"debounceMs": 0}})  # budgets.completionMs: the default 450
+        server.wait_ready()
+        _warm_checkers(server)
+        uri = "file:///tmp/glm5_limits/five.py"
+        text, line = _big_document("fast = \nfast = ")
+        server.open(uri, text)
+        _settled(server, quiet_s=0)  # the 5 MB message read (its warm-up may still run): time the request alone
+        first, first_s = _timed(server, "textDocument/inlineCompletion", _inline(uri, line, 7))
+        assert "result" in first and first_s <= BUDGET_MS / 1000 + SLACK_S, first_s  # it reads a window
+        _settled(server)  # what the first one started (the window's parse and summary, its checks) ends
+        second, second_s = _timed(server, "textDocument/inlineCompletion", _inline(uri, line + 1, 7))
+        print(f"\n5 MB document: first completion {first_s * 1000:.0f} ms, second {second_s * 1000:.0f} ms "
+              f"(budget {BUDGET_MS} ms)")
+        assert second_s <= BUDGET_MS / 1000 + SLACK_S, f"{second_s * 1000:.0f} ms"
+        assert [i["insertText"] for i in second["result"]["items"]] == ["'quick'"]
+        assert any("limits.windowChars" in m for m in server.log_lines())
+        assert server.finish() == 0
+    finally:
+        server.close()
+
+
+class FailingOpenAI:
+    """An OpenAI-compatible ``/v1/completions`` whose answer depends on the line being completed:
+    ``hang =`` accepts and never answers, ``fail =`` answers 500, ``busy =`` 429 with
+    ``Retry-After: 5``, anything else a streamed `` 'quick'``."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        self.stop_event = threading.Event()
+        failing = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+                prompt = str(body.get("prompt", ""))
+                before = prompt.split("<|code_suffix|>")[0].rstrip(" ")
+                kind = next((k for k in ("hang =", "fail =", "busy =") if before.endswith(k)), "ok")
+                failing.requests.append(kind)
+                if kind == "hang =":
+                    failing.stop_event.wait(60)
+                    return
+                if kind in ("fail =", "busy ="):
+                    data = json.dumps({"error": {"message": f"scripted {kind}"}}).encode()
+                    self.send_response(500 if kind == "fail =" else 429)
+                    if kind == "busy =":
+                        self.send_header("Retry-After", "5")
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                if not body.get("stream"):
+                    data = json.dumps({"choices": [{"text": " 'quick'", "finish_reason": "stop"}]}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for event in ({"choices": [{"text": " 'quick'", "finish_reason": None}]},
+                              {"choices": [{"text": "", "finish_reason": "stop"}]}, "[DONE]"):
+                    line = ("data: " + (event if isinstance(event, str) else json.dumps(event)) + "\n\n").encode()
+                    self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http.daemon_threads = True
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.mark.parametrize("failure", ["hang =", "fail =", "busy ="], ids=["hangs", "500", "429"])
+def test_a_failing_served_model_answers_empty_on_time_and_holds_nothing_up(failure: str, tmp_path: Path) -> None:
+    fake = FailingOpenAI()
+    server = RawServer(stderr_path=tmp_path / "stderr.txt")
+    try:
+        server.initialize({"model": {"backend": "openai", "url": fake.url, "name": "failing", "timeoutSeconds": 30},
+                           "completion": {"debounceMs": 0}}, capabilities={"window": {"showMessage": {}}})
+        server.wait_ready()
+        uri = "file:///tmp/glm5_limits/failing.py"
+        server.open(uri, f"x = 1\n{failure} \nfast = \nfast = \n")
+        # The server's first completion starts its checkers (a ruff server, the compile helper): a
+        # working one first, so what is timed is the failing model, not the start-up.
+        assert "result" in server.call("textDocument/inlineCompletion", _inline(uri, 3, 7))
+        _settled(server)
+        timings = []
+        for _ in range(3):
+            reply, seconds = _timed(server, "textDocument/inlineCompletion", _inline(uri, 1, len(failure) + 1))
+            assert reply.get("result") == {"items": []}, reply
+            timings.append(seconds)
+        reply, next_s = _timed(server, "textDocument/inlineCompletion", _inline(uri, 2, 7))
+        assert "result" in reply, reply  # 'quick', or empty while the server's Retry-After holds calls off
+        print(f"\n{failure!r}: {', '.join(f'{t * 1000:.0f}' for t in timings)} ms; the next request {next_s * 1000:.0f} ms")
+        assert max(timings) <= BUDGET_MS / 1000 + SLACK_S, timings
+        assert next_s <= BUDGET_MS / 1000 + SLACK_S, next_s
+        shown = _unavailable_messages(server)
+        assert len(shown) <= 1, shown  # never once per keystroke
+        if failure != "hang =":  # see the test below
+            assert len(shown) == 1, (failure, server.log_lines()[-6:])  # once for the outage
+            assert any("answered empty" in line for line in server.log_lines())
+        assert server.finish() == 0
+    finally:
+        server.close()
+        fake.close()
+
+
+def _unavailable_messages(server: RawServer) -> list[dict[str, Any]]:
+    return [n for n in server.notifications if n.get("method") == "window/showMessage"
+            and "unavailable" in n["params"]["message"]]
+
+
+@pytest.mark.xfail(strict=True, reason="the HTTP backend answers a server that never answers as a cancelled "
+                                       "completion, not BackendUnavailable, when the request's time runs out "
+                                       "(its should_cancel is polled before its deadline): the server cannot "
+                                       "tell that the model is down")
+def test_a_hanging_served_model_is_shown_to_the_user_once(tmp_path: Path) -> None:
+    fake = FailingOpenAI()
+    server = RawServer(stderr_path=tmp_path / "stderr.txt")
+    try:
+        server.initialize({"model": {"backend": "openai", "url": fake.url, "name": "failing"},
+                           "completion": {"debounceMs": 0}})
+        server.wait_ready()
+        uri = "file:///tmp/glm5_limits/hanging.py"
+        server.open(uri, "x = 1\nhang = \n")
+        for character in (7, 6, 7):
+            server.call("textDocument/inlineCompletion", _inline(uri, 1, character))
+        assert len(_unavailable_messages(server)) == 1
+    finally:
+        server.close()
+        fake.close()
