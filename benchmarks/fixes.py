@@ -430,12 +430,16 @@ def findings(code: str, runner) -> frozenset[tuple[str, str]]:
     return frozenset((d.code, d.message) for d in runner.diagnose(code, "task.py", "python").diagnostics)
 
 
-def debugbench_cases(runner, limit: int | None) -> list[Case]:
+def debugbench_cases(runner, limit: int | None, half: str = "all") -> list[Case]:
+    """DebugBench's tasks (``half``: "dev", the even-numbered tasks of each file, looked at while
+    the fixer was written; "report", the odd-numbered ones; "all")."""
     cases = []
     for group, files in DEBUGBENCH_FILES.items():
         for stem in files:
             path = DEBUGBENCH / f"python3_{stem}.json"
             records = json.loads(path.read_text(encoding="utf-8"))
+            if half != "all":
+                records = records[0 if half == "dev" else 1::2]
             kept = 0
             for record in records:
                 if limit is not None and kept >= limit:
@@ -593,6 +597,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--configs", default="quick,model", help="quick (no model), model (the embedded model after the quick fixes)")
     parser.add_argument("--limit", type=int, default=None, help="DebugBench tasks per file and HumanEvalFix tasks, at most")
     parser.add_argument("--model-limit", type=int, default=None, help="cases per dataset class for the model configuration")
+    parser.add_argument("--debugbench-half", choices=("all", "dev", "report"), default="report",
+                        help="DebugBench's even-numbered tasks (dev: looked at while the fixer was written), odd ones, or all")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="write every outcome as JSON here")
     parser.add_argument("--verbose", action="store_true")
@@ -610,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     if "synthetic" in datasets:
         cases += synthetic_cases(packages, args.per_class, args.seed, runner)
     if "debugbench" in datasets:
-        cases += debugbench_cases(runner, args.limit)
+        cases += debugbench_cases(runner, args.limit, args.debugbench_half)
     if "humanevalfix" in datasets:
         cases += humanevalfix_cases(runner, args.limit)
     configs = args.configs.split(",")

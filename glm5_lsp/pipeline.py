@@ -40,6 +40,7 @@ from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and be
     trailing_identifier,
 )
 from glm5_lsp.quickfix import Fix, QuickFixer
+from glm5_lsp.quickfix import warm as warm_quick_fixes
 from glm5_lsp.quickfix.rank import ranked as ranked_fixes
 from glm5_lsp.repair.assemble import standard_loop
 from glm5_lsp.repair.diagnostics import Diagnostic
@@ -409,6 +410,8 @@ class Pipeline:
         severities = self.repair.settings.blocking_severities
         budget = time_budget_s if time_budget_s is not None else self.repair.settings.time_budget_s
         given = [diagnostic_dict(d) for d in diagnostics] if diagnostics is not None else None
+        if self.settings.unhurried and language == "python":
+            warm_quick_fixes(code, path)  # batch and eval: nobody waits, so jedi and the import index get their time
         fixer = QuickFixer(runner, path, language, seconds=min(QUICK_FIX_SECONDS, budget), severities=severities,
                            should_cancel=should_cancel)
         quick = fixer.best(code, lines=_asked_lines(given))

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from glm5_lsp.quickfix import names
+from glm5_lsp.quickfix import imports, names
 from glm5_lsp.quickfix.edits import Candidate
 from glm5_lsp.quickfix.parser import syntax_candidates
 from glm5_lsp.quickfix.rank import BLOCKING, Checks, Fix, rank_key, ranked
@@ -58,6 +58,8 @@ class QuickFixer:
     def fixes(self, code: str, lines: Sequence[int] | None = None) -> list[Fix]:
         """The ranked fixes of ``code`` (the best first, marked preferred); [] when it has no
         blocking diagnostic or nothing helps."""
+        if self.language == "python":
+            imports.warm()  # once a process (about 0.3 s): not the fix's time, every later fix has it
         started = time.monotonic()
         self._deadline = started + self.seconds
         before, skipped = self.checks.diagnose(code)
@@ -95,12 +97,11 @@ class QuickFixer:
         candidates: list[Candidate] = []
         if syntax:
             # While the code does not parse, only syntax fixes: the other findings are unreliable.
-            candidates = self._prefilter(code, syntax_candidates(code, syntax, self.language))
-        else:
-            if self.language == "python":
-                candidates += names.name_candidates(code, targets, self.path)
-                candidates += names.attribute_candidates(code, targets, self.attribute_seconds)
-                candidates += ruff_candidates(code, targets, self.path)
+            candidates = self._prefilter(code, _proposed(syntax_candidates, code, syntax, self.language))
+        elif self.language == "python":
+            candidates += _proposed(names.name_candidates, code, targets, self.path)
+            candidates += _proposed(names.attribute_candidates, code, targets, self.attribute_seconds)
+            candidates += _proposed(ruff_candidates, code, targets, self.path)
         kept = []
         for candidate in candidates:
             if self._late():
@@ -175,6 +176,16 @@ class QuickFixer:
         if self.should_cancel is not None and self.should_cancel():
             return True
         return time.monotonic() > self._deadline
+
+
+def _proposed(generator: Callable[..., list[Candidate]], *args: object) -> list[Candidate]:
+    """A generator's candidates; none when it fails (a fix it cannot propose is no reason to fail
+    the request: the model, or the other generators, may still fix the code)."""
+    try:
+        return generator(*args)
+    except Exception:
+        log.exception("%s failed; its fixes are left out", getattr(generator, "__name__", "a fix generator"))
+        return []
 
 
 def _shifted(candidate: Candidate) -> list[_Placed]:

@@ -154,10 +154,12 @@ def public_names(source: str) -> set[str]:
     return {a or b for a, b in _DEFINED.findall(source) if not (a or b).startswith("_")}
 
 
-def _imports_of(source: str, counts: Counter[tuple[str, str]], modules: Counter[str]) -> None:
+def _imports_of(source: str, counts: Counter[tuple[str, str]], modules: Counter[str], own: str = "") -> None:
+    """Count ``source``'s imports (``own``: the source's top-level package, whose imports from
+    itself say nothing of how others use it: ``email`` imports its own ``Generator``)."""
     for found in _FROM_IMPORT.finditer(source):
         module = found.group(1)
-        if any(part.startswith("_") for part in module.split(".")):
+        if any(part.startswith("_") for part in module.split(".")) or (own and module.split(".")[0] == own):
             continue
         modules[module] += 1
         for part in found.group(2).strip("()").replace("\n", " ").split(","):
@@ -181,7 +183,7 @@ def build_stdlib_index(root: Path | None = None) -> StdlibIndex:
             source = file.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        _imports_of(source, imported, modules)
+        _imports_of(source, imported, modules, module.split(".")[0] if "." in module or file.name == "__init__.py" else "")
         owner = _RENAMED.get(module, module)
         found = public_names(source)
         # ``from _collections_abc import *``, ``from .tasks import *``: the module offers those names too.
@@ -441,6 +443,8 @@ def suggestions(name: str, code: str, path: str | None = None, limit: int = 3) -
         return []
     out: list[Suggestion] = []
     index = stdlib_index()
+    # A module is used through its attributes: ``sorted(time)`` means a variable, not ``import time``.
+    as_module = re.search(rf"(?<![\w.]){re.escape(name)}\s*\.\s*[A-Za-z_]", code) is not None
     if name in index.public or (name not in sys.builtin_module_names and is_module(name)):
         # ``rsa.key.PublicKey(...)``: ``import rsa.key`` binds ``rsa`` and loads what is used.
         used = [f"{name}.{attribute}" for attribute in
@@ -448,21 +452,21 @@ def suggestions(name: str, code: str, path: str | None = None, limit: int = 3) -
                 if is_module(f"{name}.{attribute}")]
         if used:
             out.append(Suggestion(name, "", f"import {', '.join(used)}", True))
-        out.append(Suggestion(name, "", f"import {name}", True))
+        out.append(Suggestion(name, "", f"import {name}", as_module))
     if name in ALIASES and is_module(ALIASES[name]):
         out.append(Suggestion(name, ALIASES[name], f"import {ALIASES[name]} as {name}", True))
     # The project's own ``import a.b`` statements bind ``a`` too, but load ``a.b``: only when the code uses it.
     out += [p for p in project_suggestions(name, code, path) if not re.fullmatch(r"import [\w.]+\.\w+", p.statement)
             or re.search(rf"(?<![\w.]){re.escape(p.statement[len('import '):])}\b", code)]
     for module in imported_modules(code):
-        if is_module(f"{module}.{name}") or name in _module_names(module):
+        if is_module(f"{module}.{name}") or name in _module_names(module) or name in index.members(module):
             out.append(Suggestion(name, module, f"from {module} import {name}", True))
-    # A name only some module happens to define (``prefix``: ``sys.prefix``) is a poor guess for a
-    # variable: offered only for a name the code calls or that is capitalized, as classes are.
-    plausible = name[:1].isupper() or re.search(rf"(?<![\w.]){re.escape(name)}\s*\(", code) is not None
+    # A lowercase name the code neither calls nor reads attributes of reads as a variable (``sorted(time)``
+    # with ``times`` in scope), so the standard library's ``time`` is a weak guess there.
+    called = re.search(rf"(?<![\w.]){re.escape(name)}\s*\(", code) is not None
+    like_import = name[:1].isupper() or called or as_module
     for module, strong in index.modules_for(name):
-        if strong or plausible:
-            out.append(Suggestion(name, module, f"from {module} import {name}", strong))
+        out.append(Suggestion(name, module, f"from {module} import {name}", strong and like_import))
     first: dict[str, Suggestion] = {}
     for suggestion in out:
         first.setdefault(suggestion.statement, suggestion)

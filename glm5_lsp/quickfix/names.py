@@ -31,13 +31,14 @@ from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.introduced import LineIndex
 from glm5_lsp.repair.members import self_attributes
 from glm5_lsp.repair.providers.positions import byte_col_to_char
-from glm5_lsp.repair.scope import names_in_scope
+from glm5_lsp.repair.scope import ALWAYS, names_in_scope, scope_at
 
 log = logging.getLogger(__name__)
 
 SOURCE = "names"  # the source of :func:`attribute_problems`' diagnostics
 ATTRIBUTE_CODE = "unknown-attribute"
 WEAK_IMPORT_COST = 1.5  # a name found only among a module's public names: after a one-letter respelling
+NOT_LOCAL_COST = 0.75  # a respelling as a builtin or a module-level name, rather than as a local
 MAX_SUGGESTIONS = 3
 _UNDEFINED = re.compile(r"^[Uu]ndefined name [`']([A-Za-z_]\w*)[`']")
 _NOT_NAMES = frozenset(keyword.kwlist) - {"True", "False", "None"}
@@ -53,8 +54,8 @@ def undefined_name(diagnostic: Diagnostic) -> str | None:
 
 def max_distance(word: str) -> int:
     """How far a misspelling of ``word`` may be from the name meant: one edit from 3 letters, two
-    from 6, three from 10 (shorter words: only a different case)."""
-    return 0 if len(word) < 3 else 1 if len(word) < 6 else 2 if len(word) < 10 else 3
+    from 6 (shorter words: only a different case)."""
+    return 0 if len(word) < 3 else 1 if len(word) < 6 else 2
 
 
 def close_names(word: str, pool: Iterable[str], limit: int = MAX_SUGGESTIONS,
@@ -104,15 +105,19 @@ def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | No
         return []
     undefined = set(uses)
     counts = word_counts(code)
+    module_names = set(scope_at("", code)[0]) - ALWAYS
     out: list[Candidate] = []
     for name, places in uses.items():
         first = places[0][0]
         lines = tuple(sorted({d.line for _, d in places}))
         visible = (names_in_scope(code[:first], code[first + len(name):]) | _comprehension_names(code, index, places[0][1]))
         visible -= undefined | _NOT_NAMES
+        outer = module_names | ALWAYS
         for distance, other in close_names(name, visible, counts=counts):
             edits = tuple(Edit(at, at + len(name), other) for at, _ in places)
-            out.append(Candidate(f"Replace {name!r} with {other!r}", edits, "name", SOURCE, cost=float(distance),
+            # A local of the enclosing function is a likelier meaning than a builtin or a module's name.
+            cost = distance + (NOT_LOCAL_COST if other in outer else 0.0)
+            out.append(Candidate(f"Replace {name!r} with {other!r}", edits, "name", SOURCE, cost=cost,
                                  order=len(out), targets=lines))
         for rank, suggestion in enumerate(imports.suggestions(name, code, path)):
             cost = ADDED_LINE_COST if suggestion.strong else WEAK_IMPORT_COST
@@ -244,24 +249,25 @@ def _jedi_members(module: str) -> frozenset[str] | None:
     return frozenset(c.name for c in completions)
 
 
-_SLOW: set[str] = set()  # modules whose listing ran out of time: left to :func:`warm`
+_SLOW: dict[str, float] = {}  # module -> the time its listing ran out of: not tried again with as little
 _LISTED: dict[str, frozenset[str] | None] = {}  # module -> its attributes (None: jedi could not list it)
 
 
 def _members(module: str, seconds: float, retry: bool = False) -> frozenset[str] | None:
     """``module``'s attributes, or None when they cannot be listed within ``seconds``. A module
-    that took longer once is not tried again by a fix (each would lose its time the same way), only
-    by :func:`warm` (``retry``)."""
+    whose listing ran out of time is tried again only with more time than it had (each fix would
+    lose its time the same way), or by :func:`warm` (``retry``)."""
     if module in _LISTED:
         return _LISTED[module]
-    if not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", module) or (module in _SLOW and not retry) or seconds <= 0:
+    if not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", module) or seconds <= 0 or \
+            (not retry and seconds <= _SLOW.get(module, 0.0)):
         return None
     try:
         listed = call_with_timeout(lambda: _jedi_members(module), seconds)
     except TimeoutError:
-        _SLOW.add(module)
+        _SLOW[module] = max(seconds, _SLOW.get(module, 0.0))
         return None
-    _SLOW.discard(module)
+    _SLOW.pop(module, None)
     _LISTED[module] = listed
     return listed
 

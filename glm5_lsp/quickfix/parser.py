@@ -24,16 +24,17 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from glm5_lsp.postprocess import CLOSERS, COMMENT, OPENERS, code_chars
+from glm5_lsp.postprocess import CLOSERS, COMMENT, OPENERS, code_chars, open_brackets
 from glm5_lsp.quickfix.edits import Candidate, Edit, insertion
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.introduced import LineIndex, is_syntax_error
-from glm5_lsp.repair.scope import top_level_pieces
+from glm5_lsp.repair.scope import names_in_scope, top_level_pieces
 
 MAX_CLOSER_LINES = 30  # lines after an unclosed bracket or string where its closer may go
 MAX_PER_ERROR = 40  # candidates proposed for one error (the cheap compile check then filters them)
 MAX_QUOTE_PLACES = 120  # where a string may end on its line: one a column, the likeliest first
 _INSERTABLE = (":", ")", "]", "}", ",")
+PASS_COST = 1000.0  # "Insert 'pass'" ranks after any re-indentation that leaves as few diagnostics
 _EXPECTED = re.compile(r"^Expected `([^`]+)`")
 _NEVER_CLOSED = re.compile(r"^'([(\[{])' was never closed")
 _MISMATCH = re.compile(r"^closing parenthesis '([)\]}])' does not match opening parenthesis '([(\[{])'")
@@ -42,6 +43,9 @@ _UNTERMINATED = re.compile(r"^unterminated (triple-quoted )?string literal")
 _INDENTED_BLOCK = re.compile(r"^expected an indented block")
 _EQUALS = re.compile(r"Maybe you meant '==' (?:or ':=' )?instead of '='")
 _CONDITION_START = re.compile(r"^\s*(?:if|elif|while|assert|return)\b")
+_CLAUSE = re.compile(r"^\s*(?:elif|else|except|finally)\b")
+_CLAUSE_HEADS = {"elif": ("if", "elif"), "else": ("if", "elif", "for", "while", "try", "except"),
+                 "except": ("try", "except"), "finally": ("try", "except", "else")}
 _STRING_PREFIX = "rRbBuUfF"
 # What may follow a string literal's closing quote and a dot: one of its methods (``"".join``).
 _STRING_METHOD = re.compile(r"\.(?:" + "|".join(sorted(n for n in dir(str) + dir(bytes) if not n.startswith("_"))) + r")\b")
@@ -70,6 +74,8 @@ def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
     if message.startswith("expected ':'"):
         return _insert_after_code(code, lines, index, ":", d.line, d.col, targets)
     if (found := _EXPECTED.match(message)) is not None and found.group(1) in _INSERTABLE:
+        if found.group(1) == ":" and message.endswith("found `=`"):
+            return []  # ``if i=pivot:``: a ':' there makes a walrus; the '==' is the compiler's to suggest
         return _insert_after_code(code, lines, index, found.group(1), d.line, d.col, targets)
     if (found := _NEVER_CLOSED.match(message)) is not None:
         return _close_bracket(code, lines, index, found.group(1), d.line, d.col)
@@ -93,7 +99,7 @@ def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
         return []
     if (found := _UNTERMINATED.match(message)) is not None or message == "missing closing quote in string literal":
         triple = found is not None and found.group(1) is not None
-        return _close_string(code, lines, index, d.line, d.col, triple)
+        return _stray_quote(code, index, d) + _close_string(code, lines, index, d.line, d.col, triple)
     if message in ("unexpected indent", "Unexpected indentation"):
         return _reindent(code, lines, index, d.line, "unexpected")
     if message.startswith("unindent does not match"):
@@ -104,9 +110,27 @@ def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
         return _retab(code, lines, index, d.line)
     if "Perhaps you forgot a comma" in message:
         return _commas(code, lines, index, d)
+    out = []
+    if message == "invalid syntax" and _CLAUSE.match(lines[d.line]) and d.col == _indent(lines[d.line]):
+        out += _reindent(code, lines, index, d.line, "clause")  # ``elif`` at no ``if``'s indentation
     if _EQUALS.search(message) or (message == "invalid syntax" and _CONDITION_START.match(lines[d.line])):
-        return _equals(code, lines, index, d.line, d.col)
-    return []
+        out += _equals(code, lines, index, d.line, d.col)
+    if message == "invalid syntax" or message.startswith("Expected `,`"):
+        out += _close_open_brackets(code, lines, index, d.line, d.col)
+    return out
+
+
+def _close_open_brackets(code: str, lines: list[str], index: LineIndex, line: int, col: int) -> list[Candidate]:
+    """``for i in range(len(x) - 1:``: the brackets the line left open, closed where the compiler
+    stopped (white space skipped back over)."""
+    still_open = open_brackets(lines[line][:col], "python")
+    if not still_open:
+        return []
+    closers = "".join(OPENERS[b] for b in reversed(still_open))
+    at = index.starts[line] + col
+    while at > index.starts[line] and code[at - 1] in " \t":
+        at -= 1
+    return [insertion(f"Insert missing {closers!r}", at, closers, targets=(line,))]
 
 
 # ---- insertions ------------------------------------------------------------------------------
@@ -214,6 +238,16 @@ def _close_bracket(code: str, lines: list[str], index: LineIndex, opener: str, l
         if at not in seen:
             seen.add(at)
             out.append(insertion(title, at, closer, order=order + len(out) * 1e-3, targets=(line,)))
+    # ``abs(nums[i+1``: every bracket the line leaves open, closed at its end (or before its colon).
+    end = code_end(own)
+    still_open = open_brackets(own[:end], "python")
+    if len(still_open) > 1:
+        closers = "".join(OPENERS[b] for b in reversed(still_open))
+        stop = end - 1 if own[:end].endswith(":") else end
+        while stop > 0 and own[stop - 1] in " \t":
+            stop -= 1
+        out.append(insertion(f"Insert missing {closers!r}", index.starts[line] + stop, closers, order=0.05,
+                             targets=(line,)))
     return out
 
 
@@ -264,6 +298,34 @@ def _close_string(code: str, lines: list[str], index: LineIndex, line: int, col:
     for order, (_, _, at) in enumerate(sorted(ranked)[:MAX_QUOTE_PLACES]):
         out.append(insertion(title, base + at, quote, order=order, targets=(line,)))
     return out
+
+
+def _stray_quote(code: str, index: LineIndex, d: Diagnostic) -> list[Candidate]:
+    """The quote that opens nothing (``return 'res``) taken out: tried before closing the string
+    when a name bound there follows it (``res``), else after."""
+    at = index.offset(d.line, d.col)
+    while at < len(code) and code[at] in _STRING_PREFIX:
+        at += 1
+    if code[at:at + 1] not in ("'", '"') or code[at:at + 3] in ("'\'\'", '"""'):
+        return []
+    rest = code[at + 1:code.find("\n", at) if "\n" in code[at:] else len(code)]
+    word = re.match(r"[A-Za-z_]\w*", rest)
+    # ``return 'res``: a bound name, nothing a string's words would be cut at (``"key: value,``), no
+    # bracket closed that the rest did not open (``d['key]``, ``f(name="value)``).
+    likely = word is not None and not re.search(r"[,:]", rest) and _closes_nothing(rest) and \
+        word.group() in names_in_scope(code[:at], code[at + 1 + word.end():])
+    return [Candidate(f"Remove the stray {code[at]!r}", (Edit(at, at + 1, ""),), "syntax", "parser",
+                      order=-1 if likely else 500, targets=(d.line,))]
+
+
+def _closes_nothing(text: str) -> bool:
+    depth = 0
+    for _, char in code_chars(text, "python"):
+        depth += char in OPENERS
+        depth -= char in CLOSERS
+        if depth < 0:
+            return False
+    return True
 
 
 def _commas(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> list[Candidate]:
@@ -327,6 +389,8 @@ def _statement_lines(lines: list[str], first: int, upto: int) -> list[int]:
     """The lines from ``first`` to before ``upto`` that begin a logical line and hold code (not
     inside a bracket or a string that another line opened, not blank, not only a comment)."""
     window = lines[first:upto]
+    if not window:
+        return []
     text = "\n".join(window)
     starts = [0]
     for part in window[:-1]:
@@ -363,8 +427,8 @@ def _unit(lines: list[str]) -> str:
         previous = width
     if tabs > len(lines) // 2:
         return "\t"
-    if not steps:
-        return "    "
+    if sum(steps.values()) < 3:  # too few blocks to tell (and one of them may be the line out of place)
+        return "  " if steps.get(2) else "    "
     most = max(steps.values())
     return " " * min(step for step, count in steps.items() if count == most)  # a line out of place skews it
 
@@ -393,7 +457,9 @@ def _reindent(code: str, lines: list[str], index: LineIndex, line: int, kind: st
     """Line ``line`` (alone, with the block under it, or with the run of lines after it) moved to
     each indentation level open there, the nearest first; for a header with no body (``kind``
     "indented"), its first line indented one step, the header moved instead, or a ``pass`` added."""
-    statements = _statement_lines(lines, piece_start(code, line), line)
+    # From the piece the line before is in: a line cut at column 0 (``def`` out of its class) starts
+    # a piece of its own, with the header it belongs to in the one before.
+    statements = _statement_lines(lines, piece_start(code, max(0, line - 1)), line)
     current = _indent(lines[line])
     candidates: list[Candidate] = []
     if kind == "indented" and statements:
@@ -414,12 +480,19 @@ def _reindent(code: str, lines: list[str], index: LineIndex, line: int, kind: st
                 before.append((width, _prefix(lines[row])))
         candidates += _moves(lines, index, header_row, _indent(header), list(dict.fromkeys(before)), alone=True)
         at = index.starts[header_row] + len(header)
-        candidates.append(insertion("Insert 'pass'", at, "\n" + _prefix(header) + _unit(lines) + "pass", order=1e3,
-                                    targets=(line,)))
+        empty = insertion("Insert 'pass'", at, "\n" + _prefix(header) + _unit(lines) + "pass", order=1e3, targets=(line,))
+        empty.cost = PASS_COST  # a body given up on: only when no indentation will do
+        candidates.append(empty)
         return candidates
     levels = _open_levels(lines, statements)
     if kind == "unexpected":
         levels = [level for level in levels if level[0] < current] or levels
+    if kind == "clause":  # ``elif`` goes where an ``if`` above it stands
+        clause = lines[line].split()[0].rstrip(":")
+        heads = _CLAUSE_HEADS.get(clause, ())
+        levels = [(_indent(lines[row]), _prefix(lines[row])) for row in statements
+                  if lines[row].split() and lines[row].split()[0].rstrip(":") in heads]
+        levels = [level for level in dict.fromkeys(levels) if level[0] != current]
     # A line indented less than the one before, but to no level open there: a dedent cut short, so
     # of two levels as near the outer one first.
     candidates = _moves(lines, index, line, current, levels, outer_first=kind == "unmatched")
@@ -464,6 +537,7 @@ def _moves(lines: list[str], index: LineIndex, line: int, current: int, levels: 
     candidates = []
     blocks = [[line]] if alone else _blocks_after(lines, line, current)
     sign = 1 if outer_first else -1
+    unit = _unit(lines)
     ranked = sorted(levels, key=lambda level: (abs(level[0] - current), sign * level[0]))
     for rank, (width, prefix) in enumerate(ranked):
         if width == current:
@@ -474,10 +548,30 @@ def _moves(lines: list[str], index: LineIndex, line: int, current: int, levels: 
             where = f"lines {line + 1}-{rows[-1] + 1}" if len(rows) > 1 else f"line {line + 1}"
             # ``return`` moved out to where more code follows at its level: that code could never run.
             dead = _ENDS_BLOCK.match(lines[rows[-1]]) is not None and _next_indent(lines, rows[-1]) == width
-            candidates.append(Candidate(f"{verb} {where} to column {width}", edits, "syntax", "parser",
-                                        order=abs(width - current) + scope * 0.1 + rank * 0.01 + 100 * dead,
+            moved = list(lines)
+            for row, edit in zip(rows, edits):
+                moved[row] = edit.text + lines[row].lstrip(" \t")
+            order = abs(width - current) + scope * 0.1 + rank * 0.01 + 100 * dead + 5 * _misfits(moved, unit, line)
+            candidates.append(Candidate(f"{verb} {where} to column {width}", edits, "syntax", "parser", order=order,
                                         targets=(line,)))
     return candidates
+
+
+def _misfits(lines: list[str], unit: str, line: int, reach: int = 40) -> int:
+    """Blocks near ``line`` not indented by one ``unit`` past their header (``with`` eight columns
+    under a ``def``, where the file steps by four): the fewer, the likelier the indentation."""
+    step = len(unit.expandtabs(8))
+    count = 0
+    header: int | None = None
+    for row in range(max(0, line - reach), min(len(lines), line + reach)):
+        text = lines[row]
+        code = text[:code_end(text)]
+        if not code.strip():
+            continue
+        if header is not None and _indent(text) - header != step:
+            count += 1
+        header = _indent(text) if code.endswith(":") else None
+    return count
 
 
 def _next_indent(lines: list[str], row: int) -> int | None:

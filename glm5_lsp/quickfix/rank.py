@@ -14,13 +14,14 @@ before its unsafe ones, then the generator's own order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from glm5_lsp.quickfix.edits import Candidate
 from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.introduced import introduced_diagnostics, is_syntax_error
+from glm5_lsp.repair.introduced import LineIndex, Splice, introduced_diagnostics, is_syntax_error
 from glm5_lsp.repair.providers.runner import DiagnosticRunner
 
 BLOCKING: tuple[str, ...] = ("error", "warning")
@@ -67,8 +68,41 @@ def rank_key(fix: Fix, severities: Sequence[str] = BLOCKING) -> tuple[float, ...
 
 
 def score(diagnostics: Sequence[Diagnostic], severities: Sequence[str] = BLOCKING) -> tuple[int, int]:
-    """What a fix must lower: syntax errors first, then blocking diagnostics."""
+    """Syntax errors, then blocking diagnostics."""
     return (sum(1 for d in diagnostics if is_syntax_error(d)), sum(1 for d in diagnostics if d.severity in severities))
+
+
+def progress(before: Sequence[Diagnostic], after: Sequence[Diagnostic], splice: Splice,
+             severities: Sequence[str] = BLOCKING) -> bool:
+    """Whether the spliced text is further along than the document.
+
+    While the document does not parse: the compiler's first error must be gone or lie past where
+    the old one now stands (the compiler reports one error, where parsing stopped; a candidate that
+    only moves the trouble earlier, or reshuffles ruff's follow-on errors, is no step forward).
+    Without the compiler's word: fewer syntax errors. Once it parses: no syntax error, and fewer
+    blocking diagnostics."""
+    old_syntax = [d for d in before if is_syntax_error(d)]
+    new_syntax = [d for d in after if is_syntax_error(d)]
+    if not old_syntax:
+        return not new_syntax and score(after, severities) < score(before, severities)
+    if not new_syntax:
+        return True
+    old_first = _first_compile_error(before)
+    new_first = _first_compile_error(after)
+    if old_first is None:
+        return score(after, severities) < score(before, severities)
+    if new_first is None:
+        return True  # the compiler is happy; only ruff's recovery still complains
+    old_at = LineIndex(splice.document).offset(old_first.line, old_first.col)
+    moved = splice.map_offset(old_at)
+    if moved is None:  # the error stood inside the replaced text: past it, at least
+        moved = splice.start + len(splice.text)
+    new_at = LineIndex(splice.apply()).offset(new_first.line, new_first.col)
+    return new_at > moved
+
+
+def _first_compile_error(diagnostics: Sequence[Diagnostic]) -> Diagnostic | None:
+    return next((d for d in diagnostics if d.source == "compile" and is_syntax_error(d)), None)
 
 
 class Checks:
@@ -116,12 +150,28 @@ class Checks:
         before_kept = [d for d in before if d.source not in failed]
         after_kept = [d for d in after if d.source not in failed]
         introduced = introduced_diagnostics(before_kept, after_kept, splice)
+        if any(is_syntax_error(d) for d in before_kept):
+            if _no_words(document, candidate):
+                # Indentation or punctuation in a document that did not parse: a name's finding in the
+                # lines it touched was there, unseen (``introduced`` excuses only those outside the edit).
+                introduced = [d for d in introduced if is_syntax_error(d)]
+            # The compiler stops at the first error: one past the edit was there, unseen, too.
+            index, edited_end = LineIndex(text), splice.start + len(splice.text)
+            introduced = [d for d in introduced if not (is_syntax_error(d) and index.offset(d.line, d.col) >= edited_end)]
         if any(d.severity in self.severities for d in introduced):
             return None
-        if score(after_kept, self.severities) >= score(before_kept, self.severities):
+        if not progress(before_kept, after_kept, splice, self.severities):
             return None
         return Fix(candidate.title, text, candidate.kind, candidate.source, after, introduced,
                    candidate.edit_cost(document), candidate.safe, order=candidate.order)
+
+
+_WORD = re.compile(r"\w")
+
+
+def _no_words(document: str, candidate: Candidate) -> bool:
+    """Whether ``candidate`` only moves white space and punctuation (it cannot create or remove a name)."""
+    return not any(_WORD.search(e.text) or _WORD.search(document[e.start:e.end]) for e in candidate.edits)
 
 
 def ranked(fixes: Sequence[Fix], severities: Sequence[str] = BLOCKING) -> list[Fix]:

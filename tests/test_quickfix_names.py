@@ -1,0 +1,118 @@
+"""Undefined names, unknown attributes and missing imports fixed without a model, and ruff's fixes."""
+
+from __future__ import annotations
+
+import pytest
+
+from glm5_lsp.quickfix import QuickFixer, imports
+from glm5_lsp.quickfix.edits import word_distance
+from glm5_lsp.quickfix.names import attribute_problems, close_names
+from glm5_lsp.repair.providers import default_runner
+
+RUNNER = default_runner("python")
+
+
+def fixes(code: str, path: str = "case.py"):
+    return QuickFixer(RUNNER, path, "python", seconds=30.0, attribute_seconds=30.0).fixes(code)
+
+
+@pytest.mark.parametrize("broken, fixed, title", [
+    ("def f(obj):\n    return ojb\n", "def f(obj):\n    return obj\n", "Replace 'ojb' with 'obj'"),
+    ("def f(items):\n    total = 0\n    for item in itmes:\n        total += item\n    return total + len(itmes)\n",
+     "def f(items):\n    total = 0\n    for item in items:\n        total += item\n    return total + len(items)\n",
+     "Replace 'itmes' with 'items'"),
+    ("def f(nodes):\n    return [noe.value for node in nodes]\n", "def f(nodes):\n    return [node.value for node in nodes]\n",
+     "Replace 'noe' with 'node'"),
+    ("from json import JSONDecodeError\n\n\ndef f(x):\n    raise JSONDecodeErorr(x)\n",
+     "from json import JSONDecodeError\n\n\ndef f(x):\n    raise JSONDecodeError(x)\n",
+     "Replace 'JSONDecodeErorr' with 'JSONDecodeError'"),
+    ("def f(x):\n    return lenn(x)\n", "def f(x):\n    return len(x)\n", "Replace 'lenn' with 'len'"),
+    # a missing import, not a respelling: the name is right, nothing binds it
+    ("def f(x):\n    return os.path.join(x)\n", "import os.path\ndef f(x):\n    return os.path.join(x)\n",
+     "Add 'import os.path'"),
+    ('"""Doc."""\nimport sys\n\n\ndef f():\n    return defaultdict(list, sys.argv)\n',
+     '"""Doc."""\nimport sys\nfrom collections import defaultdict\n\n\ndef f():\n    return defaultdict(list, sys.argv)\n',
+     "Add 'from collections import defaultdict'"),
+    ("from math import inf\n\n\ndef f(x):\n    return x if x < inf else nan\n",
+     "from math import inf, nan\n\n\ndef f(x):\n    return x if x < inf else nan\n", "Add 'from math import nan'"),
+    ("def f(times):\n    return sorted(time)\n", "def f(times):\n    return sorted(times)\n", "Replace 'time' with 'times'"),
+    # an attribute the module does not have, and one no method of the class sets
+    ("import json\n\n\ndef f(x):\n    return json.lods(x)\n", "import json\n\n\ndef f(x):\n    return json.loads(x)\n",
+     "Replace 'lods' with 'loads'"),
+    ("import os.path\n\n\ndef f(p):\n    return os.path.joni(p, 'a')\n",
+     "import os.path\n\n\ndef f(p):\n    return os.path.join(p, 'a')\n", "Replace 'joni' with 'join'"),
+    ("import inspect\n\n\ndef f(g):\n    return inspect.cignature(g)\n",
+     "import inspect\n\n\ndef f(g):\n    return inspect.signature(g)\n", "Replace 'cignature' with 'signature'"),
+    ("class A:\n    def __init__(self):\n        self.value = 1\n\n    def get(self):\n        return self.valeu\n",
+     "class A:\n    def __init__(self):\n        self.value = 1\n\n    def get(self):\n        return self.value\n",
+     "Replace 'valeu' with 'value'"),
+    # ruff's own fix
+    ("import os\n\n\ndef f(x):\n    return x\n", "\n\ndef f(x):\n    return x\n", "Remove unused import: `os`"),
+])
+def test_names_are_fixed_by_the_name_meant(broken: str, fixed: str, title: str) -> None:
+    found = fixes(broken)
+    assert found and found[0].title == title, [f.title for f in found]
+    assert found[0].text == fixed and found[0].clean()
+
+
+def test_several_spellings_are_offered_and_the_nearest_preferred() -> None:
+    found = fixes("def f(obj, job):\n    return ojb + job\n")
+    titles = [f.title for f in found]
+    assert set(titles) >= {"Replace 'ojb' with 'job'", "Replace 'ojb' with 'obj'"}
+    assert sum(f.preferred for f in found) == 1 and found[0].preferred
+
+
+def test_a_name_nothing_is_close_to_gets_no_fix() -> None:
+    assert fixes("def f(x):\n    return undefined_a\n") == []
+
+
+def test_a_distance_counts_a_swap_as_one_edit() -> None:
+    assert word_distance("ojb", "obj") == 1 and word_distance("abc", "abc") == 0
+    assert word_distance("kitten", "sitting") == 3
+    assert [name for _, name in close_names("valeu", {"value", "values", "other"})] == ["value"]  # 'values': two edits
+    assert [name for _, name in close_names("JSONDecodeErorr", {"JSONDecodeError", "JSONDecoder"})] == ["JSONDecodeError"]
+    assert close_names("ab", {"abc"}) == []  # two letters: only a different case
+
+
+def test_attributes_are_judged_only_where_the_text_can_tell() -> None:
+    assert attribute_problems("import json\njson.loads('1')\n", seconds=30.0) == []
+    assert attribute_problems("import json\njson.__dict__\n", seconds=30.0) == []  # dunders: every module has them
+    assert attribute_problems("import json\njson = 1\njson.nope\n", seconds=30.0) == []  # rebound
+    dynamic = "class A:\n    def __getattr__(self, n):\n        return 1\n\n    def get(self):\n        return self.anything\n"
+    assert attribute_problems(dynamic) == []
+    assert [d.message for d in attribute_problems("import json\njson.lods('1')\n", seconds=30.0)] == [
+        "module 'json' has no attribute 'lods'"]
+
+
+def test_imports_come_from_the_standard_library_and_the_files_own_packages(tmp_path) -> None:
+    def first(name: str, code: str) -> str:
+        return imports.suggestions(name, code)[0].statement
+
+    assert first("OrderedDict", "") == "from collections import OrderedDict"
+    assert first("datetime", "datetime.now()") == "from datetime import datetime"
+    assert first("datetime", "datetime.date(1, 2, 3)") == "import datetime"
+    package = tmp_path / "proj"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text("def helper():\n    return 1\n")
+    (package / "a.py").write_text("from proj.helpers import helper\n")
+    (package / "b.py").write_text("from proj.helpers import helper\n\n\ndef g():\n    return helper()\n")
+    edited = str(package / "b.py")
+    statements = [s.statement for s in imports.suggestions("helper", "def g():\n    return helper()\n", edited)]
+    assert statements[0] == "from proj.helpers import helper"
+    # The edited file's copy on disk is not evidence: it is being edited (here it imports the name).
+    (package / "a.py").write_text("")
+    imports._project_files.cache_clear()
+    statements = [s.statement for s in imports.suggestions("helper", "def g():\n    return helper()\n", edited)]
+    assert statements == ["from proj.helpers import helper"]  # the package still defines it
+    (package / "helpers.py").write_text("")
+    imports._project_files.cache_clear()
+    assert imports.suggestions("helper", "def g():\n    return helper()\n", edited) == []
+
+
+def test_a_new_import_goes_after_the_docstring_and_the_other_imports() -> None:
+    code = '"""Doc."""\nfrom __future__ import annotations\n\nfrom os import (\n    path)\n# note\n\nx = 1\n'
+    suggestion = imports.Suggestion("re", "", "import re", True)
+    edit = imports.import_edit(code, suggestion)
+    assert code[:edit.start] + edit.text + code[edit.end:] == \
+        '"""Doc."""\nfrom __future__ import annotations\n\nfrom os import (\n    path)\nimport re\n# note\n\nx = 1\n'
