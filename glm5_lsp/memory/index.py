@@ -88,7 +88,8 @@ class Counts:
 class SuffixIndex:
     """A suffix array over documents' ids; see the module docstring."""
 
-    def __init__(self, tokens: np.ndarray, sa: np.ndarray, doc_starts: np.ndarray, keys: Sequence[str]) -> None:
+    def __init__(self, tokens: np.ndarray, sa: np.ndarray, doc_starts: np.ndarray, keys: Sequence[str],
+                 first: np.ndarray | None = None) -> None:
         self.tokens = tokens  # [N], documents end to end, each followed by the separator
         self.sa = sa  # [N]
         self.doc_starts = doc_starts  # [D + 1], the last is N
@@ -99,8 +100,8 @@ class SuffixIndex:
         self._doc = {key: i for i, key in enumerate(self.keys)}
         # first[t]: where the suffixes that begin with id t start in the array (one past the last
         # real id: where the separators' suffixes start).
-        self.first: np.ndarray | None = None
-        if self.sep <= np.iinfo(np.uint16).max:
+        self.first: np.ndarray | None = first
+        if first is None and self.sep <= np.iinfo(np.uint16).max:
             self.first = np.searchsorted(tokens[sa], np.arange(self.sep + 2), side="left")
 
     # ---- building -------------------------------------------------------------------------
@@ -173,6 +174,8 @@ class SuffixIndex:
         np.save(tmp / "tokens.npy", self.tokens)
         np.save(tmp / "sa.npy", self.sa)
         np.save(tmp / "doc_starts.npy", self.doc_starts)
+        if self.first is not None:
+            np.save(tmp / "first.npy", self.first)
         (tmp / "keys.txt").write_text("\n".join(self.keys), encoding="utf-8")
         try:
             os.replace(tmp, folder)
@@ -191,7 +194,9 @@ class SuffixIndex:
         keys = (folder / "keys.txt").read_text(encoding="utf-8").split("\n")
         if len(tokens) != len(sa) or len(starts) != len(keys) + 1 or (len(starts) and starts[-1] != len(tokens)):
             raise ValueError(f"{folder}: the saved index is inconsistent")
-        return cls(tokens, sa, starts, keys)
+        # Where each first id's suffixes start, saved: computing it reads every page of the maps.
+        first = np.load(folder / "first.npy") if (folder / "first.npy").is_file() else None
+        return cls(tokens, sa, starts, keys, first)
 
     # ---- queries ----------------------------------------------------------------------------
 

@@ -234,8 +234,10 @@ class LibraryCache:
                 return [(k, tokens[starts[i]:starts[i + 1]]) for i, k in enumerate(keys)]
         except (OSError, ValueError):
             pass
-        ids = encode_batch(self.tokenizer, [text for _, text in docs])
-        arrays = [np.asarray(i, dtype=self.dtype) for i in ids]
+        arrays: list[np.ndarray] = []
+        for start in range(0, len(docs), 256):  # a batch at a time: Python lists of ids are large
+            batch = encode_batch(self.tokenizer, [text for _, text in docs[start:start + 256]])
+            arrays.extend(np.asarray(i, dtype=self.dtype) for i in batch)
         starts = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum([len(a) for a in arrays], out=starts[1:])
         try:
