@@ -167,3 +167,11 @@ def test_snippets_are_the_most_similar_windows_of_other_documents(tokenizer, wor
     document = "    return Point(point.x * factor, point.y * factor, la"
     matched = similar_snippets(memory, key, document, len(document))
     assert any(s.origin == "match" and s.key.endswith("helper.py") and "scaled" in s.text for s in matched)
+
+
+def test_a_missing_folder_is_a_clear_error_and_keeps_what_was_indexed(tokenizer, workspace: Path) -> None:
+    memory = memory_for(tokenizer, workspace)
+    before = memory.documents()
+    with pytest.raises(ValueError, match="not a folder"):
+        memory.index_folder(workspace / "missing")
+    assert memory.documents() == before

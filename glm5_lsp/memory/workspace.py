@@ -118,6 +118,8 @@ class WorkspaceMemory:
         libraries its files import. Replaces whatever the memory held."""
         started = time.perf_counter()
         root = Path(root).resolve()
+        if not root.is_dir():
+            raise ValueError(f"cannot index {root}: not a folder")
         paths = source_files(root, self.settings)
         texts: list[tuple[str, str]] = []
         for number, path in enumerate(paths):
