@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("glm5_lsp.evaluate.cli", "evaluate on HumanEval, HumanEval-infilling, HumanEvalFix, MBPP"),
     "index": ("glm5_lsp.context.cli", "build the API-doc index and symbol summaries ahead of time"),
     "train": ("glm5_lsp.train.cli", "train the embedded default model"),
+    "gate": ("glm5_lsp.gate.cli", "train and check the gate that decides which completions are worth showing"),
 }
 
 

@@ -1,0 +1,291 @@
+"""The gate on held-out code: which candidates it shows, how long, what it does after a rejected one,
+and what it costs; side by side with the pipeline as it ships (no gate).
+
+Rows come from ``glm5-lsp gate collect`` (``glm5_lsp.gate.collect``: the server's own pipeline on the
+embedded model with the context engine, called in this process, one request at a time) on the
+``BENCHMARK_REPORT`` packages, which neither the model nor the gate trained on (the benchmark refuses
+any other package, and any the gate was trained on). ``--collect`` collects them first (appended to
+``--rows``; packages already there are skipped). Features are computed again from the rows' raw
+numbers and the rebuilt documents (so the figures follow the current feature code) and timed.
+
+Figures:
+
+- **quality**: ROC AUC of the gate's score for "the first line is exactly the rest of the line" (and
+  for edit similarity >= 0.8) over the shown candidates; shown share (of all cursors), precision
+  (exact / shown) and exact candidates kept, without and with the gate at its default threshold
+  (``completion.minQuality``, chosen on ``BENCHMARK_FIT``);
+- **length**: at the same cursors with the rest of the block removed too, completed multi-line: mean
+  edit similarity of the text kept against what was removed, for the fixed single-line policy (the
+  first line), the fixed multi-line policy (all of it), the length head, and the best choice;
+- **strategy**: at cursors whose first candidate is not shown: exact and right-word shares of staying
+  silent, finishing the word, regenerating (the whole greedy line), and the strategy head's choice;
+- **cost**: per candidate, the features (``request_info`` + ``features``) and the prediction
+  (``Gate.score``), p50 / p95 in ms; the decoding observer's own time per candidate (its steps replayed
+  on logits of the model's vocabulary size).
+
+    python benchmarks/gate.py --rows /tmp/gate-report.jsonl --collect --positions 60
+    python benchmarks/gate.py --rows /tmp/gate-report.jsonl --gate glm5_lsp/weights/glm5-code-tiny/gate
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from glm5_lsp.gate.booster import LENGTH_OPTIONS, STRATEGIES, Gate, default_gate_dir
+from glm5_lsp.gate.collect import case_document, collect, read_rows, recompute
+from glm5_lsp.gate.features import NAN, features, request_info
+from glm5_lsp.gate.stats import DecodeStats, StepObserver, end_token_ids
+from glm5_lsp.gate.train import roc_auc
+from glm5_lsp.postprocess import trailing_identifier
+from glm5_lsp.train.corpus import BENCHMARK_REPORT
+
+
+def pct(part: float, whole: float) -> str:
+    return f"{part / whole:.1%}" if whole else "n/a"
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else NAN
+
+
+def _values(part: dict[str, Any]) -> dict[str, float]:
+    return {k: (NAN if v is None else float(v)) for k, v in (part.get("features") or {}).items()}
+
+
+def quality(rows: list[dict], gate: Gate) -> dict[str, float]:
+    rows = [r for r in rows if "single" in r]
+    cursors = len(rows)
+    shown = [r for r in rows if r["single"]["shown"]]
+    scores = [gate.score(_values(r["single"])) for r in shown]
+    exact = [bool(r["single"]["exact"]) for r in shown]
+    similar = [r["single"]["similarity"] >= 0.8 for r in shown]
+    kept = [s >= gate.threshold for s in scores]
+    gated_shown = sum(kept)
+    gated_exact = sum(1 for k, e in zip(kept, exact) if k and e)
+    print(f"cursors {cursors}; shown without the gate {len(shown)}, of them exact {sum(exact)}, "
+          f"similar >= 0.8 {sum(similar)}")
+    print()
+    print("| | shown (of cursors) | precision (exact / shown) | exact candidates kept |")
+    print("|---|---|---|---|")
+    print(f"| no gate (as shipped) | {pct(len(shown), cursors)} | {pct(sum(exact), len(shown))} | "
+          f"{sum(exact)} (100%) |")
+    print(f"| gate at completion.minQuality = {gate.threshold:.3f} | {pct(gated_shown, cursors)} | "
+          f"{pct(gated_exact, gated_shown)} | {gated_exact} ({pct(gated_exact, sum(exact))}) |")
+    auc = roc_auc(scores, exact)
+    auc_similar = roc_auc(scores, similar)
+    print()
+    print(f"ROC AUC (exact) {auc:.3f}; ROC AUC (edit similarity >= 0.8) {auc_similar:.3f}")
+    precision_gated = gated_exact / gated_shown if gated_shown else 0.0
+    precision_plain = sum(exact) / len(shown) if shown else 0.0
+    goals = [("AUC >= 0.85", auc >= 0.85), ("precision >= 50%", precision_gated >= 0.5),
+             ("precision >= 2x ungated", precision_gated >= 2 * precision_plain and precision_gated > 0),
+             (">= 70% of exact kept", sum(exact) > 0 and gated_exact / sum(exact) >= 0.7)]
+    print("goals: " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in goals))
+    return {"auc": auc, "precision": precision_gated}
+
+
+def length(rows: list[dict], gate: Gate) -> None:
+    kinds = {"cursor": "the cursor where it was, the rest of its line and block removed",
+             "line_start": "the cursor's line emptied, it and the rest of its block removed"}
+    for at, description in kinds.items():
+        block = [r for r in rows if "block" in r and r["block"].get("at", "cursor") == at]
+        if block:
+            seconds = [r["block"]["seconds"] for r in block]
+            print(f"#### {description} (request p50 {statistics.median(seconds) * 1000:.0f} ms)")
+            print()
+            length_table(block, gate)
+            print()
+
+
+def length_table(block: list[dict], gate: Gate) -> None:
+    sums = dict.fromkeys(("single", "multi", "head", "best"), 0.0)
+    picks = dict.fromkeys(LENGTH_OPTIONS, 0)
+    multi_line = 0
+    for row in block:
+        options = row["block"]["options"]
+        sums["single"] += options["line"]
+        sums["multi"] += options["block"]
+        sums["best"] += max(options.values())
+        text = row["block"].get("text") or ""
+        if gate.length_head is not None and "\n" in text.strip("\n"):
+            choice = gate.length(_values(row["block"])) or "line"
+            multi_line += 1
+            picks[choice] += 1
+        else:
+            choice = "line"
+        sums["head"] += options[choice]
+    n = len(block)
+    print(f"{n} cursors with their block removed, {multi_line} multi-line candidates; the head picked "
+          + ", ".join(f"{k} {v}" for k, v in picks.items()))
+    print()
+    print("| policy | mean edit similarity of the text kept |")
+    print("|---|---|")
+    for name, label in (("single", "fixed single-line (first line)"), ("multi", "fixed multi-line (all of it)"),
+                        ("head", "length head" if gate.length_head is not None else "length head (none trained)"),
+                        ("best", "best choice per cursor (oracle)")):
+        print(f"| {label} | {sums[name] / n:.3f} |")
+
+
+def strategy(rows: list[dict], gate: Gate) -> None:
+    rejected = [r for r in rows if "single" in r and "regen" in r and "finish" in r and
+                (not r["single"]["shown"] or gate.score(_values(r["single"])) < gate.threshold)]
+    if not rejected:
+        print("no rejected cursors")
+        return
+    n = len(rejected)
+
+    def outcome(row: dict, action: str) -> tuple[bool, bool, bool]:
+        """(shown, exact, right word)"""
+        if action == "regenerate":
+            regen = row["regen"]
+            return bool(regen["text"].strip()), bool(regen["exact"]), bool(regen["right_word"])
+        if action == "finish_word":
+            word = row["finish"]["word"]
+            right = bool(row["finish"]["right"])
+            typed = trailing_identifier(row["typed_line"])
+            return bool(word), right and row["rest"] == word[len(typed):], right
+        return False, False, False
+
+    policies = {"silent": lambda r: "silent", "finish the word": lambda r: "finish_word",
+                "regenerate": lambda r: "regenerate"}
+    if gate.strategy_head is not None:
+        policies["strategy head"] = lambda r: gate.strategy(_values(r["single"])) or "silent"
+    print(f"{n} cursors whose first candidate is not shown (gate below threshold, or nothing passed)")
+    print()
+    print("| after a rejected candidate | shown | exact | right word |")
+    print("|---|---|---|---|")
+    for name, choose in policies.items():
+        shown = exact = right = 0
+        for row in rejected:
+            s, e, w = outcome(row, choose(row))
+            shown += s
+            exact += e
+            right += w
+        print(f"| {name} | {pct(shown, n)} | {pct(exact, n)} | {pct(right, n)} |")
+    if gate.strategy_head is not None:
+        choices = [gate.strategy(_values(r["single"])) for r in rejected]
+        print("head's choices: " + ", ".join(f"{s} {choices.count(s)}" for s in STRATEGIES))
+    seconds = [r["regen"]["seconds"] for r in rejected if r["regen"].get("seconds") is not None]
+    if seconds:
+        print(f"regenerating costs a request: p50 {statistics.median(seconds) * 1000:.0f} ms")
+
+
+def cost(rows: list[dict], roots: dict[str, Path], gate: Gate, vocab: int, repeats: int) -> None:
+    import torch
+
+    feature_ms, score_ms, observer_ms = [], [], []
+    strings = [f"t{i}" for i in range(vocab)]
+    strings[0] = ""
+    ends = end_token_ids(strings)
+    for row in rows:
+        raw = (row.get("single") or {}).get("raw")
+        if not raw:
+            continue
+        document = case_document(roots[row["package"]], row)
+        stats = DecodeStats(**raw["stats"]) if raw.get("stats") else None
+        result = SimpleNamespace(**raw["result"])
+        for _ in range(repeats):
+            started = time.perf_counter()
+            info = request_info(document, int(row["offset"]), language="python", multiline=False, trigger="automatic")
+            values = features(result, info, stats)
+            middle = time.perf_counter()
+            gate.score(values)
+            done = time.perf_counter()
+            feature_ms.append((middle - started) * 1000)
+            score_ms.append((done - middle) * 1000)
+        steps = stats.steps if stats is not None else 0
+        if steps:
+            logits = [torch.randn(vocab) for _ in range(steps)]
+            observer = StepObserver(strings, ends)
+            started = time.perf_counter()
+            for i, step in enumerate(logits):
+                observer(list(range(i)), step)
+            observer.finish()
+            observer_ms.append((time.perf_counter() - started) * 1000)
+    both = [a + b for a, b in zip(feature_ms, score_ms)]
+    print(f"{len(feature_ms)} timings ({repeats} per candidate)")
+    print()
+    print("| per candidate | p50 ms | p95 ms |")
+    print("|---|---|---|")
+    print(f"| features (request_info + features) | {quantile(feature_ms, 0.5):.3f} | {quantile(feature_ms, 0.95):.3f} |")
+    print(f"| prediction (Gate.score) | {quantile(score_ms, 0.5):.3f} | {quantile(score_ms, 0.95):.3f} |")
+    print(f"| features and prediction | {quantile(both, 0.5):.3f} | {quantile(both, 0.95):.3f} |")
+    if observer_ms:
+        print(f"| the decoding observer, all its steps (inside the generation) | {quantile(observer_ms, 0.5):.3f} | "
+              f"{quantile(observer_ms, 0.95):.3f} |")
+    goal = quantile(both, 0.95) <= 2.0
+    print(f"goal: features and prediction <= 2 ms p95: {'met' if goal else 'NOT met'}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=Path, nargs="+", required=True,
+                        help="rows from glm5-lsp gate collect on REPORT packages (--collect appends to the first)")
+    parser.add_argument("--collect", action="store_true", help="collect the rows first (appended; resumable)")
+    parser.add_argument("--packages", nargs="+", default=list(BENCHMARK_REPORT))
+    parser.add_argument("--positions", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gate", type=Path, default=None, help="gate folder (default: the embedded model's)")
+    parser.add_argument("--repeats", type=int, default=3, help="timings per candidate")
+    return parser.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    from glm5_lsp.memory.heldout import copy_package
+    from glm5_lsp.model import default_model_path, load_tokenizer
+
+    unknown = sorted(set(args.packages) - set(BENCHMARK_REPORT))
+    if unknown:
+        print(f"not a BENCHMARK_REPORT package: {', '.join(unknown)}")
+        return 2
+    model = Path(default_model_path())
+    gate = Gate.load(args.gate or default_gate_dir(model), model)
+    trained_on = set((gate.meta.get("training") or {}).get("packages") or [])
+    if trained_on & set(args.packages):
+        print(f"the gate was trained on {', '.join(sorted(trained_on & set(args.packages)))}: not held out")
+        return 2
+    if args.collect:
+        import torch
+
+        torch.set_num_threads(1)
+        collect(args.packages, args.rows[0], positions=args.positions, seed=args.seed)
+    every = read_rows(args.rows)
+    rows = [r for r in every if r["package"] in set(args.packages)]
+    others = {r["package"] for r in every} - set(args.packages)
+    if others:
+        print(f"left out of the figures (not asked for, or not REPORT packages): {', '.join(sorted(others))}")
+    if not rows:
+        print("no rows")
+        return 1
+    with tempfile.TemporaryDirectory(prefix="gate-bench-") as tmp:
+        roots = {name: copy_package(name, Path(tmp)) for name in sorted({r["package"] for r in rows})}
+        recompute(rows, roots)
+        print(f"packages: {', '.join(sorted(roots))}; gate {args.gate or default_gate_dir(model)} "
+              f"(trained on {len(trained_on)} BENCHMARK_FIT packages{', STALE' if gate.stale else ''}); "
+              f"threshold {gate.threshold:.3f}")
+        print()
+        print("### Quality")
+        quality(rows, gate)
+        print()
+        print("### Length")
+        length(rows, gate)
+        print()
+        print("### After a rejected candidate")
+        strategy(rows, gate)
+        print()
+        print("### Cost")
+        vocab = len(load_tokenizer(model).token_strings())
+        cost(rows, roots, gate, vocab, args.repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(parse_args()))

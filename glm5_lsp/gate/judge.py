@@ -1,0 +1,118 @@
+"""The one object a front end wires in: features, score, threshold, length, strategy and drift counts
+for each candidate the pipeline returns.
+
+    gate = CompletionGate.for_model(model_dir, path=settings_path or None, min_quality=setting_or_None)
+    gate.install(pipeline)                      # once: the decoding observer in front of the monitor
+    ...
+    gate.begin()                                # on the worker thread, before each request
+    result = pipeline.complete(text, offset, ...)
+    verdict = gate.judge(result, text, offset, language=..., multiline=..., trigger="automatic")
+    verdict.show, verdict.text, verdict.score, verdict.strategy, verdict.features
+
+Without a trained gate for the model (``for_model`` finds none) every candidate is shown as before
+(``score`` None) and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glm5_lsp.gate.booster import Gate, load_gate
+from glm5_lsp.gate.collect import kept_text
+from glm5_lsp.gate.drift import DriftMonitor, DriftReport
+from glm5_lsp.gate.features import features, request_info
+from glm5_lsp.gate.stats import DecodeRecorder
+
+log = logging.getLogger(__name__)
+
+DRIFT_EVERY = 500  # candidates between drift checks (each logged once it is judged)
+
+
+@dataclass
+class Verdict:
+    show: bool
+    text: str  # what to show: the candidate, cut to the length head's choice for a multi-line one ("" when not shown)
+    score: float | None = None  # P(kept); None without a gate
+    length: str | None = None  # the length head's choice (multi-line candidates)
+    strategy: str | None = None  # not shown: "regenerate", "finish_word" or "silent" (None: no head)
+    features: dict[str, float] = field(default_factory=dict)
+
+
+class CompletionGate:
+    """A gate (or none) with its decoding recorder and drift monitor. Thread-safe as the pipeline is:
+    ``begin`` and ``judge`` for one request run on the same thread."""
+
+    def __init__(self, gate: Gate | None, *, min_quality: float | None = None, healing: bool = True,
+                 drift_every: int = DRIFT_EVERY) -> None:
+        self.gate = gate
+        self.threshold = (gate.threshold if gate is not None else 0.0) if min_quality is None else min_quality
+        self.healing = healing
+        self.recorder: DecodeRecorder | None = None
+        self.drift = DriftMonitor.from_meta(gate.meta) if gate is not None else None
+        self.drift_every = drift_every
+        self._seen = 0
+        self.last_drift: DriftReport | None = None
+
+    @classmethod
+    def for_model(cls, model_dir: str | Path | None, path: str | Path | None = None,
+                  min_quality: float | None = None) -> CompletionGate:
+        """The gate beside the model (or at ``path``); a gate that cannot be read is logged and left off."""
+        try:
+            gate = load_gate(model_dir, path)
+        except ValueError as error:  # GateError
+            log.error("the completion gate is off: %s", error)
+            gate = None
+        return cls(gate, min_quality=min_quality)
+
+    def install(self, pipeline: Any) -> None:
+        """Put the decoding observer in front of the pipeline's monitor (a local model only: a served one
+        gives no logits, and its candidates are judged on the rest)."""
+        backend = pipeline.backend
+        self.healing = pipeline.settings.token_healing and bool(getattr(backend, "supports_forced_prefix", False))
+        if self.gate is None or not getattr(backend, "supports_internals", False):
+            return
+        strings: Sequence[str] = backend.tokenizer.token_strings()
+        self.recorder = DecodeRecorder(strings)
+        self.recorder.install(pipeline)
+
+    def begin(self) -> None:
+        if self.recorder is not None:
+            self.recorder.begin()
+
+    def judge(self, result: Any, document: str, offset: int, *, language: str, multiline: bool,
+              trigger: str | None = None) -> Verdict:
+        text = result.text or ""
+        if self.gate is None or not text.strip():
+            return Verdict(show=bool(text.strip()), text=text)
+        stats = self.recorder.last() if self.recorder is not None else None
+        info = request_info(document, offset, language=language, multiline=multiline, trigger=trigger,
+                            healing=self.healing)
+        values = features(result, info, stats)
+        score = self.gate.score(values)
+        self._count(values)
+        if score < self.threshold:
+            return Verdict(show=False, text="", score=score, strategy=self.gate.strategy(values), features=values)
+        length = None
+        if multiline and "\n" in text.strip("\n") and self.gate.length_head is not None:
+            length = self.gate.length(values)
+            if length is not None:
+                text = kept_text(text, length)
+        return Verdict(show=True, text=text, score=score, length=length, features=values)
+
+    def _count(self, values: dict[str, float]) -> None:
+        if self.drift is None:
+            return
+        self.drift.add(values)
+        self._seen += 1
+        if self._seen % self.drift_every == 0:
+            report = self.drift.report()
+            if report.judged:
+                (log.warning if report.flagged else log.info)("%s", report.summary())
+            self.last_drift = report
+
+    def drift_report(self) -> DriftReport | None:
+        return self.drift.report() if self.drift is not None else None

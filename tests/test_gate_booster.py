@@ -1,0 +1,148 @@
+"""The gate's boosters: trained on rows, saved as LightGBM text beside the model, loaded back, scored
+with features missing; the threshold and the metrics it is chosen by (``glm5_lsp.gate``).
+
+Rows are synthetic (``tests/gate_data.py``): exactness follows ``lp_mean``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import gate_data
+import pytest
+
+from glm5_lsp.gate.booster import LENGTH_OPTIONS, STRATEGIES, Gate, GateError, load_gate, model_fingerprint
+from glm5_lsp.gate.train import best_threshold, grouped_folds, roc_auc, train_gate
+
+
+@pytest.fixture(scope="module")
+def trained() -> tuple[Gate, object, list[dict]]:
+    rows = gate_data.rows(700, seed=1)
+    gate, report = train_gate(rows)
+    return gate, report, rows
+
+
+def _brute_auc(scores: list[float], labels: list[bool]) -> float:
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = [s for s, y in zip(scores, labels) if not y]
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg))
+    return wins / (len(pos) * len(neg))
+
+
+def test_roc_auc_counts_pairs_and_ties() -> None:
+    rng = random.Random(3)
+    for _ in range(20):
+        scores = [round(rng.random(), 1) for _ in range(30)]  # many ties
+        labels = [rng.random() < 0.4 for _ in range(30)]
+        if any(labels) and not all(labels):
+            assert roc_auc(scores, labels) == pytest.approx(_brute_auc(scores, labels))
+    assert math.isnan(roc_auc([0.1, 0.2], [True, True]))
+
+
+def test_the_threshold_maximises_f1_and_keeps_equal_scores_together() -> None:
+    scores = [0.9, 0.8, 0.8, 0.3, 0.2, 0.1]
+    labels = [True, True, False, True, False, False]
+    threshold, at = best_threshold(scores, labels)
+    best = max(((t, sum(1 for s, y in zip(scores, labels) if s >= t and y), sum(1 for s in scores if s >= t))
+                for t in set(scores)), key=lambda x: (2 * x[1] / (x[2] + 3), -x[0]))
+    assert threshold == best[0] == 0.3
+    assert at["precision"] == pytest.approx(3 / 4) and at["recall"] == 1.0
+
+
+def test_folds_keep_each_package_whole() -> None:
+    groups = [f"p{i % 7}" for i in range(70)]
+    folds = grouped_folds(groups, folds=5)
+    assert sorted(i for fold in folds for i in fold) == list(range(70))
+    for fold in folds:
+        held = {groups[i] for i in fold}
+        assert not held & {groups[i] for other in folds if other is not fold for i in other}
+
+
+def test_training_finds_the_signal_out_of_fold(trained) -> None:
+    gate, report, rows = trained
+    assert report.oof_auc > 0.8  # packages held out: the relation is learnt, not the rows
+    assert 0 < gate.threshold < 1
+    assert "lp_mean" in gate.quality.features and "memory_match_tokens" not in gate.quality.features
+    confident = dict(rows[0]["single"]["features"], lp_mean=-0.5, end_prob_after=0.9)
+    unsure = dict(confident, lp_mean=-6.0, end_prob_after=0.05)
+    assert gate.score(confident) > gate.threshold > gate.score(unsure)
+    assert gate.shows(confident) and not gate.shows(unsure)
+
+
+def test_missing_features_are_scored_as_missing(trained) -> None:
+    """A served model gives no log-probabilities: the same gate still scores its candidates."""
+    gate, _, rows = trained
+    values = dict(rows[0]["single"]["features"])
+    served = {k: v for k, v in values.items() if k not in ("lp_mean", "top_mean", "end_prob_after")}
+    assert 0.0 <= gate.score(served) <= 1.0
+    assert 0.0 <= gate.score({}) <= 1.0
+    assert gate.score({**values, "not_a_feature": 3.0}) == gate.score(values)
+
+
+def test_the_length_and_strategy_heads(trained) -> None:
+    gate, _, rows = trained
+    assert gate.length_head is not None and gate.length_head.classes == list(LENGTH_OPTIONS)
+    block = dict(rows[0]["block"]["features"], lines=3.0)
+    assert gate.length(dict(block, line2_lp_mean=-1.0)) in ("lines2", "lines3", "block")
+    assert gate.length(dict(block, line2_lp_mean=-5.0)) == "line"
+    assert gate.strategy_head is not None and gate.strategy(rows[0]["single"]["features"]) in STRATEGIES
+
+
+def test_a_gate_is_saved_as_lightgbm_text_and_json_and_loads_back(trained, tmp_path: Path) -> None:
+    gate, _, rows = trained
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights v1" * 100)
+    gate.meta["model_fingerprint"] = model_fingerprint(model)
+    gate.checks = [(rows[0]["single"]["features"], True), (rows[1]["single"]["features"], False)]
+    gate.save(model / "gate")
+    files = sorted(p.name for p in (model / "gate").iterdir())
+    assert files == ["checks.jsonl.gz", "gate.json", "length.txt", "quality.txt", "strategy.txt"]
+    assert (model / "gate" / "quality.txt").read_text().startswith("tree\n")
+    meta = json.loads((model / "gate" / "gate.json").read_text())
+    assert meta["threshold"] == gate.threshold and meta["heads"]["quality"]["features"] == gate.quality.features
+    loaded = load_gate(model)
+    assert loaded is not None and not loaded.stale
+    for row in rows[:50]:
+        values = row["single"]["features"]
+        assert loaded.score(values) == pytest.approx(gate.score(values), abs=1e-12)
+        assert loaded.strategy(values) == gate.strategy(values)
+        assert loaded.length(row["block"]["features"]) == gate.length(row["block"]["features"])
+    assert len(loaded.checks) == 2 and loaded.checks[0][1] is True
+    assert loaded.checks[0][0]["lp_mean"] == pytest.approx(rows[0]["single"]["features"]["lp_mean"], abs=1e-4)
+    (model / "model.safetensors").write_bytes(b"weights v2" * 100)  # the model changed under the gate
+    assert Gate.load(model / "gate", model).stale
+
+
+def test_no_gate_is_none_and_a_broken_gate_is_a_clear_error(trained, tmp_path: Path) -> None:
+    gate, _, _ = trained
+    assert load_gate(tmp_path) is None
+    folder = gate.save(tmp_path / "gate")
+    (folder / "quality.txt").write_text("not a booster\n")
+    with pytest.raises(GateError, match="quality booster"):
+        Gate.load(folder)
+    gate.save(folder)
+    meta = json.loads((folder / "gate.json").read_text())
+    meta["heads"]["quality"]["features"] = meta["heads"]["quality"]["features"][:-1]
+    (folder / "gate.json").write_text(json.dumps(meta))
+    with pytest.raises(GateError, match="reads"):
+        Gate.load(folder)
+    (folder / "gate.json").write_text("{")
+    with pytest.raises(GateError, match="not JSON"):
+        Gate.load(folder)
+    gate.save(folder)
+    meta = json.loads((folder / "gate.json").read_text())
+    (folder / "gate.json").write_text(json.dumps({**meta, "threshold": 3}))
+    with pytest.raises(GateError, match="threshold"):
+        Gate.load(folder)
+
+
+def test_too_few_exact_candidates_is_a_clear_error() -> None:
+    rows = gate_data.rows(60, seed=2)
+    for row in rows:
+        row["single"]["exact"] = False
+    with pytest.raises(ValueError, match="too few exact"):
+        train_gate(rows)
