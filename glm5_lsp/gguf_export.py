@@ -10,6 +10,7 @@ That is this runtime's model, so the export is a re-layout of the same weights, 
 
 - the fused routed experts ``gate_up_proj [E, 2I, H]`` split into ``ffn_gate_exps``/``ffn_up_exps``;
 - ``kv_b_proj [H*(dn+dv), L]`` split per head into ``attn_k_b [H, L, dn]`` and ``attn_v_b [H, dv, L]``;
+- an indexer head narrower than llama.cpp's smallest (64) is widened exactly (``indexer_width``);
 - RoPE needs no permutation: both runtimes rotate interleaved pairs (llama.cpp's ``NORM`` rope);
 - the byte-level BPE tokenizer as ``gpt2`` with GPT-2's pre-tokenizer (``ByteLevel(use_regex)``),
   its special tokens as control tokens, and the infilling ids (``<|code_prefix|>`` ...) written as
@@ -69,6 +70,26 @@ def _check(config: GlmMoeDsaConfig) -> None:
         raise ExportError(f"rope_type {rope.get('rope_type')!r} is not exported (only the default RoPE)")
 
 
+def indexer_width(head_dim: int) -> int:
+    """The indexer head width llama.cpp can run: a power of two of at least 64.
+
+    llama.cpp rotates the indexer's queries and keys by a Walsh-Hadamard matrix (orthonormal, so
+    scores are unchanged) whose size is a power of two from 64 up (``build_input_k_rot`` in
+    ``llama-kv-cache.cpp``); a narrower head fails a matrix-shape check when the graph is built. A
+    head whose width divides that size is widened exactly: the key projection and its LayerNorm
+    repeated (same mean and variance), the query projection padded with zeros (same dot products).
+    llama.cpp's score scale (one over the square root of the width) changes with it, uniformly,
+    which leaves every top-k the same.
+    """
+    width = 64
+    while width < head_dim:
+        width *= 2
+    if width % head_dim:
+        raise ExportError(f"index_head_dim {head_dim} cannot be exported exactly: llama.cpp's indexer needs a power "
+                          f"of two of at least 64, and {width} is not a multiple of {head_dim}")
+    return width
+
+
 def export(model_dir: str | Path, out: str | Path, dtype: str = "f32") -> Path:
     """Write ``out`` (a GGUF file) from the checkpoint folder ``model_dir``; returns the path."""
     import gguf
@@ -97,6 +118,7 @@ def export(model_dir: str | Path, out: str | Path, dtype: str = "f32") -> Path:
             raise ExportError(f"{model_dir}: no tensor {name}") from None
 
     h, nope, dv, rank = config.num_attention_heads, config.qk_nope_head_dim, config.v_head_dim, config.kv_lora_rank
+    index_dim = indexer_width(config.index_head_dim)
     add("token_embd.weight", take("model.embed_tokens.weight"))
     add("output_norm.weight", take("model.norm.weight"))
     if not config.tie_word_embeddings:
@@ -116,11 +138,16 @@ def export(model_dir: str | Path, out: str | Path, dtype: str = "f32") -> Path:
         add(b + "attn_v_b.weight", kv_b[:, nope:, :])  # [H, dv, L]
         add(b + "attn_output.weight", take(a + "o_proj.weight"))
         if (a + "indexer.wk.weight") in weights:
-            add(b + "indexer.attn_k.weight", take(a + "indexer.wk.weight"))
-            add(b + "indexer.attn_q_b.weight", take(a + "indexer.wq_b.weight"))
+            copies = index_dim // config.index_head_dim
+            # Widened (see indexer_width): keys repeated, so the LayerNorm sees the same mean and
+            # variance; queries zero past the original width, so every score is unchanged.
+            add(b + "indexer.attn_k.weight", np.tile(take(a + "indexer.wk.weight"), (copies, 1)))  # [D', H]
+            wq_b = take(a + "indexer.wq_b.weight").reshape(config.index_n_heads, config.index_head_dim, -1)
+            pad = np.zeros((wq_b.shape[0], index_dim - config.index_head_dim, wq_b.shape[2]), np.float32)
+            add(b + "indexer.attn_q_b.weight", np.concatenate([wq_b, pad], axis=1).reshape(-1, wq_b.shape[2]))
             add(b + "indexer.proj.weight", take(a + "indexer.weights_proj.weight"), keep_f32=True)
-            add(b + "indexer.k_norm.weight", take(a + "indexer.k_norm.weight"))
-            add(b + "indexer.k_norm.bias", take(a + "indexer.k_norm.bias"))
+            add(b + "indexer.k_norm.weight", np.tile(take(a + "indexer.k_norm.weight"), copies))
+            add(b + "indexer.k_norm.bias", np.tile(take(a + "indexer.k_norm.bias"), copies))
         m = p + "mlp."
         if i < config.first_k_dense_replace:
             for part in ("gate", "up", "down"):
@@ -178,7 +205,7 @@ def _metadata(writer, config: GlmMoeDsaConfig, gguf) -> None:
         writer.add_expert_weights_norm(True)
     writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     writer.add_indexer_head_count(config.index_n_heads)
-    writer.add_indexer_key_length(config.index_head_dim)
+    writer.add_indexer_key_length(indexer_width(config.index_head_dim))
     writer.add_indexer_top_k(config.index_topk)
     types = config.indexer_types or ["full"] * config.num_hidden_layers
     writer.add_array(f"{ARCH}.attention.indexer.types", [kind == "full" for kind in types])
@@ -201,7 +228,7 @@ def _vocab(writer, tokenizer: dict, config: GlmMoeDsaConfig, gguf) -> None:
         types[i] = gguf.TokenType.CONTROL if text in special else gguf.TokenType.NORMAL
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt2")
+    writer.add_tokenizer_pre("gpt-2")  # llama.cpp's name for GPT-2's pre-tokenizer regex
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)

@@ -1,7 +1,7 @@
 """Local stand-ins for llama.cpp's server and Ollama that check request bodies and stream in the real formats.
 
-The shapes are the servers' own (recorded from llama.cpp's ``tools/server`` sources and a real
-``llama-server`` run, ``tests/data/native/llamacpp_infill_stream.txt``; Ollama's ``docs/api.md``,
+The shapes are the servers' own (``tests/data/native/llamacpp_infill_stream.txt`` is a real ``llama-server``
+``/infill`` stream of the exported embedded model; Ollama's ``docs/api.md``,
 ``tests/data/native/ollama_generate_stream.ndjson``). A fake replays a recorded stream with the
 scripted text in place of the recorded pieces, so every other field is what the real server sends.
 """
@@ -40,7 +40,7 @@ class Script:
     """What the fake answers: text pieces, then a final event; or an HTTP error first."""
 
     pieces: list[str] = field(default_factory=lambda: ["return ", "a + b"])
-    final: dict[str, Any] = field(default_factory=dict)  # merged into the recorded final event
+    final: dict[str, Any] = field(default_factory=dict)  # merged into the recorded final event (llama.cpp: stop_type eos unless set)
     delay: float = 0.0  # seconds between pieces
     endless: bool = False  # keep streaming until the client hangs up
     error_status: int = 0  # answer this status (with the server's error body) instead of streaming
@@ -79,7 +79,7 @@ def llamacpp_app(fake: Fake) -> Starlette:
         if problem:
             return error(400, problem)
         if not body.get("stream"):
-            return JSONResponse({**final, "content": "".join(script.pieces), **script.final})
+            return JSONResponse({**final, "content": "".join(script.pieces), "stop_type": "eos", **script.final})
 
         async def events() -> AsyncIterator[bytes]:
             try:
@@ -95,7 +95,7 @@ def llamacpp_app(fake: Fake) -> Starlette:
                 if script.error_after_pieces:
                     yield _sse({"error": {"code": 500, "message": "the slot was released", "type": "server_error"}})
                     return
-                yield _sse({**final, "tokens_predicted": n, **script.final})
+                yield _sse({**final, "tokens_predicted": n, "stop_type": "eos", **script.final})
             except asyncio.CancelledError:
                 fake.hang_ups += 1
                 raise

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from glm5_lsp.gguf_export import ExportError, export, main
+from glm5_lsp.gguf_export import ExportError, export, indexer_width, main
 
 
 def _weights(folder: Path) -> dict[str, np.ndarray]:
@@ -40,6 +40,7 @@ def test_export_round_trips_every_weight_and_the_vocabulary(tiny_checkpoint: Pat
     assert fields["glm-dsa.attention.key_length"] == config["kv_lora_rank"] + config["qk_rope_head_dim"]
     assert fields["glm-dsa.attention.key_length_mla"] == config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
     assert fields["glm-dsa.attention.indexer.top_k"] == config["index_topk"]
+    assert fields["glm-dsa.attention.indexer.key_length"] == indexer_width(config["index_head_dim"]) == 64
     assert fields["glm-dsa.expert_group_count"] == config["n_group"]
     assert fields["glm-dsa.leading_dense_block_count"] == config["first_k_dense_replace"]
     vocab = json.loads((tiny_checkpoint / "tokenizer.json").read_text())
@@ -47,7 +48,7 @@ def test_export_round_trips_every_weight_and_the_vocabulary(tiny_checkpoint: Pat
     assert fields["tokenizer.ggml.fim_pre_token_id"] == specials["<|code_prefix|>"]
     assert fields["tokenizer.ggml.fim_mid_token_id"] == specials["<|code_middle|>"]
     assert fields["tokenizer.ggml.tokens"][specials["<|code_suffix|>"]] == "<|code_suffix|>"
-    assert fields["tokenizer.ggml.add_bos_token"] is False and fields["tokenizer.ggml.pre"] == "gpt2"
+    assert fields["tokenizer.ggml.add_bos_token"] is False and fields["tokenizer.ggml.pre"] == "gpt-2"
 
     np.testing.assert_array_equal(tensors["token_embd.weight"], source["model.embed_tokens.weight"])
     h, nope = config["num_attention_heads"], config["qk_nope_head_dim"]
@@ -55,14 +56,45 @@ def test_export_round_trips_every_weight_and_the_vocabulary(tiny_checkpoint: Pat
         kv_b = source[f"model.layers.{i}.self_attn.kv_b_proj.weight"].reshape(h, nope + config["v_head_dim"], -1)
         rebuilt = np.concatenate([tensors[f"blk.{i}.attn_k_b.weight"].transpose(0, 2, 1), tensors[f"blk.{i}.attn_v_b.weight"]], axis=1)
         np.testing.assert_array_equal(rebuilt, kv_b)
-        np.testing.assert_array_equal(tensors[f"blk.{i}.indexer.attn_q_b.weight"],
-                                      source[f"model.layers.{i}.self_attn.indexer.wq_b.weight"])
+        assert_indexer_scores_unchanged(tensors, source, i, config)
     gate_up = source["model.layers.1.mlp.experts.gate_up_proj"]
     inter = config["moe_intermediate_size"]
     np.testing.assert_array_equal(tensors["blk.1.ffn_gate_exps.weight"], gate_up[:, :inter])
     np.testing.assert_array_equal(tensors["blk.1.ffn_up_exps.weight"], gate_up[:, inter:])
     np.testing.assert_array_equal(tensors["blk.1.exp_probs_b.bias"], source["model.layers.1.mlp.gate.e_score_correction_bias"])
     assert "blk.0.ffn_gate.weight" in tensors and "blk.0.ffn_gate_exps.weight" not in tensors
+
+
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-6) * weight + bias
+
+
+def assert_indexer_scores_unchanged(tensors: dict, source: dict, layer: int, config: dict) -> None:
+    """llama.cpp's indexer is at least 64 wide; the widened one scores every (query, key) as the original."""
+    src = f"model.layers.{layer}.self_attn.indexer."
+    rng = np.random.default_rng(layer)
+    x = rng.standard_normal((5, config["hidden_size"])).astype(np.float32)  # hidden states of 5 keys
+    q_lat = rng.standard_normal((3, config["q_lora_rank"])).astype(np.float32)  # query latents of 3 queries
+    heads, dim = config["index_n_heads"], config["index_head_dim"]
+
+    def scores(wk, norm_w, norm_b, wq_b, width):
+        keys = _layer_norm(x @ wk.T, norm_w, norm_b)  # [5, D]
+        queries = (q_lat @ wq_b.T).reshape(3, heads, width)  # [3, Hi, D]
+        return np.einsum("qhd,kd->qhk", queries, keys)
+
+    want = scores(source[src + "wk.weight"], source[src + "k_norm.weight"], source[src + "k_norm.bias"],
+                  source[src + "wq_b.weight"], dim)
+    blk = f"blk.{layer}.indexer."
+    got = scores(tensors[blk + "attn_k.weight"], tensors[blk + "k_norm.weight"], tensors[blk + "k_norm.bias"],
+                 tensors[blk + "attn_q_b.weight"], tensors[blk + "k_norm.weight"].shape[0])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_indexer_width_is_llamacpp_s_smallest_power_of_two() -> None:
+    assert [indexer_width(d) for d in (16, 32, 64, 128, 256)] == [64, 64, 64, 128, 256]
+    with pytest.raises(ExportError, match="index_head_dim 48"):
+        indexer_width(48)
 
 
 def test_f16_export_keeps_norms_and_router_in_f32(tiny_checkpoint: Path, tmp_path: Path) -> None:
