@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so llama-server is stopped on the way out
     binary = find_llama_server()
     if binary is None:
         print("no llama-server: set $GLM5_LLAMA_SERVER, put it on PATH, or run scripts/build_llama_server.sh")
