@@ -65,7 +65,7 @@ def test_glm_template_is_what_the_embedded_tokenizer_builds() -> None:
     ("bigcode/starcoder2-15b", "starcoder2"), ("starcoder2:3b", "starcoder2"), ("bigcode/starcoderbase-1b", "starcoder"),
     ("bigcode/santacoder", "santacoder"), ("codellama:7b-code", "codellama"), ("meta-llama/CodeLlama-7b-hf", "codellama"),
     ("codestral:22b", "codestral"), ("mistralai/Codestral-22B-v0.1", "codestral"), ("THUDM/codegeex4-all-9b", "codegeex4"),
-    ("codegeex4:9b", "codegeex4"), ("glm5-code-tiny", "glm"),
+    ("codegeex4:9b", "codegeex4"), ("glm5-code-tiny", "glm"), ("glm-5", "glm"), ("THUDM/glm-4-9b-chat", None),
     ("llama3.2", None), ("mistral", None), ("gpt-4o", None), ("qwen2.5:7b", None), ("deepseek-v3", None),
 ])
 def test_detection_from_served_model_names(name: str, family: str | None) -> None:

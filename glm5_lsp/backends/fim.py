@@ -242,7 +242,7 @@ _DETECT: tuple[tuple[str, str], ...] = (
     (r"santacoder", "santacoder"),
     (r"code-?_?llama", "codellama"),
     (r"codestral", "codestral"),
-    (r"glm", "glm"),
+    (r"glm-?5", "glm"),  # GLM-5 names (this project's checkpoints, glm5-code-tiny); GLM-4 chat models are not infillers
 )
 
 
