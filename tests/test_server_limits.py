@@ -3,7 +3,8 @@
 - Six 5 MB documents opened, completed in and closed: the server process's resident memory comes
   back to within 10% of where it was (the issue measured 1.1 -> 2.7 GB). The model is the local
   runtime on a tiny checkpoint, so the decoding monitor, jedi and the context engine all run.
-- A completion in a 5 MB document answers within its budget (it reads a window: ``limits.windowChars``).
+- A completion in a 5 MB document answers within its budget (it reads a window: ``limits.windowChars``;
+  the first one in a window parses and checks it afresh and may run on to the answer's hard limit).
 - A served model that hangs, answers 500 or 429 (``Retry-After: 5``): the completion answers empty
   within its budget (+100 ms), the next one is not held up behind it, and the user is told once.
 """
@@ -24,6 +25,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data" / "server"))
 from lsp_raw import RawServer
 from scripted_openai import ScriptedOpenAI
+
+from glm5_lsp.server.state import JUDGING_GRACE_S
 
 DATA = Path(__file__).resolve().parent / "data" / "server"
 BUDGET_MS = 450  # budgets.completionMs, the default
@@ -130,7 +133,9 @@ def test_a_completion_in_a_5mb_document_answers_within_its_budget(scripted: Any,
         server.open(uri, text)
         _settled(server, quiet_s=0)  # the 5 MB message read (its warm-up may still run): time the request alone
         first, first_s = _timed(server, "textDocument/inlineCompletion", _inline(uri, line, 7))
-        assert "result" in first and first_s <= BUDGET_MS / 1000 + SLACK_S, first_s  # it reads a window
+        # It reads a window (the whole document took 22-37 s): the first one there parses and checks
+        # the window afresh, which may run past the budget to the answer's limit.
+        assert "result" in first and first_s <= BUDGET_MS / 1000 + JUDGING_GRACE_S + SLACK_S, first_s
         _settled(server)  # what the first one started (the window's parse and summary, its checks) ends
         second, second_s = _timed(server, "textDocument/inlineCompletion", _inline(uri, line + 1, 7))
         print(f"\n5 MB document: first completion {first_s * 1000:.0f} ms, second {second_s * 1000:.0f} ms "
@@ -267,3 +272,71 @@ def test_a_hanging_served_model_is_shown_to_the_user_once(tmp_path: Path) -> Non
     finally:
         server.close()
         fake.close()
+
+
+class _Writer:
+    """Collects what an in-process server sends."""
+
+    def __init__(self) -> None:
+        self.answers: dict[Any, dict[str, Any]] = {}
+
+    def write(self, data: bytes) -> None:
+        payload = json.loads(data.split(b"\r\n\r\n", 1)[1])
+        if "id" in payload and "method" not in payload:
+            self.answers[payload["id"]] = payload
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_closed_document_leaves_nothing_behind(scripted: Any) -> None:
+    """Everything kept per document goes with didClose: the workspace's copy, the context engine's
+    document and summary, jedi's parse, the suggestion shown, the warm-up, the running jobs."""
+    import asyncio
+
+    import jedi
+    import parso.cache
+
+    from glm5_lsp.server.server import build_server
+
+    async def run() -> None:
+        server = build_server()
+        writer = _Writer()
+        server.protocol.set_writer(writer)
+
+        async def call(msg_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+            server.protocol.receive(json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method,
+                                                "params": params}).encode())
+            while msg_id not in writer.answers:
+                await asyncio.sleep(0.01)
+            return writer.answers[msg_id]
+
+        def notify(method: str, params: dict[str, Any]) -> None:
+            server.protocol.receive(json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode())
+
+        await call(1, "initialize", {"processId": None, "capabilities": {}, "initializationOptions": {
+            "model": {"backend": "openai", "url": scripted.url, "name": "scripted"}, "completion": {"debounceMs": 0},
+            "budgets": {"completionMs": 20000, "requestTimeoutMs": 20000}}})
+        notify("initialized", {})
+        while server.engine.pipeline is None:
+            await asyncio.sleep(0.05)
+        uri, path = "file:///tmp/glm5_limits/closed.py", "/tmp/glm5_limits/closed.py"
+        notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                         "text": "x = 1\nfast = \n"}})
+        reply = await call(2, "textDocument/inlineCompletion", _inline(uri, 1, 7))
+        assert [i["insertText"] for i in reply["result"]["items"]] == ["'quick'"]
+        await asyncio.to_thread(jedi.Script("x = 1\n", path=path).get_names)  # what the decoding monitor leaves
+        context = server.engine.context
+        assert context is not None and context.engine.documents.get(path) is not None
+        while server._warm_tasks:
+            await asyncio.sleep(0.05)
+        notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+        await asyncio.sleep(0.5)  # the release runs off the event loop
+        assert server.document(uri) is None
+        assert context.engine.documents.get(path) is None and path not in context.engine.symbols.files
+        assert not any(Path(path) in cached or path in cached for cached in parso.cache.parser_cache.values())
+        assert not server.typed_through._shown and not server.supersession.busy()
+        assert not server._warm_tasks and not server._diagnose_tasks
+        server.stop()
+
+    asyncio.run(run())

@@ -129,7 +129,7 @@ def test_a_thousand_random_edits_keep_the_server_text_equal_to_the_editors() -> 
 
 
 def test_random_edits_across_many_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A document of many chunks (``ChunkedText``: whole lines; 64 K characters each in use, 256
+    """A document of many chunks (``ChunkedText``: whole lines; 16 K characters each in use, 256
     here), so edits land on, across and between chunk boundaries."""
     monkeypatch.setattr(text_module, "CHUNK_CHARS", 256)
     rng = random.Random(7)

@@ -116,7 +116,7 @@ async def resolve_fix(ls: Glm5Server, action: types.CodeAction, target: Target) 
             return pipeline.fix(target.text, diagnostics=diagnostics or None, path=target.path,
                                 language=target.language, should_cancel=token)
 
-        result = await ls.run_model(token, job, ls.settings.budgets.fix_timeout_ms / 1000)
+        result = await ls.run_model(token, job, ls.settings.budgets.fix_timeout_ms / 1000, uri=target.uri)
         if result is None or token.cancelled:
             progress.end("cancelled")
             return action
@@ -153,7 +153,7 @@ async def resolve_body(ls: Glm5Server, action: types.CodeAction, target: Target,
             return pipeline.complete(document, start, path=target.path, language=target.language,
                                      multiline=True, should_cancel=token)
 
-        result = await ls.run_model(token, job, ls.settings.budgets.fix_timeout_ms / 1000)
+        result = await ls.run_model(token, job, ls.settings.budgets.fix_timeout_ms / 1000, uri=target.uri)
     finally:
         ls.supersession.finish((target.uri, "body"), token)
     if result is None or token.cancelled:

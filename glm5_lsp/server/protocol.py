@@ -40,7 +40,13 @@ from cattrs.cols import homogenous_tuple_structure_factory, is_sequence, list_st
 from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
-from pygls.protocol import LanguageServerProtocol, default_converter, lsp_method
+from pygls.protocol import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    LanguageServerProtocol,
+    default_converter,
+    lsp_method,
+)
 from pygls.uris import from_fs_path
 
 from glm5_lsp.server.text import SyncedWorkspace, without_lone_surrogates
@@ -255,8 +261,7 @@ class Glm5Protocol(LanguageServerProtocol):
     def __init__(self, server: Any, converter: cattrs.Converter) -> None:
         super().__init__(server, converter)
         self.initialized = False  # initialize answered
-        self.exit_code: int | None = None  # set by ``exit``: the reader stops
-        self.on_exit: Callable[[int], None] | None = None
+        self.exit_code: int | None = None  # set by ``exit`` (or a client gone): the reader stops
         self._methods: dict[Any, str] = {}  # request id -> method, for the logs
 
     # ---- receiving ----------------------------------------------------------------------------
@@ -356,8 +361,6 @@ class Glm5Protocol(LanguageServerProtocol):
             return
         kind = self.get_message_type(method)
         if kind is None:
-            from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage
-
             kind = JsonRPCRequestMessage if has_id else JsonRPCNotification
         try:
             message = self._converter.structure(data, kind)
@@ -407,8 +410,6 @@ class Glm5Protocol(LanguageServerProtocol):
         """``exit``: 0 after ``shutdown``, else 1 (the protocol's rule); the reader then stops."""
         self.exit_code = 0 if self._shutdown else 1
         log.info("exit%s", "" if self._shutdown else " without shutdown")
-        if self.on_exit is not None:
-            self.on_exit(self.exit_code)
 
     def _check_handler_result(self, future: Future[Any]) -> None:
         """A notification handler's end: a failure is logged with its traceback (no one to answer)."""
@@ -514,9 +515,8 @@ class Glm5Protocol(LanguageServerProtocol):
                 asyncio.ensure_future(result)
         except (BrokenPipeError, ConnectionError, ValueError):
             log.warning("the client is gone: a message could not be sent")
-            if self.on_exit is not None and self.exit_code is None:
+            if self.exit_code is None:
                 self.exit_code = 0 if self._shutdown else 1
-                self.on_exit(self.exit_code)
 
 
 class _GenericResponse:

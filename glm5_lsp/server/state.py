@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -54,9 +55,13 @@ from glm5_lsp.server.transport import FramingError, MessageReader, ThreadedStrea
 log = logging.getLogger("glm5_lsp.server")
 DIAGNOSTICS_YIELD_STEPS = 40  # x 50 ms: how long our published diagnostics wait for a pause in completions
 DIAGNOSTICS_QUIET_S = 0.4  # the pause: this long without a completion running
-# An as-you-type completion is answered by its budget (``budgets.completionMs``) plus this, whatever
-# the model worker is doing: a model that hangs costs the user one empty answer, on time.
+# An as-you-type completion is answered by its budget (``budgets.completionMs``) plus ANSWER_GRACE_S
+# if the model worker has not started it by then (busy, or stuck on a model that hangs: the user gets
+# one empty answer, on time), and by its budget plus JUDGING_GRACE_S at the latest if it has: the
+# pipeline cuts its generation at the budget and then checks the candidate it has (up to 250 ms more
+# on a loaded machine; cut at budget + 50 ms, 10-30% of the answers were lost). Later is dropped.
 ANSWER_GRACE_S = 0.05
+JUDGING_GRACE_S = 0.25
 T = TypeVar("T")
 
 _LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
@@ -283,8 +288,8 @@ class Glm5Server(LanguageServer):
         if view.windowed and uri not in self._windowed:
             self._windowed.add(uri)
             log.info("%s has %d characters, over limits.windowChars (%d): the model, the checks and the index "
-                     "read its head and a window around the cursor", path, len(document),
-                     self.settings.limits.window_chars)
+                     "read its head and a window around the cursor, and its own diagnostics are not published",
+                     path, len(document), self.settings.limits.window_chars)
         local = view.offset_of_document(cursor)
         return Target(uri, view.text, local if local is not None else 0, path, language, document.version, view)
 
@@ -296,19 +301,26 @@ class Glm5Server(LanguageServer):
     # ---- running model work -----------------------------------------------------------------
 
     async def run_model(self, token: CancelToken, job: Callable[[], T | None], timeout_s: float, *,
-                        answer_by_s: float | None = None) -> T | None:
+                        answer_by_s: float | None = None, started: threading.Event | None = None,
+                        judging_s: float = 0.0, uri: str | None = None) -> T | None:
         """Run ``job`` on the model worker; client cancellation and the timeout set ``token``.
 
         None when the backend failed (a log line; a model that is down is shown to the user once),
-        or when ``answer_by_s`` passed first: the job is cancelled and left to stop on its own, and
-        its answer is dropped.
+        or when ``answer_by_s`` passed first (``judging_s`` later if the job had ``started`` by then):
+        the job is cancelled and left to stop on its own, and its answer is dropped. A job for
+        document ``uri`` that ends after the document closed lets go of what it made for it (the
+        context engine re-reads a document a prompt names).
         """
         loop = asyncio.get_running_loop()
         timer = loop.call_later(timeout_s, token.cancel, "timeout")
         future = loop.run_in_executor(self.model_worker, job)
+        if uri is not None:
+            future.add_done_callback(lambda _done: self._release(uri) if self.document(uri) is None else None)
         try:
             if answer_by_s is not None:
                 done, _ = await asyncio.wait({future}, timeout=max(0.0, answer_by_s))
+                if not done and judging_s > 0 and started is not None and started.is_set():
+                    done, _ = await asyncio.wait({future}, timeout=judging_s)
                 if not done:
                     token.cancel("deadline")
                     future.add_done_callback(self._late_job)
@@ -367,13 +379,15 @@ class Glm5Server(LanguageServer):
         """The post-processed completion at a cursor ("" when there is none), cached and superseding.
 
         An as-you-type one (``kind`` "inline" or "completion") is answered by ``budgets.completionMs``
-        plus ``ANSWER_GRACE_S`` after the request was ``received`` (``time.perf_counter()``), whatever
-        the model worker and the checks are doing: what is not done by then is dropped.
+        plus ``ANSWER_GRACE_S`` after the request was ``received`` (``time.perf_counter()``) if the
+        model worker had not started it by then, else plus ``JUDGING_GRACE_S``, whatever the model
+        and the checks are doing: what is not done by then is dropped.
         """
         started = time.perf_counter() if received is None else received
         as_you_type = kind in ("inline", "completion")
         budget = self.settings.budgets.completion_ms / 1000 if as_you_type else None
         deadline = None if budget is None else started + budget + ANSWER_GRACE_S
+        last = None if budget is None else started + budget + JUDGING_GRACE_S  # once the worker has it
         key = (hashlib.sha1(target.text.encode("utf-8", "surrogatepass")).hexdigest(), target.offset, multiline,
                target.language)
         token = self.supersession.begin((target.uri, kind))  # even a cache hit makes older requests stale
@@ -393,9 +407,11 @@ class Glm5Server(LanguageServer):
                     return ""
 
             picked_up = [0.0, 0.0]  # when the model worker started and finished the job
+            began = threading.Event()
 
             def job() -> PipelineResult | None:
                 picked_up[0] = time.perf_counter()
+                began.set()
                 try:
                     pipeline = self.current_pipeline()
                     if pipeline is None or token.cancelled:
@@ -408,7 +424,9 @@ class Glm5Server(LanguageServer):
                     picked_up[1] = time.perf_counter()
 
             result = await self.run_model(token, job, self.settings.budgets.request_timeout_ms / 1000,
-                                          answer_by_s=None if deadline is None else deadline - time.perf_counter())
+                                          answer_by_s=None if deadline is None else deadline - time.perf_counter(),
+                                          started=began, judging_s=JUDGING_GRACE_S - ANSWER_GRACE_S,
+                                          uri=target.uri)
         finally:
             self.supersession.finish((target.uri, kind), token)
             self.note_activity()
@@ -420,7 +438,7 @@ class Glm5Server(LanguageServer):
             log.info("completion dropped: no candidate passed the checks in %d round(s)", result.rounds)
             text = ""
         else:
-            text = await self.cleaned(target, result, multiline, deadline)
+            text = await self.cleaned(target, result, multiline, last)
         log.debug("%s completion at %s:%d: %.0f ms (waited %.0f ms for the model worker, "
                   "pipeline %.0f of %.0f ms there, %d round(s)%s)%s", kind, target.path, target.offset,
                   (time.perf_counter() - started) * 1000, (picked_up[0] - started) * 1000, result.seconds * 1000,
@@ -556,12 +574,22 @@ class Glm5Server(LanguageServer):
         self._release(uri)
 
     def _release(self, uri: str) -> None:
+        """Let go of what was kept for a closed document, off the event loop (the context engine's
+        lock may be held by a warm-up for a while, and handing memory back takes a moment)."""
         path = to_fs_path(uri) or uri
-        if self.engine.context is not None:
-            self.engine.context.close_document(path)
-        syntax.forget_trees()
-        forget_jedi_parse(path)
-        release_memory()
+        context = self.engine.context
+
+        def release() -> None:
+            if context is not None:
+                context.close_document(path)
+            syntax.forget_trees()
+            forget_jedi_parse(path)
+            release_memory()
+
+        try:
+            asyncio.get_running_loop().run_in_executor(None, release)
+        except RuntimeError:  # no event loop (a test driving the server directly)
+            release()
 
     def detach_log_handler(self) -> None:
         if self._log_handler is not None:
