@@ -18,6 +18,7 @@ same undefined name replaced at once.
 from __future__ import annotations
 
 import ast
+import builtins
 import keyword
 import logging
 import re
@@ -29,9 +30,8 @@ from glm5_lsp.quickfix import imports
 from glm5_lsp.quickfix.edits import ADDED_LINE_COST, Candidate, Edit, word_distance
 from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.introduced import LineIndex
-from glm5_lsp.repair.members import self_attributes
 from glm5_lsp.repair.providers.positions import byte_col_to_char
-from glm5_lsp.repair.scope import ALWAYS, names_in_scope, scope_at
+from glm5_lsp.repair.scope import ALWAYS, names_in_scope
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | No
         return []
     undefined = set(uses)
     counts = word_counts(code)
-    module_names = set(scope_at("", code)[0]) - ALWAYS
+    module_names = names_in_scope(code) - ALWAYS  # what the end of the file sees: the module's own names
     out: list[Candidate] = []
     for name, places in uses.items():
         first = places[0][0]
@@ -300,35 +300,92 @@ _DYNAMIC_ATTRIBUTES = re.compile(r"\bdef[ \t]+__(?:getattr|getattribute)__\b|\b(
 
 
 def _self_attribute_problems(code: str, tree: ast.AST) -> list[Diagnostic]:
-    """``self.name`` read in a method where the class (as its text shows it) has no ``name``."""
-    found: list[Diagnostic] = []
-    index = LineIndex(code)
+    """``self.name`` read in a method where the class has no ``name``: nothing in its body binds
+    it, no method assigns it, no base defined in this file or built in has it. A class with a base
+    from elsewhere, a metaclass, or one that makes attributes up (``__getattr__``, ``setattr``,
+    ``__dict__``, ``__slots__``) is not judged. One walk of the tree (the file parses here)."""
     if _DYNAMIC_ATTRIBUTES.search(code):
-        return []  # a class that makes its attributes up as it goes: nothing to judge from the text
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.ClassDef):
+        return []
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    found: list[Diagnostic] = []
+    for node in classes.values():
+        members = _class_members(node, classes, set())
+        if members is None:
             continue
-        for method in node.body:
-            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or not method.args.args:
-                continue
-            receiver = method.args.args[0].arg
+        for method, receiver in _instance_methods(node):
             for inner in ast.walk(method):
-                if not (isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Load)
+                if (isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Load)
                         and isinstance(inner.value, ast.Name) and inner.value.id == receiver
-                        and inner.end_col_offset is not None and inner.end_lineno is not None):
-                    continue
-                line = inner.end_lineno - 1
-                end = byte_col_to_char(code, line, inner.end_col_offset)
-                start = end - len(inner.attr)
-                at = index.offset(line, start)
-                if code[at:at + len(inner.attr)] != inner.attr:
-                    continue
-                members = self_attributes(code[:at], code[at + len(inner.attr):], receiver)
-                if members is None or inner.attr in members:
-                    continue
-                found.append(Diagnostic(line, start, line, end, f"'{node.name}' has no attribute '{inner.attr}'",
-                                        "error", SOURCE, ATTRIBUTE_CODE))
+                        and inner.attr not in members and inner.end_col_offset is not None
+                        and inner.end_lineno is not None):
+                    line = inner.end_lineno - 1
+                    end = byte_col_to_char(code, line, inner.end_col_offset)
+                    found.append(Diagnostic(line, end - len(inner.attr), line, end,
+                                            f"'{node.name}' has no attribute '{inner.attr}'", "error", SOURCE,
+                                            ATTRIBUTE_CODE))
     return found
+
+
+_NOT_INSTANCE = frozenset({"staticmethod", "classmethod"})
+_OBJECT_ATTRIBUTES = frozenset(dir(type("_Plain", (), {})())) | {"__annotations__"}
+
+
+def _instance_methods(node: ast.ClassDef) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
+    for method in node.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or not method.args.args:
+            continue
+        decorators = {d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else ""
+                      for d in method.decorator_list}
+        if not decorators & _NOT_INSTANCE:
+            yield method, method.args.args[0].arg
+
+
+def _class_members(node: ast.ClassDef, classes: dict[str, ast.ClassDef], seen: set[str]) -> set[str] | None:
+    """What an instance of ``node`` has, or None when part of it is out of sight."""
+    if node.name in seen or node.keywords:
+        return None if node.keywords else set()
+    seen.add(node.name)
+    names = set(_OBJECT_ATTRIBUTES)
+    for base in node.bases:
+        builtin = getattr(builtins, base.id, None) if isinstance(base, ast.Name) and base.id not in classes else None
+        if isinstance(builtin, type):
+            names |= set(dir(builtin)) | ({"__notes__"} if issubclass(builtin, BaseException) else set())
+            continue
+        if not isinstance(base, ast.Name) or base.id not in classes:
+            return None  # imported, subscripted (``Generic[T]``) or computed
+        inherited = _class_members(classes[base.id], classes, seen)
+        if inherited is None:
+            return None
+        names |= inherited
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(statement.name)
+        for target in _targets(statement):
+            names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    for method, receiver in _instance_methods(node):
+        for inner in ast.walk(method):
+            if isinstance(inner, ast.Attribute) and isinstance(inner.ctx, (ast.Store, ast.Del)) and \
+                    isinstance(inner.value, ast.Name) and inner.value.id == receiver:
+                names.add(inner.attr)
+    return names
+
+
+def _targets(statement: ast.stmt) -> list[ast.expr]:
+    if isinstance(statement, ast.Assign):
+        return list(statement.targets)
+    if isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
+        return [statement.target]
+    return []
+
+
+def _members_of_class(code: str, name: str) -> set[str]:
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    members = _class_members(classes[name], classes, set()) if name in classes else None
+    return {m for m in members or () if not (m.startswith("__") and m.endswith("__"))}
 
 
 _ATTRIBUTE = re.compile(r"^(?:module '([\w.]+)'|'(\w+)') has no attribute '(\w+)'$")
@@ -350,9 +407,7 @@ def attribute_candidates(code: str, problems: Sequence[Diagnostic], seconds: flo
         if module:
             pool: Iterable[str] = _members(module, seconds) or ()
         else:
-            receiver = re.search(r"([A-Za-z_]\w*)\s*\.\s*$", code[:at])
-            members = self_attributes(code[:at], code[at + len(attribute):], receiver.group(1)) if receiver else None
-            pool = members or ()
+            pool = _members_of_class(code, _class or "")
         for distance, other in close_names(attribute, pool, counts=counts):
             out.append(Candidate(f"Replace {attribute!r} with {other!r}", (Edit(at, at + len(attribute), other),),
                                  "attribute", SOURCE, cost=float(distance), order=len(out), targets=(problem.line,)))
