@@ -59,7 +59,9 @@ def test_wants_multiline(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "text, unit",
     [("def f():\n    return 1\n", "    "), ("def f():\n  if x:\n    y\n", "  "), ("def f():\n\treturn 1\n", "\t"),
-     ("x = 1\n", "    ")],
+     ("x = 1\n", "    "),
+     # A form feed breaks no line (str.splitlines made "  b" and "  d" lines, and the unit two spaces).
+     ("def f():\n    a = 1\x0c  b\n    c = 2\x0c  d\n    e = 3\n", "    ")],
 )
 def test_indent_unit(text: str, unit: str) -> None:
     assert indent_unit(text) == unit

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from glm5_lsp.postprocess import tidy
+from glm5_lsp.server.text import LINE_BREAK
 
 
 def indent_unit(document: str) -> str:
@@ -18,7 +19,7 @@ def indent_unit(document: str) -> str:
     tabs = spaces = 0
     steps: dict[int, int] = {}
     previous = 0
-    for line in document.splitlines()[:2000]:
+    for line in LINE_BREAK.split(document, 2000)[:2000]:  # LSP's lines (splitlines breaks at \x0c too)
         if not line.strip():
             continue
         lead = line[: len(line) - len(line.lstrip())]
