@@ -128,3 +128,21 @@ def test_the_runtimes_internals_are_pooled_by_depth_once_given() -> None:
 def test_vectors_follow_the_gates_names_and_fill_what_is_missing() -> None:
     row = vector({"a": 1.0, "b": None, "c": 3.0}, ["c", "a", "b", "d"])
     assert row[:2] == [3.0, 1.0] and math.isnan(row[2]) and math.isnan(row[3])
+
+
+@pytest.mark.parametrize(("typed", "text", "complete"), [
+    ("    return fo", "ur", 1.0),  # a return, inside a function
+    ("        el", "se:", 1.0),  # an else, after the if it continues
+    ("    fi", "nally:", 1.0),
+    ("@ov", "erload", 1.0),
+    ("import do", "ctest", 1.0),
+    ("        br", "eak", 1.0),
+    ("x = f(a, ", "b", 0.0),  # a bracket left open
+    ("if x an", "d", 0.0),
+    ("def f(a, b", "):", 1.0),
+])
+def test_whether_the_completed_line_is_a_whole_statement(typed: str, text: str, complete: float) -> None:
+    info = request_info(typed, len(typed), language="python", multiline=False)
+    assert features(result(text), info)["line_complete"] == complete
+    other = request_info(typed, len(typed), language="go", multiline=False)
+    assert math.isnan(features(result(text), other)["line_complete"])

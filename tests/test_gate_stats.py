@@ -115,3 +115,15 @@ def test_the_recorder_keeps_each_requests_generations(tiny_checkpoint: Path) -> 
     assert last is generations[-1] and 1 <= last.steps <= 4
     recorder.begin()
     assert recorder.last() is None
+
+
+def test_a_long_generation_is_summarised_for_its_first_steps_only() -> None:
+    from glm5_lsp.gate.stats import MAX_STEPS
+
+    strings = ["a", "bb", "\n"]
+    observer = StepObserver(strings, [2])
+    for i in range(MAX_STEPS + 6):
+        observer([1] * i, torch.tensor([0.0, 1.0, 0.0]))
+    stats = observer.finish()
+    assert len(stats.entropies) == len(stats.logprobs) == MAX_STEPS
+    assert len(stats.chars) == MAX_STEPS + 6 and set(stats.chars) == {2}

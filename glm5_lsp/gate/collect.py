@@ -295,9 +295,19 @@ def recompute(rows: Sequence[dict[str, Any]], roots: Mapping[str, Path], *, heal
             raw = (row.get(key) or {}).get("raw")
             if raw is None:
                 continue
-            stats = DecodeStats(**raw["stats"]) if raw.get("stats") else None
+            stats = capped(DecodeStats(**raw["stats"])) if raw.get("stats") else None
             info = request_info(text, at, language="python", multiline=multiline, trigger="automatic",
                                 healing=healing)
             row[key]["features"] = _json_features(features(SimpleNamespace(**raw["result"]), info, stats))
             count += 1
     return count
+
+
+def capped(stats: DecodeStats) -> DecodeStats:
+    """Recorded stats as the observer gives them now: the distribution's figures for the first
+    ``MAX_STEPS`` steps only (rows collected before the cap have them all)."""
+    from glm5_lsp.gate.stats import MAX_STEPS
+
+    for name in ("logprobs", "entropies", "top_probs", "margins", "end_probs"):
+        setattr(stats, name, getattr(stats, name)[:MAX_STEPS])
+    return stats

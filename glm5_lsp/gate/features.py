@@ -20,6 +20,7 @@ import builtins
 import keyword
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +75,7 @@ FEATURES: tuple[str, ...] = (
     "rounds", "finished_word", "truncated", "clean", "finish_reason", "prompt_tokens", "completion_tokens",
     # the candidate's shape
     "chars", "lines", "first_line_chars", "first_line_words", "ending", "closes_line", "net_brackets",
-    "has_quote", "word_chars", "cut_chars", "line_seen", "line_seen_whole", "typed_seen", "word_seen", "word_kind", "only_word", "ends_line",
+    "has_quote", "word_chars", "cut_chars", "line_seen", "line_seen_whole", "typed_seen", "word_seen", "word_kind", "only_word", "ends_line", "line_complete",
     # the generation, over the kept text and all of it
     "steps", "kept_steps", "healed_steps", "healed_lp_sum", "lp_mean", "lp_min", "lp_first", "lp_last", "lp_sum", "all_lp_mean", "all_lp_min",
     "ent_mean", "ent_max", "ent_last", "top_mean", "top_min", "margin_min", "end_prob_after", "end_prob_max_within",
@@ -223,6 +224,32 @@ def _word_kind(word: str, info: RequestInfo) -> str:
 def document_count(info: RequestInfo, text: str) -> int:
     """How often ``text`` occurs in the request's document."""
     return info.document.count(text)
+
+
+_BLOCK_OPENERS = {"else": "if 1:\n pass\n", "elif": "if 1:\n pass\n", "except": "try:\n pass\n",
+                  "finally": "try:\n pass\n"}
+
+
+def _line_complete(line: str, language: str) -> float:
+    """1.0 when the line would be a whole statement if it ended here (Python: it compiles inside a loop
+    in a function, as the header of a block when it ends with a colon, after the statement it continues
+    for ``else`` and the like, before a function for a decorator), 0.0 when not, NaN for other languages."""
+    if language != "python":
+        return NAN
+    text = line.strip()
+    if not text:
+        return 0.0
+    head = _KEYWORD.match(text)
+    before = _BLOCK_OPENERS.get(head.group(1), "") if head else ""
+    after = " pass" if text.endswith(":") else "\ndef f(): pass" if text.startswith("@") else ""
+    body = (before + text + after).replace("\n", "\n  ")  # inside a loop in a function: return, break, await
+    try:
+        with warnings.catch_warnings():  # "'NoneType' object is not callable" and the like: it compiles
+            warnings.simplefilter("ignore")
+            compile("async def _g():\n for _ in ():\n  " + body, "<gate>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return 0.0
+    return 1.0
 
 
 def _code(value: str | None, choices: Sequence[str]) -> float:
@@ -389,6 +416,7 @@ def features(result: Any, info: RequestInfo, stats: DecodeStats | None = None) -
     out["only_word"] = float(bool(first.strip()) and len(tail) <= 1 and not _WORD.search(tail))
     # the line is complete as it stands: the candidate closes what the line opened and ends at a stop
     out["ends_line"] = float(out["closes_line"] == 1.0 and _ending(first) in ("word", "close", "colon", "quote"))
+    out["line_complete"] = _line_complete(typed_line + first, info.language) if first.strip() else NAN
     truncated = getattr(result, "truncated", None)
     out["truncated"] = NAN if truncated is None else float(bool(truncated))
     logprob = getattr(result, "logprob", None)

@@ -33,6 +33,7 @@ LAYER_STATS: tuple[str, ...] = (
     "moe_top_weight",  # the largest routing weight
     "moe_shared_share",  # the shared experts' share of the MoE output's norm
 )
+MAX_STEPS = 64  # steps whose distribution the observer summarises (a single-line completion has at most 32)
 # Per step, one number (``DecodeStats.per_step``):
 STEP_STATS: tuple[str, ...] = (
     "hidden_norm",  # the last hidden state's norm (before the final norm)
@@ -86,12 +87,13 @@ class DecodeStats:
 class StepObserver:
     """A logits processor that records :class:`DecodeStats` and returns what ``inner`` returns.
 
-    It sees the model's own logits (before the decoding monitor, ``inner``, changes them). The token
-    chosen at a step is known at the next call (``generated_ids[-1]``); the last step's (after which
-    the generation ended) is taken to be the likeliest one after ``inner``'s changes, as greedy
-    decoding chooses it. Attributes the repair loop and the local backend look for on the processor
-    (``expect_word``, ``time_left``, a memory processor's ``bind_prompt`` and ``propose``) pass
-    through to ``inner``.
+    It sees the model's own logits (before the decoding monitor, ``inner``, changes them). While
+    decoding it only keeps a copy of each step's logits (one small copy: the step's cost stays the
+    model's); ``finish`` computes every statistic at once over all the steps. The token chosen at a
+    step is known at the next call (``generated_ids[-1]``); the last step's (after which the generation
+    ended) is taken to be the likeliest one after ``inner``'s changes, as greedy decoding chooses it.
+    Attributes the repair loop and the local backend look for on the processor (``expect_word``,
+    ``time_left``, a memory processor's ``bind_prompt`` and ``propose``) pass through to ``inner``.
     """
 
     def __init__(self, token_strings: Sequence[str], end_ids: Sequence[int], inner: Any = None) -> None:
@@ -99,43 +101,52 @@ class StepObserver:
         self.stats = DecodeStats()
         self._strings = token_strings
         self._end_ids = list(end_ids)
-        self._end_index: Any = None
-        self._last_logprobs: Any = None  # the previous step's log-probabilities (the model's own)
-        self._last_choice = -1  # the likeliest id after inner's changes at the previous step
+        self._logits: list[Any] = []  # each step's logits, as the model gave them
+        self._chosen: list[int] = []  # the token chosen at each step but the last
+        self._last_out: Any = None  # the last step's logits after inner's changes
+        self._finished = False
 
     def __call__(self, generated_ids: Sequence[int], logits: Any) -> Any:
-        import torch
-
-        stats = self.stats
-        if self._last_logprobs is not None and generated_ids:
-            self._close_step(int(generated_ids[-1]))
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        probs = logprobs.exp()
-        top = torch.topk(probs, 2)
-        top_p = float(top.values[0])
-        stats.top_probs.append(top_p)
-        stats.margins.append(top_p - float(top.values[1]) if top.values.numel() > 1 else top_p)
-        stats.entropies.append(float(-(probs * logprobs.nan_to_num(neginf=0.0)).sum()))
-        if self._end_index is None:
-            self._end_index = torch.tensor([i for i in self._end_ids if i < probs.shape[-1]], dtype=torch.long)
-        stats.end_probs.append(float(probs.index_select(0, self._end_index).sum()) if self._end_index.numel() else 0.0)
+        if self._logits and generated_ids:
+            self._chosen.append(int(generated_ids[-1]))
+        self._logits.append(logits.detach().float().clone())  # inner may change its argument in place
         out = self.inner(generated_ids, logits) if self.inner is not None else logits
-        self._last_logprobs = logprobs
-        # (the inner processor may change the logits in place: its answer is read, not compared)
-        self._last_choice = int(torch.argmax(out)) if self.inner is not None else int(top.indices[0])
+        self._last_out = out
+        self._finished = False
         return out
 
-    def _close_step(self, token: int) -> None:
-        value = float(self._last_logprobs[token]) if 0 <= token < self._last_logprobs.shape[-1] else -math.inf
-        self.stats.logprobs.append(value)
-        self.stats.chars.append(len(self._strings[token]) if 0 <= token < len(self._strings) else 0)
-        self._last_logprobs = None
-
     def finish(self) -> DecodeStats:
-        """The stats with the last step closed (its token taken to be the likeliest)."""
-        if self._last_logprobs is not None:
-            self._close_step(self._last_choice)
-        return self.stats
+        """The stats of every step so far (the last one's token taken to be the likeliest); the
+        distribution's figures for the first :data:`MAX_STEPS` steps (later ones have their token's
+        length only)."""
+        if self._finished or not self._logits:
+            return self.stats
+        import numpy as np
+        import torch
+
+        chosen = list(self._chosen[: len(self._logits) - 1])
+        chosen.append(int(torch.argmax(self._last_out)))
+        steps = torch.stack(self._logits[:MAX_STEPS]).numpy()  # [S, V]
+        count, vocab = steps.shape
+        shifted = steps - steps.max(axis=1, keepdims=True)
+        exp = np.exp(shifted)
+        total = exp.sum(axis=1)
+        lse = np.log(total)  # of the shifted logits
+        probs = exp / total[:, None]
+        first = chosen[:count]
+        index = np.asarray([c if 0 <= c < vocab else 0 for c in first])
+        picked = shifted[np.arange(count), index] - lse
+        top = np.partition(probs, vocab - 2, axis=1)[:, -2:] if vocab > 1 else probs
+        ends = np.asarray([i for i in self._end_ids if i < vocab], dtype=np.int64)
+        stats = self.stats
+        stats.logprobs = [float(v) if 0 <= c < vocab else -math.inf for v, c in zip(picked, first)]
+        stats.entropies = (lse - (probs * shifted).sum(axis=1)).tolist()
+        stats.top_probs = top.max(axis=1).tolist()
+        stats.margins = np.abs(top[:, -1] - top[:, 0]).tolist() if top.shape[1] > 1 else top[:, 0].tolist()
+        stats.end_probs = probs[:, ends].sum(axis=1).tolist() if len(ends) else [0.0] * count
+        stats.chars = [len(self._strings[c]) if 0 <= c < len(self._strings) else 0 for c in chosen]
+        self._finished = True
+        return stats
 
     # ---- pass-throughs to the processor it wraps ------------------------------------------------
 

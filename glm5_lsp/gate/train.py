@@ -38,6 +38,8 @@ PARAMS: dict[str, Any] = {
     "force_col_wise": True, "max_cat_to_onehot": 8, "min_data_per_group": 10, "cat_smooth": 5.0,
 }
 MAX_ROUNDS = 400
+LENGTH_ROUNDS = 40  # out of fold on BENCHMARK_FIT, 20 to 120 rounds choose alike
+STRATEGY_ROUNDS = 60
 EARLY_STOP = 40
 FOLDS = 5
 MIN_UPDATE_OUTCOMES = 200  # local outcomes (both kinds) before an update is tried
@@ -285,7 +287,7 @@ def train_gate(rows: Sequence[Mapping[str, Any]], *, model_fingerprint: str | No
     useful = [w > 0 for w in l_weights]
     if sum(useful) >= 30 and len({c for c, u in zip(l_labels, useful) if u}) > 1:
         l_names = used_features(l_feats)
-        length_head = fit_multiclass(l_feats, l_labels, LENGTH_OPTIONS, l_names, l_weights)
+        length_head = fit_multiclass(l_feats, l_labels, LENGTH_OPTIONS, l_names, l_weights, rounds=LENGTH_ROUNDS)
         report.length_rows = sum(useful)
     # the strategy head: cursors whose first candidate the gate would not show (out of fold), or none shown
     oof_of = dict(zip(index, fitted.oof))
@@ -302,7 +304,7 @@ def train_gate(rows: Sequence[Mapping[str, Any]], *, model_fingerprint: str | No
     counts = {name: s_labels.count(k) for k, name in enumerate(STRATEGIES)}
     if len(s_labels) >= min_strategy_rows and sum(1 for v in counts.values() if v >= 5) >= 2:
         s_names = used_features(s_feats)
-        strategy_head = fit_multiclass(s_feats, s_labels, STRATEGIES, s_names)
+        strategy_head = fit_multiclass(s_feats, s_labels, STRATEGIES, s_names, rounds=STRATEGY_ROUNDS)
         report.strategy_rows = len(s_labels)
         report.strategy_classes = counts
     meta = {
