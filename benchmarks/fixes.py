@@ -323,7 +323,8 @@ def mutate(snippet: Snippet, kind: str, rng: random.Random) -> str | None:
             re.sub(r"\A((?:(?:import|from) [^\n]*\n)+)", lambda m: m.group(1) + f"import {module}\n", code, count=1)
     if kind == "eq":
         tests = [n.test for n in ast.walk(tree) if isinstance(n, (ast.If, ast.While))]
-        compares = [c for c in tests if isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], ast.Eq)]
+        compares = [c for test in tests for c in ast.walk(test)
+                    if isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], ast.Eq)]
         rng.shuffle(compares)
         for compare in compares:
             left_end = _offset(code, compare.left.end_lineno, compare.left.end_col_offset)
@@ -560,32 +561,23 @@ def table(outcomes: list[Outcome], configs: list[str]) -> str:
     groups: dict[tuple[str, str], dict[str, list[Outcome]]] = {}
     for outcome in outcomes:
         groups.setdefault((outcome.dataset, outcome.kind), {}).setdefault(outcome.config, []).append(outcome)
-    head = "| dataset | class | n |" + "".join(f" {c}: fixed | {c}: clean | {c}: p50 ms | {c}: p95 ms |" for c in configs)
-    rows = [head, "|" + " --- |" * (3 + 4 * len(configs))]
+    head = "| dataset | class |" + "".join(f" {c}: n | fixed | clean | p50 ms | p95 ms |" for c in configs)
+    rows = [head, "|" + " --- |" * (2 + 5 * len(configs))]
     for (dataset, kind), by_config in groups.items():
-        n = max(len(v) for v in by_config.values())
-        row = f"| {dataset} | {kind} | {n} |"
-        for config in configs:
-            items = by_config.get(config, [])
-            if not items:
-                row += " - | - | - | - |"
-                continue
-            times = [o.seconds * 1000 for o in items]
-            row += (f" {100 * sum(o.right for o in items) / len(items):.0f}% | {100 * sum(o.clean for o in items) / len(items):.0f}%"
-                    f" | {percentile(times, 0.5):.0f} | {percentile(times, 0.95):.0f} |")
-        rows.append(row)
+        rows.append(f"| {dataset} | {kind} |" + "".join(_cells(by_config.get(c, [])) for c in configs))
     for dataset in dict.fromkeys(o.dataset for o in outcomes):
-        row = f"| {dataset} | **all** | {max(sum(1 for o in outcomes if o.dataset == dataset and o.config == c) for c in configs)} |"
-        for config in configs:
-            items = [o for o in outcomes if o.dataset == dataset and o.config == config]
-            if not items:
-                row += " - | - | - | - |"
-                continue
-            times = [o.seconds * 1000 for o in items]
-            row += (f" {100 * sum(o.right for o in items) / len(items):.0f}% | {100 * sum(o.clean for o in items) / len(items):.0f}%"
-                    f" | {percentile(times, 0.5):.0f} | {percentile(times, 0.95):.0f} |")
-        rows.append(row)
+        rows.append(f"| {dataset} | **all** |" + "".join(
+            _cells([o for o in outcomes if o.dataset == dataset and o.config == c]) for c in configs))
     return "\n".join(rows)
+
+
+def _cells(items: list[Outcome]) -> str:
+    if not items:
+        return " 0 | - | - | - | - |"
+    times = [o.seconds * 1000 for o in items]
+    return (f" {len(items)} | {100 * sum(o.right for o in items) / len(items):.0f}%"
+            f" | {100 * sum(o.clean for o in items) / len(items):.0f}% | {percentile(times, 0.5):.0f}"
+            f" | {percentile(times, 0.95):.0f} |")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

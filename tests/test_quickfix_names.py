@@ -116,3 +116,14 @@ def test_a_new_import_goes_after_the_docstring_and_the_other_imports() -> None:
     edit = imports.import_edit(code, suggestion)
     assert code[:edit.start] + edit.text + code[edit.end:] == \
         '"""Doc."""\nfrom __future__ import annotations\n\nfrom os import (\n    path)\nimport re\n# note\n\nx = 1\n'
+
+
+def test_an_unused_import_ruff_will_not_remove_is_offered_as_an_unsafe_fix(tmp_path) -> None:
+    """In ``__init__.py`` ruff offers no fix for ``F401`` (an import there may be a re-export)."""
+    path = str(tmp_path / "__init__.py")
+    found = fixes("import os, sys\nfrom json import dumps, loads\n\n\ndef f(x):\n    return loads(x), os\n", path)
+    assert found[0].steps == ("Remove unused import: `sys`", "Remove unused import: `json.dumps`")
+    assert found[0].text == "import os\nfrom json import loads\n\n\ndef f(x):\n    return loads(x), os\n"
+    assert not found[0].safe and found[0].clean()
+    plain = fixes("import os\n\n\ndef f(x):\n    return x\n", str(tmp_path / "mod.py"))
+    assert plain[0].safe and plain[0].source == "ruff"  # elsewhere ruff's own (safe) fix

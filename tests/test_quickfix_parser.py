@@ -73,6 +73,8 @@ def best(code: str, path: str = "case.py", language: str = "python"):
     ("def f(x, y):\n    if x and y = 1:\n        return 2\n", "def f(x, y):\n    if x and y == 1:\n        return 2\n",
      "Replace '=' with '=='"),
     ("def f(i, p, v):\n    if i=p: v.append(i)\n", "def f(i, p, v):\n    if i==p: v.append(i)\n", "Replace '=' with '=='"),
+    ("def f(p, q):\n    if (p\n            and q() = 0):\n        return 1\n",
+     "def f(p, q):\n    if (p\n            and q() == 0):\n        return 1\n", "Replace '=' with '=='"),
 ])
 def test_syntax_errors_are_fixed_where_they_belong(broken: str, fixed: str, title: str) -> None:
     fix = best(broken)

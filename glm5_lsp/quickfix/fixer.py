@@ -101,7 +101,8 @@ class QuickFixer:
         elif self.language == "python":
             candidates += _proposed(names.name_candidates, code, targets, self.path)
             candidates += _proposed(names.attribute_candidates, code, targets, self.attribute_seconds)
-            candidates += _proposed(ruff_candidates, code, targets, self.path)
+            from_ruff = _proposed(ruff_candidates, code, targets, self.path)
+            candidates += from_ruff + _proposed(_unused_imports, code, targets, from_ruff)
         kept = []
         for candidate in candidates:
             if self._late():
@@ -176,6 +177,15 @@ class QuickFixer:
         if self.should_cancel is not None and self.should_cancel():
             return True
         return time.monotonic() > self._deadline
+
+
+def _unused_imports(code: str, targets: list[Diagnostic], from_ruff: list[Candidate]) -> list[Candidate]:
+    """Unused imports ruff has no fix for (in ``__init__.py`` an import may be a re-export, so
+    removing it is offered as an unsafe fix, after any other)."""
+    fixed_lines = {line for candidate in from_ruff if candidate.kind == "lint" for line in candidate.targets}
+    left = [d for d in targets if d.line not in fixed_lines]
+    return [Candidate(f"Remove unused import: `{name}`", (edit,), "lint", "names", safe=False, targets=(line,))
+            for name, edit, line in imports.unused_import_edits(code, left)]
 
 
 def _proposed(generator: Callable[..., list[Candidate]], *args: object) -> list[Candidate]:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from glm5_lsp.postprocess import bracket_depth
 from glm5_lsp.quickfix.edits import Edit
+from glm5_lsp.repair.diagnostics import Diagnostic
 
 log = logging.getLogger(__name__)
 
@@ -532,3 +533,49 @@ def _import_line(code: str) -> int:
     if last_import_end is not None:
         return last_import_end
     return start
+
+
+_UNUSED = re.compile(r"^`([\w.]+)` imported but unused")
+
+
+def unused_import_edits(code: str, diagnostics: list[Diagnostic]) -> list[tuple[str, Edit, int]]:
+    """``(name, edit, line)`` removing each import that ruff reports unused (``F401``) and offers
+    no fix for itself (it offers none in ``__init__.py``, where an import may be a re-export): the
+    name taken out of its statement, the statement when it was the last. [] when the code does
+    not parse."""
+    wanted = [(d, _UNUSED.match(d.message)) for d in diagnostics if d.code in ("F401", "UnusedImport")]
+    wanted = [(d, m.group(1)) for d, m in wanted if m is not None]
+    if not wanted:
+        return []
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    statements = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    lines = code.split("\n")
+    starts = [0]
+    for text in lines:
+        starts.append(starts[-1] + len(text) + 1)
+    out = []
+    for diagnostic, dotted in wanted:
+        node = next((n for n in statements if n.lineno - 1 <= diagnostic.line <= (n.end_lineno or n.lineno) - 1), None)
+        if node is None or node.end_lineno is None:
+            continue
+        def bound(alias: ast.alias, node: ast.stmt = node) -> str:
+            if isinstance(node, ast.ImportFrom):
+                return f"{node.module or ''}.{alias.asname or alias.name}".lstrip(".") if alias.asname is None else alias.asname
+            return alias.asname or alias.name
+        keep = [a for a in node.names if bound(a) != dotted and (a.asname or a.name) != dotted]
+        if len(keep) == len(node.names):
+            continue
+        first, last = node.lineno - 1, node.end_lineno - 1
+        if lines[first][:node.col_offset].strip() or lines[last][len(lines[last]) - 1:].strip() == ";":
+            continue  # shares its line with other code: left to the user
+        if keep:
+            node.names = keep
+            text = lines[first][:node.col_offset] + ast.unparse(node)
+            edit = Edit(starts[first], starts[last] + len(lines[last]), text)
+        else:
+            edit = Edit(starts[first], min(starts[last + 1], len(code)), "")
+        out.append((dotted, edit, diagnostic.line))
+    return out

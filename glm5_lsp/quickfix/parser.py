@@ -113,7 +113,8 @@ def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
     out = []
     if message == "invalid syntax" and _CLAUSE.match(lines[d.line]) and d.col == _indent(lines[d.line]):
         out += _reindent(code, lines, index, d.line, "clause")  # ``elif`` at no ``if``'s indentation
-    if _EQUALS.search(message) or (message == "invalid syntax" and _CONDITION_START.match(lines[d.line])):
+    at_equals = lines[d.line][d.col:d.col + 2][:1] == "=" and lines[d.line][d.col:d.col + 2] != "=="
+    if _EQUALS.search(message) or (message == "invalid syntax" and (_CONDITION_START.match(lines[d.line]) or at_equals)):
         out += _equals(code, lines, index, d.line, d.col)
     if message == "invalid syntax" or message.startswith("Expected `,`"):
         out += _close_open_brackets(code, lines, index, d.line, d.col)
