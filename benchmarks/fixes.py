@@ -30,8 +30,11 @@ Three sources of broken code:
   (``Pipeline.fix`` with the example-test hint). *Fixed*: compiles, no finding the canonical
   solution does not have, the tests pass.
 
-Configurations: ``quick`` (``Pipeline.fix(use_model=False)``: parsers, ruff, names) and ``model``
-(``Pipeline.fix`` on the embedded model: the model-free fixes first, the model for what they leave).
+Configurations: ``quick`` (``Pipeline.fix(use_model=False)``: parsers, ruff, names), ``model``
+(``Pipeline.fix`` on the embedded model: the model-free fixes first, the model for what they leave)
+and ``model-only`` (``Pipeline.fix(model_free=False)``: the embedded model alone, which is what
+"Fix with GLM-5" did before). ``--model-limit`` runs the model configurations on the first cases of
+each class only (the quick configuration's figures for those same cases are in ``--out``).
 Times are each ``Pipeline.fix`` call's wall clock; before a snippet is fixed, its original text is
 warmed as the language server warms a file it opens (``quickfix.warm``, ``monitor.warm_jedi``).
 Programs run in the evaluation sandbox (``glm5_lsp.evaluate.sandbox``).
@@ -519,14 +522,16 @@ def judge_case(case: Case, text: str, runner) -> tuple[bool, bool]:
     return clean, right
 
 
-def run_config(pipeline: Pipeline, config: str, cases: list[Case], runner, use_model: bool) -> list[Outcome]:
+def run_config(pipeline: Pipeline, config: str, cases: list[Case], runner, use_model: bool,
+               model_free: bool = True) -> list[Outcome]:
     outcomes = []
     for number, case in enumerate(cases, 1):
         if case.original:  # the file as it was when opened, before it broke
             warm(case.original, case.path)
             warm_jedi(case.original, case.path)
         started = time.perf_counter()
-        result = pipeline.fix(case.broken, diagnostics=case.hints or None, path=case.path, use_model=use_model)
+        result = pipeline.fix(case.broken, diagnostics=case.hints or None, path=case.path, use_model=use_model,
+                              model_free=model_free)
         seconds = time.perf_counter() - started
         clean, right = judge_case(case, result.text, runner)
         outcomes.append(Outcome(case.dataset, case.kind, case.name, config, clean, right, seconds,
@@ -586,7 +591,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--per-class", type=int, default=30, help="synthetic snippets per mutation class")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--datasets", default="synthetic,debugbench,humanevalfix")
-    parser.add_argument("--configs", default="quick,model", help="quick (no model), model (the embedded model after the quick fixes)")
+    parser.add_argument("--configs", default="quick,model",
+                        help="quick (no model), model (the embedded model after the quick fixes), "
+                             "model-only (the embedded model alone: Fix with GLM-5 before the model-free fixes)")
     parser.add_argument("--limit", type=int, default=None, help="DebugBench tasks per file and HumanEvalFix tasks, at most")
     parser.add_argument("--model-limit", type=int, default=None, help="cases per dataset class for the model configuration")
     parser.add_argument("--debugbench-half", choices=("all", "dev", "report"), default="report",
@@ -618,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     if "quick" in configs:
         outcomes += run_config(Pipeline(NoModel()), "quick", cases, runner, use_model=False)
-    if "model" in configs:
+    if "model" in configs or "model-only" in configs:
         import torch
 
         from glm5_lsp.backends.local import LocalBackend
@@ -636,8 +643,11 @@ def main(argv: list[str] | None = None) -> int:
                 if count.get(key, 0) < args.model_limit:
                     count[key] = count.get(key, 0) + 1
                     chosen.append(case)
-        outcomes += run_config(Pipeline(backend, PipelineSettings(unhurried=True)), "model", chosen, runner,
-                               use_model=True)
+        pipeline = Pipeline(backend, PipelineSettings(unhurried=True))
+        if "model-only" in configs:
+            outcomes += run_config(pipeline, "model-only", chosen, runner, use_model=True, model_free=False)
+        if "model" in configs:
+            outcomes += run_config(pipeline, "model", chosen, runner, use_model=True)
     print(table(outcomes, configs))
     if args.out:
         Path(args.out).write_text(json.dumps([asdict(o) for o in outcomes], indent=1), encoding="utf-8")

@@ -388,9 +388,11 @@ class Pipeline:
         should_cancel: Callable[[], bool] | None = None,
         use_model: bool = True,
         time_budget_s: float | None = None,
+        model_free: bool = True,
     ) -> PipelineResult:
         """The whole of ``code`` fixed: by the parsers, ruff and the names first, by the model only
-        when they leave blocking diagnostics and time is left.
+        when they leave blocking diagnostics and time is left (``model_free=False``: the model
+        alone, as fixes were made before the model-free ones existed; for comparisons).
 
         The model-free fixes (``glm5_lsp.quickfix``: :meth:`fixes` lists them) come first; the best,
         chained where one fix reveals the next, is returned when it leaves the code clean
@@ -414,7 +416,7 @@ class Pipeline:
             warm_quick_fixes(code, path)  # batch and eval: nobody waits, so jedi and the import index get their time
         fixer = QuickFixer(runner, path, language, seconds=min(QUICK_FIX_SECONDS, budget), severities=severities,
                            should_cancel=should_cancel)
-        quick = fixer.best(code, lines=_asked_lines(given))
+        quick = fixer.best(code, lines=_asked_lines(given)) if model_free else None
         found = given if given is not None else \
             [diagnostic_dict(d) for d in fixer.checks.diagnose(code)[0] if d.source != QUICK_NAMES_SOURCE]
         if quick is not None and quick.clean(severities):

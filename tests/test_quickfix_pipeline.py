@@ -56,6 +56,12 @@ def test_the_model_gets_what_the_model_free_fixes_leave() -> None:
     assert result.finish_reason != "quickfix" and result.rounds >= 1
 
 
+def test_the_model_alone_can_still_be_asked_for_comparisons() -> None:
+    backend = scripted.ScriptedBackend("def f(a, b):\n    return a + b\n")
+    result = Pipeline(backend).fix("def f(a, b)\n    return a + b\n", model_free=False)
+    assert len(backend.requests) == 1 and result.finish_reason != "quickfix" and result.clean
+
+
 def test_without_the_model_or_its_time_the_partial_fix_comes_back_unclean() -> None:
     code = "def f(a)\n    return a +\n"
     backend = scripted.ScriptedBackend("    return a + 1\n")
