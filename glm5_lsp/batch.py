@@ -513,12 +513,10 @@ def make_pipeline_factory(args: argparse.Namespace) -> PipelineFactory:
         settings.repair.max_rounds = 1
     if getattr(args, "max_tokens", None):
         settings.multiline_max_tokens = args.max_tokens
-    if args.backend == "local":
-        options: dict[str, Any] = {"model_path": args.model, "device": args.device}
-    else:
-        options = {"base_url": args.base_url, "model": args.model or "glm-5", "api_key_env": args.api_key_env,
-                   "chat": args.chat, "timeout": getattr(args, "request_timeout", None)}
-    return PipelineFactory(args.backend, options, settings, not getattr(args, "no_context", False),
+    from glm5_lsp.backends.factory import backend_spec
+
+    kind, options = backend_spec(args)  # ValueError: incomplete backend options
+    return PipelineFactory(kind, options, settings, not getattr(args, "no_context", False),
                            getattr(args, "workspace", None))
 
 
@@ -526,8 +524,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
         print(f"glm5-lsp batch: no such file: {args.input}", file=sys.stderr)
         return 2
-    if args.backend != "local" and not args.base_url:
-        print("glm5-lsp batch: --backend openai needs --base-url (e.g. http://127.0.0.1:8000)", file=sys.stderr)
+    try:
+        factory = make_pipeline_factory(args)
+    except ValueError as error:
+        print(f"glm5-lsp batch: {error}", file=sys.stderr)
         return 2
     if args.workers < 1:
         print("glm5-lsp batch: --workers must be at least 1", file=sys.stderr)
@@ -536,7 +536,7 @@ def run(args: argparse.Namespace) -> int:
         print("glm5-lsp batch: --threads must be at least 1", file=sys.stderr)
         return 2
     try:
-        summary = run_batch(args.input, args.output, make_pipeline_factory(args), workers=args.workers,
+        summary = run_batch(args.input, args.output, factory, workers=args.workers,
                             progress=not args.no_progress, processes=args.workers > 1,
                             torch_threads=args.threads if args.backend == "local" else None,
                             retry_errors=args.retry_errors)

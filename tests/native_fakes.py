@@ -2,8 +2,12 @@
 
 The shapes are the servers' own (``tests/data/native/llamacpp_infill_stream.txt`` is a real ``llama-server``
 ``/infill`` stream of the exported embedded model; Ollama's ``docs/api.md``,
-``tests/data/native/ollama_generate_stream.ndjson``). A fake replays a recorded stream with the
-scripted text in place of the recorded pieces, so every other field is what the real server sends.
+``tests/data/native/ollama_generate_stream.ndjson``; vLLM's ``/v1/completions`` stream,
+``tests/data/native/vllm_completions_stream.txt``, is written field for field from vLLM's
+``serving_completion.py`` (``completion_stream_generator``: every chunk ``model_dump_json(exclude_unset=False)``,
+the finish chunk with ``stop_reason``, the usage chunk with ``choices: []``), not recorded: no GPU
+here runs vLLM). A fake replays a recorded stream with the scripted text in place of the recorded
+pieces, so every other field is what the real server sends.
 """
 
 from __future__ import annotations
@@ -183,6 +187,76 @@ def _ollama_problem(body: dict[str, Any]) -> str | None:
     option_names = {"num_predict", "temperature", "top_p", "top_k", "seed", "stop", "num_ctx", "min_p"}
     if not isinstance(options, dict) or set(options) - option_names:
         return f"unexpected options {sorted(set(options) - option_names)}"
+    return None
+
+
+def vllm_app(fake: Fake, served: str = "Qwen/Qwen2.5-Coder-1.5B") -> Starlette:
+    """vLLM's OpenAI server for ``/v1/completions``: refuses what it refuses (``suffix``, another model,
+    unknown fields), streams in its chunk format, answers a whole JSON body when not streaming."""
+    events = recorded("vllm_completions_stream.txt")
+    partial, finish, usage = events[0], events[-2], events[-1]
+
+    def error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
+                            status_code=status)
+
+    async def completions(request: Request) -> Response:
+        body = json.loads(await request.body())
+        fake.bodies.append(body)
+        fake.paths.append(request.url.path)
+        script = fake.script
+        if script.failures:
+            return error(script.failures.pop(0), "the engine is not ready", "InternalServerError")
+        if script.error_status:
+            return error(script.error_status, script.error_message)
+        if body.get("model") != served:
+            return error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        problem = _vllm_problem(body) or (fake.check(request.url.path, body) if fake.check else None)
+        if problem:
+            return error(400, problem)
+        text = "".join(script.pieces)
+        if not body.get("stream"):
+            return JSONResponse({**{k: v for k, v in usage.items() if k != "choices"}, "choices": [
+                {**finish["choices"][0], "text": text, **script.final}]})
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    for piece in script.pieces:
+                        yield _sse({**partial, "choices": [{**partial["choices"][0], "text": piece}]})
+                        await asyncio.sleep(script.delay or 0.002)  # lets the server notice a hang-up
+                    if not script.endless:
+                        break
+                if script.error_after_pieces:
+                    yield _sse({"error": {"message": "the engine died", "type": "InternalServerError",
+                                          "param": None, "code": 500}})
+                    return
+                yield _sse({**finish, "choices": [{**finish["choices"][0], **script.final}]})
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    yield _sse(usage)
+                yield b"data: [DONE]\n\n"
+            except asyncio.CancelledError:
+                fake.hang_ups += 1
+                raise
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+
+
+def _vllm_problem(body: dict[str, Any]) -> str | None:
+    """What vLLM's ``CompletionRequest`` and ``serving_completion.py`` refuse."""
+    if body.get("suffix") is not None:
+        return "suffix is not currently supported"
+    if not isinstance(body.get("prompt"), str):
+        return "prompt must be a string"
+    known = {"model", "prompt", "max_tokens", "temperature", "top_p", "stop", "seed", "stream", "stream_options",
+             "echo", "logprobs", "n", "best_of", "user", "presence_penalty", "frequency_penalty", "suffix"}
+    unknown = set(body) - known
+    if unknown:
+        return f"unexpected fields {sorted(unknown)}"
+    if not isinstance(body.get("stop", []), list) or not all(isinstance(s, str) for s in body.get("stop", [])):
+        return "stop must be a list of strings"
     return None
 
 

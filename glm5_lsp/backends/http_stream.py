@@ -1,36 +1,57 @@
-"""What every native streaming protocol client shares: one deadline, cancellation that closes the stream,
-retries, a circuit breaker. ``llamacpp_infill.py`` (llama.cpp's ``/infill``) and ``ollama.py``
-(Ollama's ``/api/generate``) only say how a request is written and how its stream is read.
+"""The one wait/retry/stream loop every HTTP backend runs: OpenAI's ``/v1/completions`` and
+``/v1/chat/completions`` (``openai_http.py``), llama.cpp's ``/infill`` (``llamacpp_infill.py``) and
+Ollama's ``/api/generate`` (``ollama.py``). A protocol only says how a request is written
+(:meth:`StreamingHTTPBackend.request_body`) and how its answer is read (:meth:`~StreamingHTTPBackend.read_stream`
+for a stream, :meth:`~StreamingHTTPBackend.read_answer` for one JSON body).
 
-The rules are those of ``openai_http.py`` (its module docstring has the reasons):
+Time and failure, the rules an editor needs from a remote model:
 
-- **One deadline** for the whole call: the backend's ``timeout`` from the start, or the request's own
-  ``deadline`` if sooner, across attempts and waits. No answer by then raises
-  :class:`~glm5_lsp.backends.base.BackendUnavailable`; text already streamed comes back as a
-  ``cancelled`` completion.
-- **Cancellation closes the stream**: the exchange runs on the backend's own event loop thread;
-  the caller's thread polls ``should_cancel`` every ``POLL_S`` and, when it says so, cancels the
-  exchange, which closes the HTTP connection (the server sees the hang-up and stops generating).
-- **Retries**: 5xx answers and transport failures, with exponential backoff, before any text was
-  streamed; 429 after its ``Retry-After``. Other 4xx answers raise
-  :class:`~glm5_lsp.backends.base.BackendError` with the server's message.
-- **A circuit breaker** (``openai_http.CircuitBreaker``): after repeated failures every call fails
-  fast with ``BackendUnavailable`` until a probe gets through.
-- **Stop strings** are sent to the server and cut again here: a server that ignores them, or a
-  family's control token the server does not treat as a stop, cannot leak into the editor.
+- **One deadline for the whole request**: the backend's ``timeout`` from the call's start, or the
+  request's own ``deadline`` if sooner, across every attempt, backoff and ``Retry-After`` wait. With
+  no answer by then the call raises :class:`~glm5_lsp.backends.base.BackendUnavailable` (text
+  already streamed comes back as a ``cancelled`` completion instead).
+- **Cancellation closes the stream**: the exchange runs on one event loop thread per backend
+  (``httpx.AsyncClient``), so the caller's thread only waits, and calls from several threads run
+  side by side, none held up behind another. The waiting thread polls ``should_cancel`` every
+  ``POLL_S`` while connecting, waiting for the answer, reading the stream and sleeping between
+  attempts; a cancelled request returns at once (``finish_reason="cancelled"``) and its exchange is
+  cancelled, which closes the connection (the server sees the hang-up and stops generating).
+- **Retries**: 5xx answers (but 501, "not supported": llama.cpp's answer for a model without
+  infilling tokens) and every ``httpx`` failure (transport, decoding, redirects) are retried with
+  exponential backoff, 429 answers after their ``Retry-After`` (seconds or an HTTP date); a wait
+  that would end past the deadline is not begun (the call gives up at once). Nothing is retried once
+  text was streamed (the caller has seen it): a stream that breaks then is ``BackendUnavailable``.
+  Other 4xx answers raise :class:`~glm5_lsp.backends.base.BackendError` with the server's message
+  (the request's fault: retrying cannot help).
+- **A circuit breaker** (:class:`CircuitBreaker`): after ``breaker_failures`` failed attempts in a
+  row (transport errors, 5xx, no answer by the deadline) every call fails fast with
+  ``BackendUnavailable`` for ``breaker_cooldown_s`` (doubled after each failed probe, up to
+  ``breaker_max_cooldown_s``); then one call goes through as a probe, and its answer closes the
+  breaker again. A ``Retry-After`` holds the other calls off until then the same way (a 429 without
+  counting as a failure): a server that says it is busy for 5 s is not asked again by each
+  keystroke meanwhile.
+- **Stop strings** are sent to the server and cut again here (:meth:`StreamingHTTPBackend.stops`): a
+  server that ignores them, or a family's control token the server does not treat as a stop, cannot
+  leak into the editor. Streamed text holds back only a tail that could begin a stop string, and a
+  stop string seen in the stream ends the call and closes the stream at once.
+
+The attention policy (``Prompt.spans``) and ``logits_processor`` need the runtime's internals; these
+backends ignore them and say so once in the log. The repair loop, which only needs text, still runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import logging
+import math
 import os
 import queue
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +59,84 @@ import httpx
 
 from glm5_lsp.backends.base import BackendError, BackendUnavailable, Completion, CompletionRequest
 from glm5_lsp.backends.fim import cut_at_stop
-from glm5_lsp.backends.openai_http import CircuitBreaker
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.02  # how often a waiting call looks at should_cancel and the deadline
+
+
+class CircuitBreaker:
+    """Closed, open after ``failures`` consecutive failures, half-open after the cool-down.
+
+    Thread-safe. ``admit`` says whether a call may go to the server: in the open state none may; in
+    the half-open state one may (the probe) while the others fail fast. ``succeeded``/``failed``
+    record an attempt's outcome; ``release`` ends a call (a probe that got no verdict, because it was
+    cancelled, lets the next call probe instead).
+    """
+
+    def __init__(self, failures: int = 3, cooldown_s: float = 5.0, max_cooldown_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if failures < 1:
+            raise ValueError(f"breaker_failures must be at least 1, got {failures}")
+        self.failures, self.cooldown_s, self.max_cooldown_s = failures, cooldown_s, max_cooldown_s
+        self.clock = clock
+        self.state = "closed"
+        self.consecutive = 0
+        self.open_until = 0.0  # open: no call before this instant
+        self.hold_until = 0.0  # a Retry-After past a deadline: no call before this instant
+        self._cooldown = cooldown_s
+        self._probing = False
+        self._lock = threading.Lock()
+
+    def admit(self) -> tuple[bool, str | None]:
+        """``(is_probe, None)`` when the call may go ahead, ``(False, why_not)`` when it must fail fast."""
+        with self._lock:
+            now = self.clock()
+            if now < self.hold_until:
+                return False, f"the server asked to wait {self.hold_until - now:.1f}s more (Retry-After)"
+            if self.state == "open":
+                if now < self.open_until:
+                    return False, (f"circuit open after {self.consecutive} failed attempts in a row; "
+                                   f"next try in {self.open_until - now:.1f}s")
+                self.state = "half_open"
+            if self.state == "half_open":
+                if self._probing:
+                    return False, "circuit half-open: another request is probing the server"
+                self._probing = True
+                return True, None
+            return False, None
+
+    def release(self, probe: bool) -> None:
+        if probe:
+            with self._lock:
+                self._probing = False
+
+    def succeeded(self) -> None:
+        with self._lock:
+            reopened = self.state != "closed"
+            self.state, self.consecutive, self._cooldown = "closed", 0, self.cooldown_s
+        if reopened:
+            log.warning("the model server answers again; circuit closed")
+
+    def failed(self, reason: str) -> bool:
+        """Count a failed attempt; True when the circuit is (now) open."""
+        with self._lock:
+            self.consecutive += 1
+            if self.state == "half_open":  # the probe failed: open again, for longer
+                self._cooldown = min(self.max_cooldown_s, self._cooldown * 2)
+            elif self.state == "closed" and self.consecutive < self.failures:
+                return False
+            elif self.state == "open":
+                return True
+            self.state, self.open_until = "open", self.clock() + self._cooldown
+            cooldown = self._cooldown
+        log.warning("model server: %d failed attempts in a row (last: %s); failing fast for %.1fs",
+                    self.consecutive, reason, cooldown)
+        return True
+
+    def hold_off(self, until: float) -> None:
+        with self._lock:
+            self.hold_until = max(self.hold_until, until)
 
 
 class Retryable(Exception):
@@ -64,10 +158,12 @@ class StreamEnd:
 
 
 class StreamingHTTPBackend:
-    """Base of the native protocol clients; subclasses define :meth:`request_body` and :meth:`read_stream`."""
+    """Base of the HTTP protocol clients; subclasses define :meth:`request_body`, :meth:`read_stream`
+    and :meth:`read_answer` (and :meth:`stops` where a template adds its own)."""
 
     name = "http"
     supports_internals = False
+    not_retried: frozenset[int] = frozenset({501})  # 5xx statuses that mean "never", not "not now"
 
     def __init__(
         self,
@@ -86,10 +182,12 @@ class StreamingHTTPBackend:
             raise ValueError(f"the {self.name} backend needs a base URL")
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be at least 0, got {max_retries}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
-        self.timeout = timeout
+        self.timeout = timeout  # the whole call, every attempt and wait included
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -103,7 +201,7 @@ class StreamingHTTPBackend:
     # ---- what a protocol defines ----------------------------------------------------------
 
     def request_body(self, request: CompletionRequest) -> tuple[str, dict[str, Any]]:
-        """The path to POST to and the JSON body (always asking for a stream)."""
+        """The path to POST to and the JSON body."""
         raise NotImplementedError
 
     async def read_stream(self, response: httpx.Response, emit: Callable[[str], None]) -> StreamEnd:
@@ -112,7 +210,7 @@ class StreamingHTTPBackend:
         raise NotImplementedError
 
     def read_answer(self, data: Any) -> tuple[str, StreamEnd]:
-        """A whole answer in one JSON body (a server that ignored ``stream``)."""
+        """A whole answer in one JSON body (a request that did not stream, or a server that ignored ``stream``)."""
         raise NotImplementedError
 
     def stops(self, request: CompletionRequest) -> list[str]:
@@ -122,7 +220,10 @@ class StreamingHTTPBackend:
     # ---- lifecycle ------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Nothing to load: the model lives on the server (the first request reports an unreachable one)."""
+        """Start the event loop and the HTTP client (a first request would otherwise pay for them: about
+        0.1 s, most of it the TLS context). The model lives on the server: an unreachable one is
+        reported by the first request."""
+        self._event_loop()
 
     def close(self) -> None:
         with self._lock:
@@ -151,7 +252,7 @@ class StreamingHTTPBackend:
                     loop.run_forever()
                     loop.close()
 
-                thread = threading.Thread(target=serve, name=f"{self.name}-backend", daemon=True)
+                thread = threading.Thread(target=serve, name=f"{self.name}-backend-{self.base_url}", daemon=True)
                 thread.start()
                 ready.wait()
 
@@ -211,30 +312,28 @@ class StreamingHTTPBackend:
                 raise
             except Retryable as error:
                 reason, wait_for = f"HTTP {error.status}: {error.message}", error.retry_after
-                if error.status == 429:
+                if error.status == 429:  # the server is up, only busy
                     self.breaker.succeeded()
                     opened = False
                 else:
                     opened = self.breaker.failed(reason)
-            except (httpx.TransportError, httpx.StreamError) as error:
+            except (httpx.HTTPError, httpx.StreamError) as error:  # transport, decoding, redirects
                 reason, wait_for = f"{type(error).__name__}: {error}".rstrip(": "), None
                 opened = self.breaker.failed(reason)
-            attempts = f"giving up after {attempt + 1} attempts ({reason})"
+            attempts = f"giving up after {attempt + 1} attempt{'s' if attempt else ''} ({reason})"
             if attempt >= self.max_retries or opened:
                 raise BackendUnavailable(f"{self.base_url}: {attempts}")
             delay = wait_for if wait_for is not None else self.backoff * (2**attempt) * (1 + random.random() / 4)
             delay = min(delay, self.max_backoff)
             now = time.monotonic()
-            if wait_for is not None:
+            if wait_for is not None:  # the server said when: no other call asks it again before then
                 self.breaker.hold_off(now + wait_for)
             if now + delay >= deadline:
                 raise BackendUnavailable(f"{self.base_url}: {attempts}; the next try ({delay:.2f}s away) "
                                          f"would end past the request's deadline")
             log.info("%s: %s; retry %d/%d in %.2fs", self.base_url, reason, attempt + 1, self.max_retries, delay)
-            while time.monotonic() < now + delay:
-                if request.should_cancel is not None and request.should_cancel():
-                    return Completion(text="", finish_reason="cancelled")
-                time.sleep(POLL_S)
+            if not sleep_unless_cancelled(now + delay, request.should_cancel):
+                return Completion(text="", finish_reason="cancelled")
             attempt += 1
 
     def _attempt(self, path: str, body: dict[str, Any], request: CompletionRequest, deadline: float) -> Completion:
@@ -267,9 +366,8 @@ class StreamingHTTPBackend:
                 if kind == "text":
                     pieces.append(value)
                     text, stopped = text_so_far()
-                    if request.on_text is not None and len(text) > streamed:
-                        # Hold back a tail that could be the start of a stop string.
-                        safe = len(text) if stopped else max(streamed, len(text) - max((len(s) for s in stops), default=1) + 1)
+                    if request.on_text is not None:
+                        safe = len(text) if stopped else len(text) - held_back(text, stops)
                         if safe > streamed:
                             request.on_text(text[streamed:safe])
                             streamed = safe
@@ -294,6 +392,7 @@ class StreamingHTTPBackend:
 
     async def _exchange(self, client: httpx.AsyncClient, path: str, body: dict[str, Any],
                         events: queue.SimpleQueue[tuple[str, Any]], timeout: float) -> None:
+        """Run on the event loop: the request, its answer or stream posted to ``events``."""
         try:
             limits = httpx.Timeout(timeout + 1.0)  # a backstop: the waiting thread cancels at the deadline
             async with client.stream("POST", path, json=body, headers=self._headers(), timeout=limits) as response:
@@ -322,11 +421,35 @@ class StreamingHTTPBackend:
         if status < 400:
             return
         message = error_message(response)
-        if status == 429 or (status >= 500 and status != 501):  # 501: llama.cpp's "not supported"
+        if status == 429 or (status >= 500 and status not in self.not_retried):
             raise Retryable(status, retry_after(response), message)
         if status == 401:
-            raise BackendError(f"401 Unauthorized from {self.base_url}: the API key in ${self.api_key_env} is missing or wrong")
+            where = f"the API key in ${self.api_key_env} is missing or wrong" if self.api_key_env else (
+                "the server wants an API key (none is configured)")
+            raise BackendError(f"401 Unauthorized from {self.base_url}: {where}")
         raise BackendError(f"{status} from {self.base_url}{response.request.url.path}: {message}")
+
+
+def held_back(text: str, stops: Sequence[str]) -> int:
+    """How many characters at the end of ``text`` could be the start of a stop string (not yet shown)."""
+    hold = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), hold, -1):
+            if text.endswith(stop[:n]):
+                hold = n
+                break
+    return hold
+
+
+def sleep_unless_cancelled(until: float, should_cancel: Callable[[], bool] | None) -> bool:
+    """Sleep until ``until``; False (at once) if ``should_cancel`` says so first."""
+    while True:
+        if should_cancel is not None and should_cancel():
+            return False
+        left = until - time.monotonic()
+        if left <= 0:
+            return True
+        time.sleep(min(POLL_S, left))
 
 
 async def json_lines(lines: AsyncIterator[str], sse: bool) -> AsyncIterator[dict[str, Any]]:
@@ -352,16 +475,24 @@ async def json_lines(lines: AsyncIterator[str], sse: bool) -> AsyncIterator[dict
 
 
 def retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds from now: a number of seconds or an HTTP date; None if absent or unreadable."""
     value = response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
+    if value is None:
         return None
+    try:
+        seconds = float(value)
+    except ValueError:  # an HTTP date
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when.timestamp() - time.time()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def error_message(response: httpx.Response) -> str:
-    """The server's own words: ``{"error": {"message": ...}}`` (llama.cpp), ``{"error": "..."}``
-    (Ollama), or the body's text."""
+    """The server's own words: ``{"error": {"message": ...}}`` (OpenAI, llama.cpp), ``{"error": "..."}``
+    (Ollama), ``{"message": ...}`` (vLLM's older errors), or the body's text."""
     try:
         data = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
