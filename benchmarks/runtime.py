@@ -20,6 +20,10 @@ top-k over every cached key as bare operations.
     python benchmarks/runtime.py --part reference --context 1024   # a quicker look
     python benchmarks/runtime.py --part steps    # decode-step times alone, to compare two versions
     python benchmarks/runtime.py --part prompts  # the embedded model's short-prompt prefill, general vs lean
+    python benchmarks/runtime.py --part stats    # what the per-step statistics for the gate cost
+
+Decode steps and prompt prefills run through ``generate.cached_forward``, the generator's choice of
+path (the lean step where it applies), as ``Generator.generate`` runs them.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from glm5_lsp.model import (
     GlmMoeDsaConfig,
     GlmMoeDsaForCausalLM,
     KVCache,
+    cached_forward,
     default_model_path,
     load_model,
     save_model,
@@ -266,7 +271,7 @@ def long_context_child(path: Path, context: int, steps: int, threads: int) -> di
     code = f"""
 import json, sys, time, torch
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-from glm5_lsp.model import KVCache, load_model
+from glm5_lsp.model import KVCache, cached_forward, load_model
 torch.set_num_threads({threads})
 model = load_model({str(path)!r})
 ids = torch.randint(0, {SIZES['vocab_size']}, (1, {context}), generator=torch.Generator().manual_seed(0))
@@ -278,13 +283,13 @@ def status(field):
 open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current RSS
 base = status("VmRSS")
 with torch.inference_mode():
-    model(ids, cache=cache, last_only=True)
+    cached_forward(model, ids, cache, last_only=True)
     peak = status("VmHWM") - base
     token = torch.tensor([[7]])
-    model(token, cache=cache)
+    cached_forward(model, token, cache)
     t0 = time.perf_counter()
     for _ in range({steps}):
-        model(token, cache=cache)
+        cached_forward(model, token, cache)
     step_ms = (time.perf_counter() - t0) / {steps} * 1000
 print(json.dumps(dict(peak_mib=peak, step_ms=step_ms)))
 """
@@ -302,20 +307,20 @@ def decode_steps(path: Path, context: int, steps: int = 13, rounds: int = 3) -> 
     token = torch.tensor([[7]])
     best = float("inf")
     with torch.inference_mode():
-        model(ids, cache=cache, last_only=True)
+        cached_forward(model, ids, cache, last_only=True)
         for _ in range(3):
-            model(token, cache=cache)
+            cached_forward(model, token, cache)
         for _ in range(rounds):
             t0 = time.perf_counter()
             for _ in range(steps):
-                model(token, cache=cache)
+                cached_forward(model, token, cache)
             best = min(best, (time.perf_counter() - t0) / steps * 1000)
     return best
 
 
 def prompt_prefills(path: Path, lengths=(10, 50, 100), repeats: int = 15) -> dict[int, tuple[float, float]]:
     """A short prompt's prefill into an empty cache, in ms (median of ``repeats``): the general
-    path and the lean dense one (``model.lean_decode``), alternating, on the same ids."""
+    path and the lean dense one (``cached_forward``'s ``lean``), alternating, on the same ids."""
     model = load_model(path)
     gen = torch.Generator().manual_seed(0)
     out = {}
@@ -325,19 +330,139 @@ def prompt_prefills(path: Path, lengths=(10, 50, 100), repeats: int = 15) -> dic
             for _ in range(repeats + 2):
                 ids = torch.randint(0, model.config.vocab_size, (1, n), generator=gen)
                 for lean in (False, True):
-                    model.lean_decode = lean
                     cache = KVCache(model.config, capacity=n + 8)
                     t0 = time.perf_counter()
-                    model(ids, cache=cache, last_only=True)
+                    cached_forward(model, ids, cache, last_only=True, lean=lean)
                     times[lean].append((time.perf_counter() - t0) * 1000)
-            model.lean_decode = True
             out[n] = tuple(statistics.median(times[lean][2:]) for lean in (False, True))
     return out
 
 
+def _report_prompts(count: int, lengths: tuple[int, ...]) -> list[tuple[str, int, list[int]]]:
+    """``count`` editor-like requests per prompt length from the ``BENCHMARK_REPORT`` packages' code:
+    the document up to the start of a line (at least 40 lines in), its last ``n`` tokens."""
+    import importlib.util
+    import random
+
+    from glm5_lsp.model import load_tokenizer
+    from glm5_lsp.train.corpus import BENCHMARK_REPORT
+
+    tokenizer = load_tokenizer(default_model_path())
+    files = []
+    for package in BENCHMARK_REPORT:
+        spec = importlib.util.find_spec(package.replace("-", "_"))
+        if spec is not None and spec.origin:
+            files += sorted(Path(spec.origin).parent.rglob("*.py"))
+    rng = random.Random(0)
+    out = []
+    while len(out) < count * len(lengths):
+        path = rng.choice(files)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        starts = [i + 1 for i, c in enumerate(text) if c == "\n"][40:]
+        if not starts:
+            continue
+        offset = rng.choice(starts)
+        ids = tokenizer.encode(text[:offset])
+        n = lengths[len(out) % len(lengths)]
+        if len(ids) >= n:
+            out.append((text, offset, ids[-n:]))
+    return out
+
+
+def stats_cost(count: int = 12, new_tokens: int = 24, lengths: tuple[int, ...] = (100, 300)) -> dict[str, float]:
+    """What ``GenerationConfig.step_stats`` costs on the embedded model, on requests from code no one
+    here wrote: each request generated without and with the statistics, alternating (greedy, the same
+    text), three times; per decoding step and per prefill, the median ratio; the reduction at the end of
+    a generation (``StatsProbe.finish``) in ms; and the gate's feature function (``gate.features``) on
+    the same candidate with and without the runtime's statistics in its ``DecodeStats``."""
+    from types import SimpleNamespace
+
+    from glm5_lsp.gate.features import features, request_info
+    from glm5_lsp.gate.stats import DecodeStats, StepObserver, end_token_ids
+    from glm5_lsp.model import generate as generation
+    from glm5_lsp.model import load_tokenizer
+
+    path = Path(default_model_path())
+    tokenizer = load_tokenizer(path)
+    gen = Generator(load_model(path), tokenizer)
+    strings = tokenizer.token_strings()
+    ends = end_token_ids(strings)
+    finish_ms: list[float] = []
+
+    class TimedProbe(generation.StatsProbe):
+        def finish(self, used):
+            t0 = time.perf_counter()
+            out = super().finish(used)
+            finish_ms.append((time.perf_counter() - t0) * 1000)
+            return out
+
+    generation.StatsProbe = TimedProbe
+    step_ratio: dict[int, list[float]] = {n: [] for n in lengths}
+    prefill_ratio: dict[int, list[float]] = {n: [] for n in lengths}
+    step_ms: dict[bool, list[float]] = {False: [], True: []}
+    feature_ms: dict[bool, list[float]] = {False: [], True: []}
+    requests = _report_prompts(count, lengths)
+    with torch.inference_mode():
+        gen.generate(requests[0][2], GenerationConfig(max_new_tokens=4))  # warm-up
+        for text, offset, ids in requests:
+            runs: dict[bool, list] = {False: [], True: []}
+            for _ in range(3):
+                for on in (False, True):
+                    gen.reset()  # every prefill from scratch, so the two sides do the same work
+                    observer = StepObserver(strings, ends)
+                    out = gen.generate(ids, GenerationConfig(max_new_tokens=new_tokens, stop_at_eos=False,
+                                                             step_stats=on), logits_processor=observer)
+                    runs[on].append((out, observer))
+            decode = {on: statistics.median((o.seconds - o.prefill_seconds) / o.forward_calls for o, _ in runs[on])
+                      for on in runs}
+            prefill = {on: statistics.median(o.prefill_seconds for o, _ in runs[on]) for on in runs}
+            step_ratio[len(ids)].append(decode[True] / decode[False])
+            prefill_ratio[len(ids)].append(prefill[True] / prefill[False])
+            for on in runs:
+                step_ms[on].append(decode[on] * 1000)
+            out, observer = runs[True][-1]
+            base = observer.finish()
+            full = DecodeStats(**{**base.__dict__, "per_layer": out.stats.per_layer, "per_step": out.stats.per_step})
+            result = SimpleNamespace(text=out.text, rounds=1, finish_reason=out.finish_reason, finished_word="",
+                                     clean=True, prompt_tokens=out.prompt_tokens, completion_tokens=len(out.token_ids))
+            info = request_info(text, offset, language="python", multiline=False, trigger="automatic")
+            for _ in range(5):
+                for on, stats in ((False, base), (True, full)):
+                    t0 = time.perf_counter()
+                    features(result, info, stats)
+                    feature_ms[on].append((time.perf_counter() - t0) * 1000)
+    generation.StatsProbe = TimedProbe.__mro__[1]
+
+    def quantile(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    results = {}
+    print(f"{len(requests)} requests from the BENCHMARK_REPORT packages, {new_tokens} new tokens each, "
+          f"without and with step_stats alternating (3 each)")
+    for n in lengths:
+        results[f"stats_step_ratio_{n}"] = statistics.median(step_ratio[n])
+        results[f"stats_prefill_ratio_{n}"] = statistics.median(prefill_ratio[n])
+        print(f"{n}-token prompts: decoding step with/without statistics {statistics.median(step_ratio[n]):.3f}x "
+              f"(median of {len(step_ratio[n])}), prefill {statistics.median(prefill_ratio[n]):.3f}x")
+    extra = [b - a for a, b in zip(step_ms[False], step_ms[True])]
+    results.update(stats_step_extra_ms_p50=quantile(extra, 0.5), stats_finish_ms_p50=quantile(finish_ms, 0.5),
+                   stats_finish_ms_p95=quantile(finish_ms, 0.95),
+                   features_ms_p95_without=quantile(feature_ms[False], 0.95),
+                   features_ms_p95_with=quantile(feature_ms[True], 0.95))
+    print(f"decoding step: {statistics.median(step_ms[False]):.2f} ms without, {statistics.median(step_ms[True]):.2f} ms "
+          f"with (median extra per step {quantile(extra, 0.5):.3f} ms)")
+    print(f"StatsProbe.finish per generation of {new_tokens} steps: p50 {quantile(finish_ms, 0.5):.3f} ms, "
+          f"p95 {quantile(finish_ms, 0.95):.3f} ms")
+    print(f"gate.features per candidate: p50 {quantile(feature_ms[False], 0.5):.3f} / p95 "
+          f"{quantile(feature_ms[False], 0.95):.3f} ms without the runtime's statistics, p50 "
+          f"{quantile(feature_ms[True], 0.5):.3f} / p95 {quantile(feature_ms[True], 0.95):.3f} ms with them")
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts"], default="all",
+    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts", "stats"], default="all",
                         help="steps: decode-step times only (the benchmark model at 4k and 16k, DSA and dense, "
                              "and the embedded model at 400 tokens), for comparing two versions of the runtime; "
                              "prompts: the embedded model's prefill of short prompts, general path against lean")
@@ -363,6 +488,8 @@ def main() -> None:
                 ms = decode_steps(path, context)
                 results[label] = ms
                 print(f"decode step, {label}: {ms:.2f} ms")
+        if args.part == "stats":
+            results.update(stats_cost())
         if args.part == "prompts":
             for n, (general, lean) in prompt_prefills(Path(default_model_path())).items():
                 results[f"prefill_{n}_general_ms"], results[f"prefill_{n}_lean_ms"] = general, lean

@@ -1,11 +1,12 @@
-"""Cached decoding and prefix reuse give the logits of a full forward."""
+"""Cached decoding and prefix reuse give the logits of a full forward (cached steps through
+``cached_forward``, the generator's choice of path, as decoding runs them)."""
 
 from __future__ import annotations
 
 import torch
 from tiny import tiny_model
 
-from glm5_lsp.model import AttentionPolicy, GenerationConfig, Generator, KVCache, Role
+from glm5_lsp.model import AttentionPolicy, GenerationConfig, Generator, KVCache, Role, cached_forward
 
 TOL = 1e-4
 
@@ -15,27 +16,27 @@ def _ids(n: int, seed: int = 0) -> torch.Tensor:
 
 
 def test_decode_one_token_at_a_time_matches_full_forward() -> None:
-    model = tiny_model(index_topk=8)
+    model = tiny_model(index_topk=8).prepare_inference()
     ids = _ids(48)
     with torch.no_grad():
         full = model(ids)
         cache = KVCache(model.config)
-        parts = [model(ids[:, :20], cache=cache)]
+        parts = [cached_forward(model, ids[:, :20], cache)]
         for t in range(20, 48):
-            parts.append(model(ids[:, t : t + 1], cache=cache))
+            parts.append(cached_forward(model, ids[:, t : t + 1], cache))
     assert cache.length == 48
     assert (torch.cat(parts, dim=1) - full).abs().max().item() < TOL
 
 
 def test_long_prefill_chunks_agree_with_reference_and_decode() -> None:
-    model = tiny_model(index_topk=160)  # first query chunk keeps every key, later chunks select
+    model = tiny_model(index_topk=160).prepare_inference()  # first query chunk keeps every key, later chunks select
     ids = _ids(300, seed=1)
     with torch.no_grad():
         fast = model(ids)
         ref = model(ids, reference=True)
         cache = KVCache(model.config)
-        head = model(ids[:, :290], cache=cache)
-        tail = [model(ids[:, t : t + 1], cache=cache) for t in range(290, 300)]
+        head = cached_forward(model, ids[:, :290], cache)
+        tail = [cached_forward(model, ids[:, t : t + 1], cache) for t in range(290, 300)]
     assert (fast - ref).abs().max().item() < TOL
     assert (torch.cat([head, *tail], dim=1) - fast).abs().max().item() < TOL
 

@@ -1,4 +1,5 @@
-"""The lean one-token step (``glm5_lsp.model.decode``) against the general forward it stands in for."""
+"""The lean paths (``glm5_lsp.model.decode``) against the general forward they stand in for, and the
+seam around them: inference weights built once and public, the path chosen by the generator."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import pytest
 import torch
 from tiny import tiny_model
 
-from glm5_lsp.model import AttentionPolicy, KVCache, Role
+from glm5_lsp.model import AttentionPolicy, GenerationConfig, Generator, KVCache, Role, cached_forward
 from glm5_lsp.model import decode as lean
+from glm5_lsp.model.glm5 import AbsorbedWeights, FusedWeights, Projection
 
 TOL = 1e-5
 
@@ -16,23 +18,47 @@ def _ids(n: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 512, (1, n), generator=torch.Generator().manual_seed(seed))
 
 
-def _decode_both(model, prompt: int, steps: int, *, policy=None, roles=None, dense=False):
+def _model(**overrides):
+    return tiny_model(**overrides).prepare_inference()
+
+
+def _lean_step(model, token, cache, *, policy=None, dense=False, strict=True):
+    """One token by ``decode.decode_one`` (asserting it applies, unless not ``strict``: then as the
+    generator would, by the general path): logits and each layer's key set."""
+    step = model.prepare_step(token, cache=cache, policy=policy, dense=dense)
+    if not lean.applies(model, token, step):
+        assert not strict, "the lean step does not apply"
+        return _key_sets_of(model.forward_step(token, step, return_selections=True))
+    picked: list = []
+    logits = lean.decode_one(model, token, step, picked)
+    return logits, [None if idx is None else sorted(idx.tolist()) for idx in picked]
+
+
+def _general_step(model, token, cache, *, policy=None, dense=False, strict=True):
+    return _key_sets_of(model(token, cache=cache, policy=policy, dense=dense, return_selections=True))
+
+
+def _key_sets_of(result):
+    logits, per_layer = result
+    return logits, _key_sets(per_layer)
+
+
+def _decode_both(model, prompt: int, steps: int, *, policy=None, roles=None, dense=False, strict=True):
     """Prefill ``prompt`` tokens into two caches, then decode ``steps`` more into each: one cache by the
-    lean step, one by the general path. Returns both logit lists, both selection lists and both caches."""
+    lean step, one by the general path. Returns both logit lists, both key-set lists and both caches."""
     ids = _ids(prompt + steps, seed=prompt)
     out = {}
     for lean_on in (True, False):
-        model.lean_decode = lean_on
         cache = KVCache(model.config)
         logits, picks = [], []
         with torch.no_grad():
             model(ids[:, :prompt], cache=cache, roles=roles, policy=policy, dense=dense)
             for t in range(prompt, prompt + steps):
-                step_logits, sels = model(ids[:, t : t + 1], cache=cache, policy=policy, dense=dense, return_selections=True)
+                one = _lean_step if lean_on else _general_step
+                step_logits, sets = one(model, ids[:, t : t + 1], cache, policy=policy, dense=dense, strict=strict)
                 logits.append(step_logits)
-                picks.append(sels)
+                picks.append(sets)
         out[lean_on] = (logits, picks, cache)
-    model.lean_decode = True
     return out[True], out[False]
 
 
@@ -57,13 +83,12 @@ def _key_sets(per_layer):
     ],
 )
 def test_lean_step_gives_the_general_paths_logits_keys_and_cache(overrides) -> None:
-    model = tiny_model(index_topk=12, **overrides)
+    model = _model(index_topk=12, **overrides)
     (lean_logits, lean_picks, lean_cache), (gen_logits, gen_picks, gen_cache) = _decode_both(model, 30, 8)
     for a, b in zip(lean_logits, gen_logits):
         assert (a - b).abs().max().item() < TOL
-    for a, b in zip(lean_picks, gen_picks):
-        assert _key_sets(a) == _key_sets(b)
-    assert any(s is not None for per_layer in lean_picks for s in _key_sets(per_layer))  # top-k really selected
+    assert lean_picks == gen_picks
+    assert any(s is not None for per_layer in lean_picks for s in per_layer)  # top-k really selected
     for layer in range(model.config.num_hidden_layers):
         assert (lean_cache.latents[layer][:, :38] - gen_cache.latents[layer][:, :38]).abs().max().item() < TOL
         if lean_cache.index_keys[layer] is not None:
@@ -72,7 +97,7 @@ def test_lean_step_gives_the_general_paths_logits_keys_and_cache(overrides) -> N
 
 
 def test_lean_step_keeps_the_policys_biased_selection_and_dense_mode() -> None:
-    model = tiny_model(index_topk=12)
+    model = _model(index_topk=12)
     roles = torch.full((1, 30), int(Role.CODE), dtype=torch.long)
     roles[0, 2:9] = int(Role.API_DOC)
     roles[0, 20:26] = int(Role.CURRENT_BLOCK)
@@ -80,11 +105,11 @@ def test_lean_step_keeps_the_policys_biased_selection_and_dense_mode() -> None:
     lean_run, general_run = _decode_both(model, 30, 6, policy=policy, roles=roles)
     for a, b in zip(lean_run[0], general_run[0]):
         assert (a - b).abs().max().item() < TOL
-    assert [_key_sets(p) for p in lean_run[1]] == [_key_sets(p) for p in general_run[1]]
+    assert lean_run[1] == general_run[1]
     # The bias moved the selection: the API-doc keys are picked more often than without the policy.
     plain_run, _ = _decode_both(model, 30, 6)
     def doc_hits(picks):
-        return sum(k in range(2, 9) for per_layer in picks for s in _key_sets(per_layer) if s for k in s)
+        return sum(k in range(2, 9) for per_layer in picks for s in per_layer if s for k in s)
     assert doc_hits(lean_run[1]) > doc_hits(plain_run[1])
     dense_lean, dense_general = _decode_both(model, 30, 4, dense=True)
     for a, b in zip(dense_lean[0], dense_general[0]):
@@ -93,7 +118,7 @@ def test_lean_step_keeps_the_policys_biased_selection_and_dense_mode() -> None:
 
 
 def test_lean_step_stands_aside_where_it_does_not_apply() -> None:
-    model = tiny_model(index_topk=12)
+    model = _model(index_topk=12)
     cache = KVCache(model.config)
     roles = torch.full((1, 20), int(Role.CODE), dtype=torch.long)
     roles[0, 5] = int(Role.ERROR_CONTEXT)
@@ -101,60 +126,62 @@ def test_lean_step_stands_aside_where_it_does_not_apply() -> None:
     token = _ids(1)
     with torch.no_grad():
         model(_ids(20), cache=cache, roles=roles, policy=policy)
-        step = model._step(1, 1, cache, torch.zeros(1, 1, dtype=torch.long), policy, False, False)
-        assert step.forced_keys is not None and not lean.applies(model, token, cache, step)  # forced error context
-        step = model._step(1, 1, cache, torch.zeros(1, 1, dtype=torch.long), None, False, False)
-        assert lean.applies(model, token, cache, step)
-        assert not lean.applies(model, _ids(2), cache, step)  # two tokens
-    assert not lean.applies(model, token, cache, step)  # gradients on: training
-    model.lean_decode = False
-    with torch.no_grad():
-        assert not lean.applies(model, token, cache, step)
+        step = model.prepare_step(token, cache=cache, policy=policy)
+        assert step.forced_keys is not None and not lean.applies(model, token, step)  # forced error context
+        step = model.prepare_step(token, cache=cache)
+        assert lean.applies(model, token, step)
+        assert not lean.applies(model, _ids(2), step)  # two tokens
+        assert not lean.applies(model, token, model.prepare_step(token))  # no cache
+        assert not lean.applies(tiny_model(index_topk=12), token, step)  # not prepared for inference
+    assert not lean.applies(model, token, step)  # gradients on: training
 
 
 def test_error_context_within_the_budget_keeps_the_lean_step() -> None:
     """While every query keeps all its keys, forced error-context keys change nothing: ``_step`` leaves
     them out, the one-token step stays lean, and its logits equal the general path's."""
-    model = tiny_model(index_topk=12)
+    model = _model(index_topk=12)
     roles = torch.full((1, 8), int(Role.CODE), dtype=torch.long)
     roles[0, 3] = int(Role.ERROR_CONTEXT)
     policy = AttentionPolicy.from_config()
     budget = policy.topk(model.config.index_topk)
-    lean_run, general_run = _decode_both(model, 8, budget - 8 + 3, policy=policy, roles=roles)
+    lean_run, general_run = _decode_both(model, 8, budget - 8 + 3, policy=policy, roles=roles, strict=False)
     for a, b in zip(lean_run[0], general_run[0]):
         assert (a - b).abs().max().item() < TOL
     cache = KVCache(model.config)
     with torch.no_grad():
         model(_ids(8), cache=cache, roles=roles, policy=policy)
-        step = model._step(1, 1, cache, _code(1, 1), policy, False, False)
-        assert step.forced_keys is None and step.key_bias is None and lean.applies(model, _ids(1), cache, step)
+        step = model.prepare_step(_ids(1), cache=cache, policy=policy)
+        assert step.forced_keys is None and step.key_bias is None and lean.applies(model, _ids(1), step)
         model(_ids(budget - 8), cache=cache, policy=policy)  # now the next token has more keys than the budget
-        step = model._step(1, 1, cache, _code(1, 1), policy, False, False)
-        assert step.forced_keys is not None and not lean.applies(model, _ids(1), cache, step)
+        step = model.prepare_step(_ids(1), cache=cache, policy=policy)
+        assert step.forced_keys is not None and not lean.applies(model, _ids(1), step)
 
 
-def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=False):
+def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=False, monkeypatch=None):
     """Prefill ``sum(chunks)`` tokens in pieces (``last_only``, as the generator does), into one cache
-    with the lean paths on and one with them off; then two decoding steps. Returns, per side, the
-    logits of every piece and step and the cache."""
+    through ``cached_forward`` with the lean paths and one without; then two decoding steps. Returns,
+    per side, the logits of every piece and step and the cache (and, with ``monkeypatch``, how many
+    pieces the lean prefill took)."""
     total = sum(chunks)
     ids = _ids(total + 2, seed=total)
+    calls = []
+    if monkeypatch is not None:
+        real = lean.prefill_dense
+        monkeypatch.setattr(lean, "prefill_dense", lambda *a, **k: calls.append(1) or real(*a, **k))
     out = {}
     for lean_on in (True, False):
-        model.lean_decode = lean_on
         cache = KVCache(model.config)
         logits, at = [], 0
         with torch.no_grad():
             for n in chunks:
                 part_roles = None if roles is None else roles[:, at : at + n]
-                logits.append(model(ids[:, at : at + n], cache=cache, roles=part_roles, policy=policy, dense=dense,
-                                    last_only=True))
+                logits.append(cached_forward(model, ids[:, at : at + n], cache, roles=part_roles, policy=policy,
+                                             dense=dense, last_only=True, lean=lean_on))
                 at += n
             for t in range(total, total + 2):
-                logits.append(model(ids[:, t : t + 1], cache=cache, policy=policy, dense=dense))
+                logits.append(cached_forward(model, ids[:, t : t + 1], cache, policy=policy, dense=dense, lean=lean_on))
         out[lean_on] = (logits, cache)
-    model.lean_decode = True
-    return out[True], out[False]
+    return out[True], out[False], len(calls)
 
 
 @pytest.mark.parametrize(
@@ -168,9 +195,11 @@ def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=Fa
         ([12], False, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}),
     ],
 )
-def test_dense_prefill_gives_the_general_paths_logits_and_cache(chunks, dense, overrides) -> None:
-    model = tiny_model(index_topk=12, **overrides)
-    (lean_logits, lean_cache), (gen_logits, gen_cache) = _prefill_both(model, chunks, dense=dense)
+def test_dense_prefill_gives_the_general_paths_logits_and_cache(chunks, dense, overrides, monkeypatch) -> None:
+    model = _model(index_topk=12, **overrides)
+    (lean_logits, lean_cache), (gen_logits, gen_cache), lean_prefills = _prefill_both(
+        model, chunks, dense=dense, monkeypatch=monkeypatch)
+    assert lean_prefills == len(chunks)  # every piece took the lean prefill (and only on the lean side)
     for a, b in zip(lean_logits, gen_logits):
         assert a.shape == b.shape
         assert (a - b).abs().max().item() < TOL
@@ -187,29 +216,32 @@ def _code(batch: int, n: int) -> torch.Tensor:
 
 
 def test_dense_prefill_under_the_policy_and_where_it_stands_aside() -> None:
-    model = tiny_model(index_topk=12)
+    model = _model(index_topk=12)
     roles = torch.full((1, 16), int(Role.CODE), dtype=torch.long)  # the policy's budget: 16 keys
     roles[0, 1:4] = int(Role.API_DOC)
     roles[0, 6] = int(Role.ERROR_CONTEXT)
     policy = AttentionPolicy.from_config()
-    (lean_logits, _), (gen_logits, _) = _prefill_both(model, [10, 6], policy=policy, roles=roles)
+    (lean_logits, _), (gen_logits, _), _ = _prefill_both(model, [10, 6], policy=policy, roles=roles)
     for a, b in zip(lean_logits, gen_logits):
         assert (a - b).abs().max().item() < TOL
     cache = KVCache(model.config)
     with torch.no_grad():
         model(_ids(8), cache=cache)
-        assert lean.applies_dense(model, _ids(4), cache, model._step(1, 4, cache, _code(1, 4), policy, False, False))
-        sparse = model._step(1, 9, cache, _code(1, 9), policy, False, False)  # 17 keys: more than the budget
-        assert sparse.topk == 16 and not lean.applies_dense(model, _ids(9), cache, sparse)
-        assert lean.applies_dense(model, _ids(5), cache, model._step(1, 5, cache, _code(1, 5), policy, True, False))
+
+        def step(n, policy=None, dense=False, batch=1):
+            return model.prepare_step(torch.cat([_ids(n)] * batch), cache=cache if batch == 1 else KVCache(
+                model.config, batch), policy=policy, dense=dense)
+
+        assert lean.applies_dense(model, _ids(4), step(4, policy))
+        sparse = step(9, policy)  # 17 keys: more than the budget
+        assert sparse.topk == 16 and not lean.applies_dense(model, _ids(9), sparse)
+        assert lean.applies_dense(model, _ids(5), step(5, policy, dense=True))
         long = lean.PREFILL_MAX_TOKENS + 1
-        assert not lean.applies_dense(model, _ids(long), cache, model._step(1, long, cache, _code(1, long), None, True, False))
-        assert not lean.applies_dense(model, _ids(1), cache, model._step(1, 1, cache, _code(1, 1), None, False, False))
-        assert not lean.applies_dense(model, torch.cat([_ids(3), _ids(3)]), cache,
-                                      model._step(2, 3, cache, _code(2, 3), None, False, False))  # two sequences
-        model.lean_decode = False
-        assert not lean.applies_dense(model, _ids(4), cache, model._step(1, 4, cache, _code(1, 4), None, False, False))
-    model.lean_decode = True
+        assert not lean.applies_dense(model, _ids(long), step(long, dense=True))
+        assert not lean.applies_dense(model, _ids(1), step(1))
+        two = torch.cat([_ids(3), _ids(3)])
+        assert not lean.applies_dense(model, two, step(3, batch=2))  # two sequences
+        assert not lean.applies_dense(tiny_model(index_topk=12), _ids(4), step(4))  # not prepared
 
 
 @pytest.mark.parametrize("tokens", [1, 2, 7, 40, 97])
@@ -220,6 +252,102 @@ def test_batched_experts_equal_the_per_expert_loop(tokens) -> None:
     with torch.no_grad():
         idx, weights = moe.gate(x)
         expected = moe.experts(x, idx, weights)
-        got = lean._experts_batched(moe.experts, x, idx, weights)
+        got = moe.experts.padded(x, idx, weights)
     assert got.shape == expected.shape
     assert (got - expected).abs().max().item() < TOL
+
+
+@pytest.mark.parametrize("overrides", [{}, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False}])
+def test_one_token_router_chooses_as_the_router_does(overrides) -> None:
+    model = tiny_model(**overrides)
+    for layer in model.model.layers:
+        if not hasattr(layer.mlp, "experts"):
+            continue
+        for seed in range(20):
+            h = torch.randn(1, model.config.hidden_size, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                idx, weights = layer.mlp.gate(h)
+                chosen, picked, scores = layer.mlp.gate.route_one(h)
+            want = dict(zip(idx[0].tolist(), weights[0].tolist()))
+            assert dict(zip(chosen, picked)) == pytest.approx(want, abs=1e-6)
+            assert torch.equal(scores, layer.mlp.gate.scores(h))
+
+
+def test_one_row_rmsnorm_is_the_modules_norm() -> None:
+    model = tiny_model()
+    norm = model.model.layers[0].input_layernorm
+    x = torch.randn(1, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (norm.one_row(x) - norm(x)).abs().max().item() < TOL
+        assert torch.equal(norm.rows(x), norm(x))
+
+
+def test_inference_weights_are_built_once_public_and_guarded(tiny_checkpoint) -> None:
+    from glm5_lsp.model import load_model, load_tokenizer
+
+    model = load_model(tiny_checkpoint)
+    attn = model.model.layers[0].self_attn
+    assert model.prepared and model.inference_current()  # load_model prepared it
+    assert isinstance(attn.fused, FusedWeights) and isinstance(attn.absorbed, AbsorbedWeights)
+    fused = attn.fused
+    cache = KVCache(model.config)
+    with torch.no_grad():
+        ids = _ids(20)
+        model(ids, cache=cache)
+        assert attn.fused is fused  # nothing rebuilt by a forward call
+        # Weights changed in place (an optimiser step): the general path stops reading the stale
+        # fused projections, and its logits are the new weights' (those of a fresh reference forward).
+        attn.q_a_proj.weight.mul_(1.5)
+        assert not model.inference_current()
+        token = _ids(1, seed=9)
+        step_logits = model(token, cache=cache)
+        full = model(torch.cat([ids, token], dim=1), reference=True)[:, -1:]
+        assert (step_logits - full).abs().max().item() < 1e-4
+    # The generator rebuilds them before its next generation, and then decodes the new weights.
+    gen = Generator(model, load_tokenizer(tiny_checkpoint))
+    with torch.no_grad():
+        attn.q_a_proj.weight.mul_(0.5)
+    assert not model.inference_current()
+    out = gen.generate(ids[0].tolist(), GenerationConfig(max_new_tokens=1, stop_at_eos=False))
+    assert model.inference_current() and attn.fused is not fused
+    with torch.no_grad():
+        want = int(model(ids, reference=True)[0, -1].argmax())
+    assert out.token_ids == [want]
+
+
+def test_forward_is_the_general_path_and_the_generator_chooses_the_lean_one(monkeypatch) -> None:
+    model = _model(index_topk=12)
+    calls = {"one": 0, "dense": 0}
+    real_one, real_dense = lean.decode_one, lean.prefill_dense
+    monkeypatch.setattr(lean, "decode_one", lambda *a, **k: calls.__setitem__("one", calls["one"] + 1) or real_one(*a, **k))
+    monkeypatch.setattr(lean, "prefill_dense",
+                        lambda *a, **k: calls.__setitem__("dense", calls["dense"] + 1) or real_dense(*a, **k))
+    cache = KVCache(model.config)
+    with torch.no_grad():
+        model(_ids(8), cache=cache, last_only=True)
+        model(_ids(1), cache=cache)
+    assert calls == {"one": 0, "dense": 0}
+
+    class _Tok:
+        eos_token_id = None
+
+        def decode(self, ids):
+            return ""
+
+    plain = Generator(model, _Tok()).generate(_ids(8)[0].tolist(), GenerationConfig(max_new_tokens=5))
+    assert calls == {"one": 4, "dense": 1}
+    general = Generator(model, _Tok(), lean=False).generate(_ids(8)[0].tolist(), GenerationConfig(max_new_tokens=5))
+    assert calls == {"one": 4, "dense": 1} and general.token_ids == plain.token_ids
+
+
+def test_projections_are_named() -> None:
+    model = _model()
+    attn = model.model.layers[0].self_attn
+    x = torch.randn(1, 3, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        step = model.prepare_step(_ids(3))
+        plain, fused = attn.project(x, step), attn.project_fused(x, step)
+    assert isinstance(plain, Projection) and isinstance(fused, Projection)
+    assert plain.index_queries is None and fused.index_queries is not None
+    for name in ("q_resid", "q_nope", "q_rope", "latents", "index_keys"):
+        assert (getattr(plain, name) - getattr(fused, name)).abs().max().item() < TOL

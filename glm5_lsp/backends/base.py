@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from glm5_lsp.spans import Prompt
 
@@ -63,6 +63,9 @@ class CompletionRequest:
     # comes back as a ``cancelled`` completion). None: the backend's own limit. (The in-process
     # runtime is stopped through ``should_cancel``, into which the repair loop folds its deadline.)
     deadline: float | None = None
+    # Hand out the model's per-step internals with the completion (``Completion.stats``), where the
+    # backend has them (the in-process runtime); others ignore it.
+    step_stats: bool = False
 
 
 @dataclass
@@ -74,6 +77,10 @@ class Completion:
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens reused from the previous request's cache
     seconds: float = 0.0
+    # With ``CompletionRequest.step_stats``, where the backend has them: the runtime's per-step
+    # statistics (``glm5_lsp.model.StepStats``: ``per_layer`` and ``per_step``, shaped and named as the
+    # gate's ``DecodeStats`` fields of the same names). None otherwise.
+    stats: Any = None
 
 
 class Backend(Protocol):

@@ -10,6 +10,9 @@ A request whose logits processor is a workspace-memory processor (``glm5_lsp.mem
 ``propose`` becomes the generator's drafter (the memory's continuation verified in one forward
 pass). Processors run in one order: the memory's mixing, then the decoding monitor it wraps
 (``then``), then token healing's forced prefix around both.
+
+A request with ``step_stats`` gets the runtime's per-step statistics back as ``Completion.stats``
+(``glm5_lsp.model.StepStats``; one entry per decoding step, as a logits processor sees the steps).
 """
 
 from __future__ import annotations
@@ -243,6 +246,7 @@ class LocalBackend:
             config = GenerationConfig(
                 max_new_tokens=request.max_tokens, temperature=request.temperature, top_p=request.top_p,
                 seed=request.seed, stop=list(request.stop), min_token_prob=request.min_token_prob,
+                step_stats=request.step_stats,
             )
             # The policy only changes which keys DSA selects, never the cached keys: safe to toggle per request.
             generator.policy = self._policy if request.use_attention_policy else None
@@ -262,4 +266,5 @@ class LocalBackend:
             text=generation.text, finish_reason=generation.finish_reason, logprob=generation.logprob,
             prompt_tokens=generation.prompt_tokens, completion_tokens=len(generation.token_ids),
             cached_tokens=generation.cached_tokens, seconds=time.perf_counter() - started,
+            stats=generation.stats,
         )

@@ -2,13 +2,16 @@
 
 from glm5_lsp.model.cache import KVCache
 from glm5_lsp.model.config import ConfigError, GlmMoeDsaConfig
-from glm5_lsp.model.generate import Generation, GenerationConfig, Generator
+from glm5_lsp.model.generate import Generation, GenerationConfig, Generator, cached_forward
 from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM, Selection, TrainOutput
 from glm5_lsp.model.loading import CheckpointError, default_model_path, load_model, save_model
 from glm5_lsp.model.policy import AttentionConfig, AttentionPolicy, Role
+from glm5_lsp.model.stats import LAYER_STATS, STEP_STATS, StepStats
 from glm5_lsp.model.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
+    "LAYER_STATS",
+    "STEP_STATS",
     "AttentionConfig",
     "AttentionPolicy",
     "CheckpointError",
@@ -21,8 +24,10 @@ __all__ = [
     "KVCache",
     "Role",
     "Selection",
+    "StepStats",
     "Tokenizer",
     "TrainOutput",
+    "cached_forward",
     "default_model_path",
     "load_model",
     "load_tokenizer",

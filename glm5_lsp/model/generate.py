@@ -15,10 +15,20 @@ the proposed token accepts it (and its logits, already computed, serve the next 
 that differs ends the draft and the cache is cut back. Sampling accepts a proposed token with its
 probability and otherwise samples from the rest (speculative sampling with a one-token proposal),
 so the text is distributed as without drafts. Greedy text is the same with and without drafts.
+
+Every forward call goes through :func:`cached_forward`, which picks the path: the lean one-token step
+(``decode.decode_one``) or short-prompt prefill (``decode.prefill_dense``) where they compute what the
+general ``forward`` would, else ``forward``. The model's inference weights are built when the
+generator is made (``prepare_inference``) and again before a generation if the weights changed since.
+
+With ``GenerationConfig.step_stats`` the generation also hands out the model's per-step internals
+(``Generation.stats``, ``stats.StepStats``: DSA's indexer and attention by key role, the MoE router,
+the last hidden state's norm), one entry per step in the order the tokens were chosen.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -26,10 +36,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from glm5_lsp.model import decode
 from glm5_lsp.model.cache import KVCache
 from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM
 from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
+from glm5_lsp.model.stats import StatsProbe, StepStats
 from glm5_lsp.model.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 LogitsProcessor = Callable[[Sequence[int], torch.Tensor], torch.Tensor]
 Drafter = Callable[[Sequence[int]], Sequence[int]]  # generated ids -> proposed next ids (may be empty)
@@ -48,6 +62,8 @@ class GenerationConfig:
     # bracket was written, never after an operator or an opener (``x =``, ``f(``). Before the first
     # word ends there is none, and generation goes on. 0 turns it off. Finish reason "unsure".
     min_token_prob: float = 0.0
+    # Hand out the model's per-step internals (``Generation.stats``; ``stats.py``), at a small cost a step.
+    step_stats: bool = False
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
@@ -73,6 +89,7 @@ class Generation:
     drafted_tokens: int = 0  # proposed by the drafter and verified
     accepted_tokens: int = 0  # of those, kept
     forward_calls: int = 0  # model calls after the prefill (steps and verifications)
+    stats: StepStats | None = None  # with ``GenerationConfig.step_stats``: one entry per step
 
 
 def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
@@ -136,24 +153,61 @@ def _held_back(text: str, stops: Sequence[str]) -> int:
     return hold
 
 
-class Generator:
-    """Owns one model's cache across calls (batch size 1). Not thread-safe: callers hold a lock."""
+def cached_forward(
+    model: GlmMoeDsaForCausalLM,
+    input_ids: torch.Tensor,
+    cache: KVCache,
+    *,
+    roles: torch.Tensor | list | None = None,
+    policy: AttentionPolicy | None = None,
+    dense: bool = False,
+    last_only: bool = False,
+    lean: bool = True,
+    probe: StatsProbe | None = None,
+) -> torch.Tensor:
+    """``model(input_ids, cache=cache, ...)`` on the fastest path that computes the same logits and
+    cache entries: ``decode.decode_one`` for one token, ``decode.prefill_dense`` for a short prompt's
+    last position, else the general ``forward``. ``lean=False``: always the general path.
+    ``probe``: record the per-step statistics (of the last row with ``last_only``, else of every row)."""
+    step = model.prepare_step(input_ids, cache=cache, roles=roles, policy=policy, dense=dense, probe=probe)
+    if lean and decode.applies(model, input_ids, step):
+        return decode.decode_one(model, input_ids, step)
+    if lean and last_only and decode.applies_dense(model, input_ids, step):
+        return decode.prefill_dense(model, input_ids, step)
+    return model.forward_step(input_ids, step, last_only=last_only)
 
-    def __init__(self, model: GlmMoeDsaForCausalLM, tokenizer: Tokenizer, policy: AttentionPolicy | None = None) -> None:
+
+class Generator:
+    """Owns one model's cache across calls (batch size 1). Not thread-safe: callers hold a lock.
+
+    ``lean``: take ``decode.py``'s paths where they apply (False: the general ``forward`` only; tests
+    and benchmarks compare the two)."""
+
+    def __init__(self, model: GlmMoeDsaForCausalLM, tokenizer: Tokenizer, policy: AttentionPolicy | None = None,
+                 lean: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.policy = policy
+        self.lean = lean
         param = next(model.parameters())
         self.cache = KVCache(model.config, 1, dtype=param.dtype, device=param.device)
+        model.prepare_inference()
 
     def reset(self) -> None:
         self.cache.truncate(0)
 
+    def _forward(self, ids: torch.Tensor, probe: StatsProbe | None, **kwargs) -> torch.Tensor:
+        return cached_forward(self.model, ids, self.cache, policy=self.policy, lean=self.lean, probe=probe, **kwargs)
+
     @torch.inference_mode()
-    def prefill(self, prompt_ids: Sequence[int], roles: Sequence[int] | torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    def prefill(self, prompt_ids: Sequence[int], roles: Sequence[int] | torch.Tensor | None = None,
+                probe: StatsProbe | None = None) -> tuple[torch.Tensor, int]:
         """Bring the cache to exactly ``prompt_ids``; returns the last position's logits ``[V]`` and the reused count."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
+        if not self.model.inference_current():  # the weights changed since (training, a new state dict)
+            log.debug("model weights changed since prepare_inference(): rebuilding the inference weights")
+            self.model.prepare_inference()
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.cache.device)
         role_ids = roles_tensor(roles, 1, ids.shape[1])
         if role_ids is None:
@@ -161,7 +215,7 @@ class Generator:
         role_ids = role_ids.to(ids.device)
         reused = min(self.cache.common_prefix(ids, role_ids), ids.shape[1] - 1)
         self.cache.truncate(reused)
-        logits = self.model(ids[:, reused:], cache=self.cache, roles=role_ids[:, reused:], policy=self.policy, last_only=True)
+        logits = self._forward(ids[:, reused:], probe, roles=role_ids[:, reused:], last_only=True)
         return logits[0, -1], reused
 
     @torch.inference_mode()
@@ -177,7 +231,11 @@ class Generator:
     ) -> Generation:
         config = config or GenerationConfig()
         t0 = time.perf_counter()
-        logits, reused = self.prefill(prompt_ids, roles)
+        probe = StatsProbe(scaling=self.model.config.routed_scaling_factor) if config.step_stats else None
+        logits, reused = self.prefill(prompt_ids, roles, probe)
+        here = (0, 0)  # the (probe block, row) the current logits came from
+        draft_rows: list[tuple[int, int]] = []
+        used: list[tuple[int, int]] = []  # per step, where its logits came from
         prefill_seconds = time.perf_counter() - t0
         rng = torch.Generator(device="cpu").manual_seed(config.seed) if config.seed is not None else None
         eos = self.tokenizer.eos_token_id if config.stop_at_eos else None
@@ -195,6 +253,7 @@ class Generator:
             if should_cancel is not None and should_cancel():
                 finish = "cancelled"
                 break
+            used.append(here)
             scores = logits.float()
             if logits_processor is not None:
                 scores = logits_processor(out, scores.clone())
@@ -234,31 +293,38 @@ class Generator:
             if draft and token == draft[0]:  # a proposed token kept: its logits are computed already
                 draft.pop(0)
                 logits = draft_logits.pop(0)
+                here = draft_rows.pop(0) if draft_rows else here
                 valid += 1
                 accepted += 1
                 continue
             if draft:  # the first proposed token not kept: the cache loses the rest
                 self.cache.truncate(valid)
-                draft, draft_logits = [], []
+                draft, draft_logits, draft_rows = [], [], []
             if len(out) >= config.max_new_tokens:
                 break  # no step needed for a token nobody will read
             proposal = list(drafter(out))[: config.max_new_tokens - len(out) - 1] if drafter is not None else []
             calls += 1
             if proposal:
                 ids = torch.tensor([[token, *proposal]], dtype=torch.long, device=self.cache.device)
-                step_logits = self.model(ids, cache=self.cache, policy=self.policy)[0]
+                step_logits = self._forward(ids, probe)[0]
                 logits = step_logits[0]
                 draft, draft_logits = proposal, list(step_logits[1:])
+                if probe is not None:
+                    block = len(probe.blocks) - 1
+                    here, draft_rows = (block, 0), [(block, j) for j in range(1, len(proposal) + 1)]
                 valid = self.cache.length - len(proposal)
                 drafted += len(proposal)
                 continue
             step_ids = torch.tensor([[token]], dtype=torch.long, device=self.cache.device)
-            logits = self.model(step_ids, cache=self.cache, policy=self.policy)[0, -1]
+            logits = self._forward(step_ids, probe)[0, -1]
+            if probe is not None:
+                here = (len(probe.blocks) - 1, 0)
             valid = self.cache.length
         if draft:
             self.cache.truncate(valid)  # only what was kept (the rest stays right, but unasked)
         if on_text is not None and len(text) > streamed:
             on_text(text[streamed:])
+        stats = probe.finish(used) if probe is not None else None
         return Generation(
             text=text,
             token_ids=out,
@@ -271,4 +337,5 @@ class Generator:
             drafted_tokens=drafted,
             accepted_tokens=accepted,
             forward_calls=calls,
+            stats=stats,
         )

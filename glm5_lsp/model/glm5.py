@@ -15,19 +15,25 @@
 Parameter names match Hugging Face's ``GlmMoeDsaForCausalLM``, so its checkpoints load as they are.
 Inference attends only to the selected keys (``attention.latent_attention_gathered``); the dense
 reference (``reference=True``) masks a full score matrix instead and exists to check the fast path.
-One new token of one sequence on the CPU (decoding) goes through ``decode.decode_one``, the same
-arithmetic in far fewer operations.
+
+``forward`` is the general path. For inference, :meth:`GlmMoeDsaForCausalLM.prepare_inference`
+(``load_model`` and ``Generator`` call it) builds each attention layer's fused projections
+(``MLAttention.fused``) and absorbed ``W_uk``/``W_uv`` (``MLAttention.absorbed``) once; the generator
+then sends the calls they fit to ``decode.decode_one`` / ``decode.prefill_dense``, which compute the
+same thing from those fields and the modules' functional forms (``RMSNorm.one_row``,
+``Router.route_one``, ``Experts.one``, ``MLP.swiglu``, ...) in far fewer operations.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glm5_lsp.model import decode
 from glm5_lsp.model.attention import (
     apply_rope,
     causal_sdpa,
@@ -40,10 +46,13 @@ from glm5_lsp.model.cache import KVCache
 from glm5_lsp.model.config import GlmMoeDsaConfig
 from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
 
+if TYPE_CHECKING:
+    from glm5_lsp.model.stats import StatsProbe
+
 QUERY_CHUNK = 128  # at most this many queries have their keys selected together
 INDEXER_CHUNK_FLOATS = 2**21  # and their per-head indexer scores stay under this many floats (8 MiB)
 FFN_CHUNK = 2048  # tokens whose MLP/MoE activations are computed at once during a long prefill
-DECODE_MAX_TOKENS = 4  # forward calls this short take the fused decoding path
+DECODE_MAX_TOKENS = 4  # forward calls this short use the fused projections (once prepared for inference)
 GATHER_CHUNK = 16  # queries whose selected latents are gathered at once (16: fastest of 8-64 at 4k, 2 threads)
 EXPAND_MIN_QUERIES = 128  # at least this many dense queries: expand per-head K/V and use fused SDPA
 TRAIN_STAGES = ("dense", "indexer_warmup", "sparse")
@@ -57,11 +66,21 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+            return self.rows(x)
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
+
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        """``forward`` for fp32 rows, without the module call."""
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+    def one_row(self, x: torch.Tensor) -> torch.Tensor:
+        """The same for one fp32 row, its scale a Python float from one vector norm (``F.rms_norm``'s
+        composite kernel takes about 1.6x as long on one row)."""
+        norm = float(torch.linalg.vector_norm(x))
+        return torch.mul(x, self.weight).mul_(1.0 / math.sqrt(norm * norm / x.shape[-1] + self.eps))
 
 
 @dataclass
@@ -101,6 +120,8 @@ class Step:
     key_bias: torch.Tensor | None = None  # [B, start + T] policy bias units per key
     forced_keys: torch.Tensor | None = None  # [B, start + T] bool
     forced_rows: torch.Tensor | None = None  # [B, T] bool
+    role_ids: torch.Tensor | None = None  # [B, T] the new tokens' roles (committed to the cache with them)
+    probe: StatsProbe | None = None  # per-step statistics wanted (``stats.py``); None: none collected
 
     @property
     def needs_selection(self) -> bool:
@@ -187,13 +208,6 @@ class Indexer(nn.Module):
         return out
 
 
-def _one_selection(idx: torch.Tensor | None, kend: int) -> Selection:
-    """The newest query's ``Selection`` from the key positions ``decode.decode_one`` picked (None: all keys)."""
-    if idx is None:
-        return Selection(0, 1, kend)
-    return Selection(0, 1, kend, idx.view(1, 1, -1).to(torch.int32), all_valid=True)
-
-
 def _row_std(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """Standard deviation of each row's allowed scores: ``[B, Tq, 1]`` (1 where undefined)."""
     mask = allowed.to(scores.dtype)
@@ -240,6 +254,78 @@ def selection_mask(selections: list[Selection], bsz: int, tq: int, tk: int, star
     return mask
 
 
+class Projection(NamedTuple):
+    """What one attention layer's input projects to for the new tokens (``MLAttention.project``)."""
+
+    q_resid: torch.Tensor  # [B, T, q_lora]: the normalised query latent
+    q_nope: torch.Tensor  # [B, T, H, dn]
+    q_rope: torch.Tensor  # [B, T, H, dr], rotated
+    latents: torch.Tensor  # [B, T, L + R]: normalised c_kv, rotated k_rope (what the cache stores)
+    index_keys: torch.Tensor | None = None  # [B, T, Di], rotated (layers with an indexer)
+    index_queries: torch.Tensor | None = None  # [B, T, Hi, Di] (the fused projection computes them too)
+    index_weights: torch.Tensor | None = None  # [B, T, Hi], scaled
+
+
+class HiddenParts(NamedTuple):
+    """The fused projection of the hidden state, split (``FusedWeights.hidden``); nothing normalised or rotated."""
+
+    q_latent: torch.Tensor  # [.., q_lora]
+    kv_latent: torch.Tensor  # [.., L]
+    rope_key: torch.Tensor  # [.., R]
+    index_key: torch.Tensor | None = None  # [.., Di] (layers with an indexer)
+    index_weights: torch.Tensor | None = None  # [.., Hi], unscaled
+
+
+@dataclass
+class FusedWeights:
+    """One attention layer's projections that read the same input, concatenated (``prepare_inference``).
+
+    ``w_x`` maps the hidden state to [q latent | kv latent | rope key | indexer key | indexer head
+    weights] (``x_sizes``); ``w_q`` maps the normalised q latent to [per-head queries (``q_rows``) |
+    indexer queries].
+    """
+
+    w_x: torch.Tensor
+    w_q: torch.Tensor
+    x_sizes: tuple[int, ...]
+    q_rows: int
+
+    def hidden(self, x: torch.Tensor) -> HiddenParts:
+        return HiddenParts(*F.linear(x, self.w_x).split(self.x_sizes, dim=-1))
+
+
+@dataclass
+class AbsorbedWeights:
+    """``kv_b_proj`` split for the absorbed form, contiguous and detached (``prepare_inference``)."""
+
+    w_uk: torch.Tensor  # [H, dn, L]: folded into the queries
+    w_uv_t: torch.Tensor  # [H, L, dv]: applied to the attended latent
+
+
+class AttentionOutput(NamedTuple):
+    """What ``MLAttention.forward`` returns."""
+
+    out: torch.Tensor  # [B, T, D]
+    selections: list[Selection] | None  # the keys each query chunk attended (None: all, dense)
+    indexer_kl: torch.Tensor | None = None  # training: the indexer's KL loss (full-indexer layers)
+
+
+class LayerOutput(NamedTuple):
+    """What ``DecoderLayer.forward`` returns."""
+
+    hidden: torch.Tensor  # [B, T, D]
+    selections: list[Selection] | None  # this layer's (when kept)
+    indexer_kl: torch.Tensor | None
+
+
+class Route(NamedTuple):
+    """One token's routing (``Router.route_one``): Python lists, as the lean step reads them."""
+
+    experts: list[int]
+    weights: list[float]  # normalised and scaled, as ``Router.choose`` gives them
+    scores: torch.Tensor  # [1, E]: every expert's sigmoid score
+
+
 class MLAttention(nn.Module):
     """Multi-head latent attention with DSA top-k selection."""
 
@@ -262,6 +348,41 @@ class MLAttention(nn.Module):
         self.kv_b_proj = nn.Linear(self.kv_rank, self.n_heads * (self.nope_dim + self.v_dim), bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.v_dim, config.hidden_size, bias=bias)
         self.indexer = Indexer(config) if config.indexer_types[layer_idx] == "full" else None
+        # Built by ``prepare_inference`` (None before, and for ``fused`` with attention biases):
+        self.fused: FusedWeights | None = None
+        self.absorbed: AbsorbedWeights | None = None
+        self._stamp: tuple | None = None  # the source weights' (storage, version) when they were built
+
+    # -- inference weights, built once ------------------------------------------------------------
+    def _sources(self) -> list[torch.Tensor]:
+        srcs = [self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight, self.q_b_proj.weight, self.kv_b_proj.weight]
+        if self.indexer is not None:
+            srcs += [self.indexer.wk.weight, self.indexer.weights_proj.weight, self.indexer.wq_b.weight]
+        return srcs
+
+    def _weights_stamp(self) -> tuple:
+        return tuple((t.data_ptr(), t._version) for t in self._sources())
+
+    @torch.no_grad()
+    def prepare_inference(self) -> None:
+        """Build ``fused`` and ``absorbed`` from the current weights."""
+        idx = self.indexer
+        w_x = [self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight]
+        w_q = [self.q_b_proj.weight]
+        sizes = [self.q_a_proj.out_features, self.kv_rank, self.rope_dim]
+        if idx is not None:
+            w_x += [idx.wk.weight, idx.weights_proj.weight.to(self.q_a_proj.weight.dtype)]
+            w_q += [idx.wq_b.weight]
+            sizes += [idx.head_dim, idx.n_heads]
+        biased = self.q_a_proj.bias is not None or self.kv_a_proj_with_mqa.bias is not None
+        self.fused = None if biased else FusedWeights(torch.cat(w_x), torch.cat(w_q), tuple(sizes), self.n_heads * self.q_dim)
+        w_uk, w_uv = self._kv_b()
+        self.absorbed = AbsorbedWeights(w_uk.contiguous(), w_uv.transpose(1, 2).contiguous())
+        self._stamp = self._weights_stamp()
+
+    def inference_current(self) -> bool:
+        """Whether ``fused``/``absorbed`` were built from the weights as they are now (a cheap check)."""
+        return self._stamp is not None and self._stamp == self._weights_stamp()
 
     # -- helpers for the absorbed (latent-space) form ---------------------------------------------
     def _kv_b(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,37 +400,42 @@ class MLAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, step: Step, prev: list[Selection] | None):
         bsz, t, _ = x.shape
-        fused = t <= DECODE_MAX_TOKENS and step.stage is None and not step.reference and not torch.is_grad_enabled()
-        q_resid, q_nope, q_rope, new_latents, idx_keys, iq, iw = (
-            self._project_fused(x, step) if fused else self._project(x, step)
+        fused = (
+            self.fused is not None and t <= DECODE_MAX_TOKENS and step.stage is None and not step.reference
+            and not torch.is_grad_enabled() and self.inference_current()
         )
+        p = self.project_fused(x, step) if fused else self.project(x, step)
+        idx_keys = p.index_keys
         if step.cache is not None:
-            step.cache.write(self.layer_idx, new_latents, idx_keys, step.start)
+            step.cache.write(self.layer_idx, p.latents, idx_keys, step.start)
             latents = step.cache.latents[self.layer_idx][:, : step.start + t]
             if idx_keys is not None:
                 idx_keys = step.cache.index_keys[self.layer_idx][:, : step.start + t]
         else:
-            latents = new_latents
+            latents = p.latents
 
         if step.stage is not None:
-            return self._forward_train(x, q_resid, q_nope, q_rope, latents, idx_keys, step, prev)
+            return self._forward_train(x, p.q_resid, p.q_nope, p.q_rope, latents, idx_keys, step, prev)
 
+        iq, iw = p.index_queries, p.index_weights
         selections = prev
         if step.needs_selection and self.indexer is not None:
             if iq is None:
-                iq, iw = self.indexer.queries(x, q_resid, step.cos, step.sin)
+                iq, iw = self.indexer.queries(x, p.q_resid, step.cos, step.sin)
             selections = self.indexer.select(iq, iw, idx_keys, step)
         if step.needs_selection and selections is None:
             raise ValueError(f"layer {self.layer_idx} is 'shared' but no earlier layer ran the indexer")
 
         if step.reference:
-            out = self._attend_reference(q_nope, q_rope, latents, step, selections)
+            out = self._attend_reference(p.q_nope, p.q_rope, latents, step, selections)
         else:
-            out = self._attend_fast(q_nope, q_rope, latents, step, selections)
-        return self.o_proj(out.reshape(bsz, t, self.n_heads * self.v_dim)), selections
+            out = self._attend_fast(p.q_nope, p.q_rope, latents, step, selections)
+        if step.probe is not None:
+            self._observe(step, x, p._replace(index_queries=iq, index_weights=iw), latents, selections)
+        return AttentionOutput(self.o_proj(out.reshape(bsz, t, self.n_heads * self.v_dim)), selections)
 
-    def _project(self, x: torch.Tensor, step: Step):
-        """Queries, the new latents and indexer keys; indexer queries are left to ``forward`` (None)."""
+    def project(self, x: torch.Tensor, step: Step) -> Projection:
+        """Queries, the new latents and indexer keys; the indexer's queries are left to ``forward`` (None)."""
         bsz, t, _ = x.shape
         q_resid = self.q_a_layernorm(self.q_a_proj(x))  # [B, T, q_lora]
         q = self.q_b_proj(q_resid).view(bsz, t, self.n_heads, self.q_dim)  # [B, T, H, dq]
@@ -318,60 +444,59 @@ class MLAttention(nn.Module):
         c_kv, k_rope = self.kv_a_proj_with_mqa(x).split([self.kv_rank, self.rope_dim], dim=-1)
         new_latents = torch.cat([self.kv_a_layernorm(c_kv), apply_rope(k_rope, step.cos, step.sin)], dim=-1)
         idx_keys = self.indexer.keys(x, step.cos, step.sin) if self.indexer is not None else None
-        return q_resid, q_nope, q_rope, new_latents, idx_keys, None, None
+        return Projection(q_resid, q_nope, q_rope, new_latents, idx_keys)
 
-    # -- decoding: the same projections with fewer, larger operations -----------------------------
-    def _fused_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Projections that read the same input, concatenated (recomputed if any weight changes).
-
-        ``w_x`` maps the hidden state to [q latent | kv latent + rope key | indexer key | indexer head
-        weights]; ``w_q`` maps the q latent to [per-head queries | indexer queries].
-        """
-        idx = self.indexer
-        srcs = [self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight, self.q_b_proj.weight]
-        if idx is not None:
-            srcs += [idx.wk.weight, idx.weights_proj.weight, idx.wq_b.weight]
-        key = tuple((t.data_ptr(), t._version) for t in srcs)
-        if getattr(self, "_fused_key", None) != key:
-            w_x = [self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight]
-            w_q = [self.q_b_proj.weight]
-            if idx is not None:
-                w_x += [idx.wk.weight, idx.weights_proj.weight.to(self.q_a_proj.weight.dtype)]
-                w_q += [idx.wq_b.weight]
-            self._fused = (torch.cat(w_x).detach(), torch.cat(w_q).detach())
-            self._fused_key = key
-        return self._fused
-
-    def _project_fused(self, x: torch.Tensor, step: Step):
-        """``_project`` plus the indexer queries, in three matmuls and one RoPE call (for decoding)."""
-        if self.q_a_proj.bias is not None or self.kv_a_proj_with_mqa.bias is not None:
-            return self._project(x, step)
+    def project_fused(self, x: torch.Tensor, step: Step) -> Projection:
+        """``project`` plus the indexer's queries, from ``fused``: three matmuls and one RoPE call."""
         bsz, t, _ = x.shape
         idx = self.indexer
-        w_x, w_q = self._fused_weights()
-        sizes = [self.q_a_proj.out_features, self.kv_rank, self.rope_dim]
-        if idx is not None:
-            sizes += [idx.head_dim, idx.n_heads]
-        parts = F.linear(x, w_x).split(sizes, dim=-1)
-        q_resid = self.q_a_layernorm(parts[0])
-        qs = F.linear(q_resid, w_q)
-        q = qs[..., : self.n_heads * self.q_dim].view(bsz, t, self.n_heads, self.q_dim)
+        fused = self.fused
+        assert fused is not None, "prepare_inference() builds the fused projections"
+        parts = fused.hidden(x)
+        q_resid = self.q_a_layernorm(parts.q_latent)
+        qs = F.linear(q_resid, fused.w_q)
+        q = qs[..., : fused.q_rows].view(bsz, t, self.n_heads, self.q_dim)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
-        rot = [q_rope, parts[2].unsqueeze(2)]  # every rotary slice of this layer, rotated at once
+        rot = [q_rope, parts.rope_key.unsqueeze(2)]  # every rotary slice of this layer, rotated at once
         if idx is not None:
-            iq = qs[..., self.n_heads * self.q_dim :].view(bsz, t, idx.n_heads, idx.head_dim)
-            ik = idx.k_norm(parts[3])
+            iq = qs[..., fused.q_rows :].view(bsz, t, idx.n_heads, idx.head_dim)
+            ik = idx.k_norm(parts.index_key)
             rot += [iq[..., : self.rope_dim], ik[..., : self.rope_dim].unsqueeze(2)]
         rot = apply_rope(torch.cat(rot, dim=2), step.cos, step.sin)
         q_rope, k_rope = rot[:, :, : self.n_heads], rot[:, :, self.n_heads]
-        new_latents = torch.cat([self.kv_a_layernorm(parts[1]), k_rope], dim=-1)
+        new_latents = torch.cat([self.kv_a_layernorm(parts.kv_latent), k_rope], dim=-1)
         if idx is None:
-            return q_resid, q_nope, q_rope, new_latents, None, None, None
+            return Projection(q_resid, q_nope, q_rope, new_latents)
         h = self.n_heads + 1
         iq = torch.cat([rot[:, :, h : h + idx.n_heads], iq[..., self.rope_dim :]], dim=-1)
         idx_keys = torch.cat([rot[:, :, -1], ik[..., self.rope_dim :]], dim=-1)
-        weights = parts[4].float() * idx.n_heads**-0.5
-        return q_resid, q_nope, q_rope, new_latents, idx_keys, iq, weights
+        weights = parts.index_weights.float() * idx.n_heads**-0.5
+        return Projection(q_resid, q_nope, q_rope, new_latents, idx_keys, iq, weights)
+
+    def _observe(self, step: Step, x: torch.Tensor, p: Projection, latents: torch.Tensor,
+                 selections: list[Selection] | None) -> None:
+        """Record ``step.probe``'s rows (``stats.py``): the attention's mass per key role over the keys
+        each row attended, and the indexer's queries (scored at the end of the generation). Batch 1."""
+        probe = step.probe
+        assert probe is not None
+        rows = probe.rows
+        t, tk = x.shape[1], latents.shape[1]
+        if selections is None:
+            allowed = causal_allowed(step.start, t, tk, x.device)[rows]
+        else:
+            allowed = selection_mask(selections, 1, t, tk, step.start, x.device)[0, rows]
+        w_uk, _ = self._kv_b()
+        q_cat = self._absorb(p.q_nope[:, rows], p.q_rope[:, rows], w_uk)[0]  # [n, H, L + R]
+        scores = torch.einsum("nhl,kl->nhk", q_cat, latents[0]).float() * self.scale
+        probs = torch.softmax(scores.masked_fill(~allowed[:, None], float("-inf")), dim=-1)
+        probe.attention(probs, probe.key_roles(tk))
+        if self.indexer is not None:
+            if p.index_queries is None:
+                iq, iw = self.indexer.queries(x[:, rows], p.q_resid[:, rows], step.cos[rows], step.sin[rows])
+            else:
+                iq, iw = p.index_queries[:, rows], p.index_weights[:, rows]
+            r = self.rope_dim
+            probe.index_query(self.layer_idx, iq[0, :, :, :r].contiguous(), iq[0, :, :, r:], iw[0], 1.0, self.indexer.scale)
 
     def _attend_reference(self, q_nope, q_rope, latents, step: Step, selections) -> torch.Tensor:
         bsz, t = q_nope.shape[:2]
@@ -426,16 +551,6 @@ class MLAttention(nn.Module):
         flush()
         return out
 
-    def _absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``W_uk [H, dn, L]`` and ``W_uv`` transposed ``[H, L, dv]``, contiguous, for decoding (no autograd)."""
-        w = self.kv_b_proj.weight
-        key = (w.data_ptr(), w._version)
-        if getattr(self, "_absorbed_key", None) != key:
-            w_uk, w_uv = self._kv_b()
-            self._absorbed = (w_uk.detach().contiguous(), w_uv.detach().transpose(1, 2).contiguous())
-            self._absorbed_key = key
-        return self._absorbed
-
     def _absorb(self, q_nope: torch.Tensor, q_rope: torch.Tensor, w_uk: torch.Tensor) -> torch.Tensor:
         """Queries in latent space: ``[B, Tq, H, L + R]``."""
         return torch.cat([torch.einsum("bthd,hdl->bthl", q_nope, w_uk), q_rope], dim=-1)
@@ -481,7 +596,13 @@ class MLAttention(nn.Module):
             terms = torch.where(target > 0, target * (torch.log(target.clamp(min=1e-12)) - logq), torch.zeros_like(logq))
             kl = terms.sum(-1).mean()
         out = self.o_proj(out.transpose(1, 2).reshape(bsz, t, self.n_heads * self.v_dim))
-        return out, selections, kl
+        return AttentionOutput(out, selections, kl)
+
+
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` for a ``[.., 2I]`` product whose first half is the gate."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 class MLP(nn.Module):
@@ -492,7 +613,12 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.swiglu(x)
+
+    def swiglu(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP as three products on its weights (no module calls)."""
+        gate = F.silu(F.linear(x, self.gate_proj.weight))
+        return F.linear(gate * F.linear(x, self.up_proj.weight), self.down_proj.weight)
 
 
 class Router(nn.Module):
@@ -511,7 +637,14 @@ class Router(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [N, H]`` -> expert ids ``[N, k]`` and weights ``[N, k]`` (fp32)."""
-        scores = F.linear(x.float(), self.weight.float()).sigmoid()
+        return self.choose(self.scores(x))
+
+    def scores(self, x: torch.Tensor) -> torch.Tensor:
+        """Each expert's sigmoid score ``[N, E]`` (fp32)."""
+        return F.linear(x.float(), self.weight.float()).sigmoid()
+
+    def choose(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Expert ids ``[N, k]`` and their weights ``[N, k]`` from ``scores [N, E]``."""
         choice = scores + self.e_score_correction_bias
         if self.n_group > 1:
             grouped = choice.view(-1, self.n_group, self.n_experts // self.n_group)
@@ -525,6 +658,23 @@ class Router(nn.Module):
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         return idx, weights * self.scaling
 
+    def route_one(self, h: torch.Tensor) -> Route:
+        """One token ``h [1, H]`` (fp32): the chosen experts and their weights as Python lists (the same
+        choice as ``choose``, read once as floats: a handful of experts costs less in Python than in
+        tensor operations), and the scores ``[1, E]``."""
+        scores = self.scores(h)
+        if self.n_group > 1:
+            idx, weights = self.choose(scores)
+            return Route(idx[0].tolist(), weights[0].tolist(), scores)
+        choice = (scores + self.e_score_correction_bias)[0].tolist()
+        chosen = sorted(range(len(choice)), key=choice.__getitem__, reverse=True)[: self.top_k]
+        values = scores[0].tolist()
+        picked = [values[e] for e in chosen]
+        if self.norm_topk_prob:
+            total = sum(picked) + 1e-20
+            picked = [w / total for w in picked]
+        return Route(chosen, [w * self.scaling for w in picked], scores)
+
 
 class Experts(nn.Module):
     def __init__(self, config: GlmMoeDsaConfig) -> None:
@@ -537,11 +687,8 @@ class Experts(nn.Module):
         """Tokens grouped by expert, one matmul pair per expert that has any."""
         n, k = idx.shape
         if n == 1:  # decoding: just the chosen experts
-            out = torch.zeros_like(x)
-            for expert, w in zip(idx[0].tolist(), weights[0].tolist()):
-                gate, up = F.linear(x, self.gate_up_proj[expert]).chunk(2, dim=-1)
-                out = out + F.linear(F.silu(gate) * up, self.down_proj[expert]) * w
-            return out
+            out = self.one(x, idx[0].tolist(), weights[0].tolist())
+            return torch.zeros_like(x) if out is None else out
         flat = idx.reshape(-1)
         order = flat.argsort(stable=True)
         counts = torch.bincount(flat, minlength=self.gate_up_proj.shape[0]).tolist()
@@ -553,12 +700,43 @@ class Experts(nn.Module):
             if count == 0:
                 continue
             rows = tokens[pos : pos + count]
-            h = F.linear(x[rows], self.gate_up_proj[expert])
-            gate, up = h.chunk(2, dim=-1)
-            y = F.linear(F.silu(gate) * up, self.down_proj[expert]) * w[pos : pos + count, None]
-            out.index_add_(0, rows, y)
+            y = F.linear(swiglu(F.linear(x[rows], self.gate_up_proj[expert])), self.down_proj[expert])
+            out.index_add_(0, rows, y * w[pos : pos + count, None])
             pos += count
         return out
+
+    def one(self, x: torch.Tensor, chosen: list[int], weights: list[float]) -> torch.Tensor | None:
+        """One token ``x [1, H]`` through the ``chosen`` experts, weighted (None when none is chosen)."""
+        out = None
+        for expert, weight in zip(chosen, weights):
+            y = F.linear(swiglu(F.linear(x, self.gate_up_proj[expert])), self.down_proj[expert]) * weight
+            out = y if out is None else out + y
+        return out
+
+    def padded(self, x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """``forward`` for a few tokens in a fixed number of operations: each expert's tokens gathered
+        into one padded batch ``[E, C, H]`` (C: the busiest expert's count; padding rows read a zero
+        row and are dropped), two batched products, one scatter back. A short prompt's tokens spread
+        over most experts, and the per-expert loop's dozens of small operations cost more than the
+        padded rows' arithmetic."""
+        n, hidden = x.shape
+        n_experts = self.gate_up_proj.shape[0]
+        flat = idx.reshape(-1)
+        order = flat.argsort(stable=True)
+        counts = torch.bincount(flat, minlength=n_experts)
+        capacity = int(counts.max())
+        starts = torch.cumsum(counts, 0) - counts
+        expert = flat[order]  # the assignments grouped by expert
+        slot = torch.arange(flat.numel()) - starts[expert]  # each assignment's row in its expert's batch
+        rows = torch.full((n_experts, capacity), n, dtype=torch.long)  # n: the zero row
+        rows[expert, slot] = order // idx.shape[1]
+        scale = torch.zeros(n_experts, capacity, 1, dtype=x.dtype)
+        scale[expert, slot, 0] = weights.reshape(-1)[order].to(x.dtype)
+        batch = torch.cat([x, x.new_zeros(1, hidden)])[rows]  # [E, C, H]
+        y = torch.bmm(swiglu(torch.bmm(batch, self.gate_up_proj.transpose(1, 2))), self.down_proj.transpose(1, 2))
+        out = x.new_zeros(n + 1, hidden)
+        out.index_add_(0, rows.view(-1), (y * scale).view(-1, hidden))
+        return out[:n]
 
 
 class MoE(nn.Module):
@@ -573,6 +751,13 @@ class MoE(nn.Module):
         flat = x.reshape(-1, shape[-1])
         idx, weights = self.gate(flat)
         return (self.experts(flat, idx, weights) + self.shared_experts(flat)).view(shape)
+
+    def observe(self, h: torch.Tensor, probe: StatsProbe) -> None:
+        """Record the router's statistics for the tokens ``h [n, H]`` (the layer's normalised input at
+        the probe's rows), computed on the side: routed and shared outputs, as ``forward`` makes them."""
+        scores = self.gate.scores(h)
+        idx, weights = self.gate.choose(scores)
+        probe.router(scores, weights.max(-1).values, self.experts(h, idx, weights), self.shared_experts.swiglu(h))
 
 
 class DecoderLayer(nn.Module):
@@ -589,17 +774,18 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, step: Step, prev: list[Selection] | None, keep: bool = True):
         """``keep``: return this layer's selections (a later shared layer, or the caller, needs them)."""
         result = self.self_attn(self.input_layernorm(x), step, prev)
-        h, selections = result[0], (result[1] if keep else None)
-        kl = result[2] if len(result) == 3 else None
+        h, selections, kl = result.out, (result.selections if keep else None), result.indexer_kl
         del result  # so a selection nobody needs is freed before the MLP runs
         x = x + h
+        if step.probe is not None and isinstance(self.mlp, MoE):
+            self.mlp.observe(self.post_attention_layernorm(x[0, step.probe.rows]), step.probe)
         if torch.is_grad_enabled() or x.shape[1] <= FFN_CHUNK:
             x = x + self.mlp(self.post_attention_layernorm(x))
         else:  # long prefill: bound the MLP's intermediate activations
             for a in range(0, x.shape[1], FFN_CHUNK):
                 part = x[:, a : a + FFN_CHUNK]
                 x[:, a : a + FFN_CHUNK] = part + self.mlp(self.post_attention_layernorm(part))
-        return x, selections, kl
+        return LayerOutput(x, selections, kl)
 
 
 class GlmMoeDsaModel(nn.Module):
@@ -620,7 +806,6 @@ class GlmMoeDsaForCausalLM(nn.Module):
     def __init__(self, config: GlmMoeDsaConfig) -> None:
         super().__init__()
         self.config = config
-        self.lean_decode = True  # one-token CPU steps take ``decode.decode_one`` (False: the general path; tests)
         self.model = GlmMoeDsaModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
@@ -646,12 +831,32 @@ class GlmMoeDsaForCausalLM(nn.Module):
                 if getattr(module, "bias", None) is not None:
                     module.bias.data.zero_()
 
+    # -- inference ---------------------------------------------------------------------------------
+    def prepare_inference(self) -> GlmMoeDsaForCausalLM:
+        """Build every attention layer's ``fused`` projections and ``absorbed`` weights from the
+        weights as they are (``load_model`` and ``Generator`` call it; call it again after changing
+        weights). Returns the model."""
+        for layer in self.model.layers:
+            layer.self_attn.prepare_inference()
+        return self
+
+    @property
+    def prepared(self) -> bool:
+        """Whether ``prepare_inference`` has run (the lean paths need it)."""
+        return all(layer.self_attn.absorbed is not None for layer in self.model.layers)
+
+    def inference_current(self) -> bool:
+        """Whether the inference weights were built from the weights as they are now (one look at each
+        source tensor's storage and version: cheap, but once per generation, not per step). A change
+        made through ``.data`` bypasses the version counter: call ``prepare_inference`` after one."""
+        return all(layer.self_attn.inference_current() for layer in self.model.layers)
+
     def _step(self, bsz: int, t: int, cache: KVCache | None, roles, policy, dense: bool, reference: bool, stage=None):
         start = cache.length if cache is not None else 0
         device = self.lm_head.weight.device
         cos, sin = rope_cos_sin(torch.arange(start, start + t, device=device), self.config.qk_rope_head_dim, self.config.rope_theta)
         topk = self.config.index_topk
-        step = Step(start, cos, sin, cache, topk, dense, reference, stage)
+        step = Step(start, cos, sin, cache, topk, dense, reference, stage, role_ids=roles)
         if policy is not None and not dense:
             step.topk = policy.topk(topk)
             if stage is None and start + t <= step.topk:
@@ -668,7 +873,7 @@ class GlmMoeDsaForCausalLM(nn.Module):
                 step.forced_rows = forced[:, start:]
         return step
 
-    def forward(
+    def prepare_step(
         self,
         input_ids: torch.Tensor,
         *,
@@ -677,16 +882,11 @@ class GlmMoeDsaForCausalLM(nn.Module):
         policy: AttentionPolicy | None = None,
         dense: bool = False,
         reference: bool = False,
-        last_only: bool = False,
-        return_selections: bool = False,
-    ):
-        """``input_ids [B, T]`` -> logits ``[B, T, V]`` (``[B, 1, V]`` with ``last_only``).
-
-        ``cache``: continue after the tokens it holds and append these. ``roles [B, T]``: per-token
-        ``Role`` ids for the attention ``policy``. ``dense``: full causal attention, no DSA.
-        ``reference``: dense masked kernels (tests). ``return_selections``: also return each layer's
-        ``list[Selection]`` (None where attention was dense).
-        """
+        probe: StatsProbe | None = None,
+    ) -> Step:
+        """The :class:`Step` of one forward call of ``input_ids [B, T]`` (arguments as ``forward``'s):
+        positions, RoPE, the top-k budget and the policy's biases and forced keys; the cache made
+        room for the new tokens. ``forward_step`` or one of ``decode.py``'s paths then runs it."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [B, T], got shape {list(input_ids.shape)}")
         bsz, t = input_ids.shape
@@ -698,14 +898,41 @@ class GlmMoeDsaForCausalLM(nn.Module):
         if role_ids is None:
             role_ids = torch.full((bsz, t), int(Role.CODE), dtype=torch.long)
         step = self._step(bsz, t, cache, role_ids.to(input_ids.device), policy, dense, reference)
-        if cache is not None and decode.applies(self, input_ids, cache, step):  # one token: the lean step
-            picked: list[torch.Tensor | None] | None = [] if return_selections else None
-            logits = decode.decode_one(self, input_ids, cache, step, role_ids, picked)
-            if picked is None:
-                return logits
-            return logits, [None if step.dense else [_one_selection(idx, step.start + 1)] for idx in picked]
-        if cache is not None and last_only and not return_selections and decode.applies_dense(self, input_ids, cache, step):
-            return decode.prefill_dense(self, input_ids, cache, step, role_ids)  # a short prompt: every key attended
+        step.probe = probe
+        return step
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        *,
+        cache: KVCache | None = None,
+        roles: torch.Tensor | list | None = None,
+        policy: AttentionPolicy | None = None,
+        dense: bool = False,
+        reference: bool = False,
+        last_only: bool = False,
+        return_selections: bool = False,
+        probe: StatsProbe | None = None,
+    ):
+        """``input_ids [B, T]`` -> logits ``[B, T, V]`` (``[B, 1, V]`` with ``last_only``), by the general path.
+
+        ``cache``: continue after the tokens it holds and append these. ``roles [B, T]``: per-token
+        ``Role`` ids for the attention ``policy``. ``dense``: full causal attention, no DSA.
+        ``reference``: dense masked kernels (tests). ``return_selections``: also return each layer's
+        ``list[Selection]`` (None where attention was dense). ``probe``: record the per-step
+        statistics of the last row (``last_only``) or of every row (``stats.py``; batch 1).
+        """
+        step = self.prepare_step(input_ids, cache=cache, roles=roles, policy=policy, dense=dense,
+                                 reference=reference, probe=probe)
+        return self.forward_step(input_ids, step, last_only=last_only, return_selections=return_selections)
+
+    def forward_step(self, input_ids: torch.Tensor, step: Step, *, last_only: bool = False,
+                     return_selections: bool = False):
+        """``forward`` for a prepared ``step`` (``prepare_step``)."""
+        t = input_ids.shape[1]
+        probe = step.probe
+        if probe is not None:
+            probe.begin(step, t, last_only)
         x = self.model.embed_tokens(input_ids)
         selections = None
         per_layer = []
@@ -718,8 +945,11 @@ class GlmMoeDsaForCausalLM(nn.Module):
             del prev
             if return_selections:
                 per_layer.append(selections)
-        if cache is not None:
-            cache.commit(input_ids, role_ids)
+        if step.cache is not None:
+            step.cache.commit(input_ids, step.role_ids)
+        if probe is not None:
+            probe.hidden(x[0, probe.rows])
+            probe.end()
         if last_only:
             x = x[:, -1:]
         logits = self.lm_head(self.model.norm(x))

@@ -7,6 +7,8 @@
 - The multi-token-prediction layer (layer index ``num_hidden_layers`` and beyond) is ignored.
 - The model is built on the ``meta`` device and each tensor is read once and assigned in place:
   no second copy of the weights is ever held. Pickle files are refused, never unpickled.
+- The loaded model is ready for inference (``prepare_inference``: the fused projections and absorbed
+  attention weights the decoding paths read are built once, here).
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ def load_model(
     model.load_state_dict(state, assign=True, strict=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    return model.eval()
+    return model.eval().prepare_inference()
 
 
 def _fuse(prefix: str, parts: dict[int, dict[str, torch.Tensor]], keep) -> None:

@@ -51,11 +51,11 @@ def perplexity(model: GlmMoeDsaForCausalLM, rows: np.ndarray, dense: bool, batch
 def dense_attention_probs(attn: MLAttention, x: torch.Tensor, step) -> tuple[torch.Tensor, torch.Tensor]:
     """The layer's dense causal attention ``[B, H, T, T]`` and its query latent, from its input.
 
-    Uses the layer's own projections (``_project``, ``_expand``) and the dense reference kernel;
+    Uses the layer's own projections (``project``, ``_expand``) and the dense reference kernel;
     ``test_train_loop`` checks the result reproduces the layer's output.
     """
     t = x.shape[1]
-    q_resid, q_nope, q_rope, latents, *_ = attn._project(x, step)
+    q_resid, q_nope, q_rope, latents, *_ = attn.project(x, step)
     k, v = attn._expand(latents)  # [B, H, T, dq], [B, H, T, dv]
     q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)  # [B, H, T, dq]
     allowed = causal_allowed(0, t, t, x.device)[None, None]
