@@ -292,7 +292,17 @@ def main(args: argparse.Namespace) -> int:
         torch.set_num_threads(1)
         collect(args.packages, args.rows[0], positions=args.positions, seed=args.seed)
     every = read_rows(args.rows)
-    rows = [r for r in every if r["package"] in set(args.packages)]
+    rows, seen, repeated = [], set(), 0
+    for row in every:  # a cursor collected twice (another seed's run) counts once, as first collected
+        key = (row["package"], row["path"], row["offset"], "single" in row, (row.get("block") or {}).get("at"))
+        if key in seen:
+            repeated += 1
+            continue
+        seen.add(key)
+        if row["package"] in set(args.packages):
+            rows.append(row)
+    if repeated:
+        print(f"{repeated} cursors collected twice counted once")
     others = {r["package"] for r in every} - set(args.packages)
     if others:
         print(f"left out of the figures (not asked for, or not REPORT packages): {', '.join(sorted(others))}")

@@ -139,3 +139,53 @@ def test_the_drift_command_reads_the_log(gate: Gate, tmp_path: Path, capsys: pyt
     out = capsys.readouterr().out
     assert "needs retraining" in out and "lp_mean" in out
     assert json.loads((folder / "gate.json").read_text())["histograms"]["lp_mean"]["counts"]
+
+
+def test_the_stability_check_holds_an_update_to_the_training_rows_until_the_features_move(
+        gate: Gate, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kept beside the gate, the training rows stop an update that forgets them, unless the model's
+    candidates no longer look like them (drift past KL 0.1): then they are out of date."""
+    checks = gate_data.rows(300, seed=30)
+    gate.checks = [(r["single"]["features"], bool(r["single"]["exact"])) for r in checks if r["single"]["shown"]]
+    folder = gate.save(tmp_path / "gate")
+    gate.checks = []
+    args = ["--model", str(tmp_path), "--out", str(folder)]
+    changed = gate_data.rows(900, seed=7, relation="cursor_column")  # same features, another relation
+    _log_outcomes(tmp_path / "changed.jsonl", changed)
+    before = _gate_files(folder)
+    assert main(["gate", "train", "--log", str(tmp_path / "changed.jsonl"), *args]) == 0
+    out = capsys.readouterr().out
+    assert "worse on training check" in out and _gate_files(folder) == before
+    moved = gate_data.rows(900, seed=7, relation="cursor_column", shift=1.5)  # and the features moved
+    _log_outcomes(tmp_path / "moved.jsonl", moved)
+    assert main(["gate", "train", "--log", str(tmp_path / "moved.jsonl"), *args]) == 0
+    out = capsys.readouterr().out
+    assert "features drifted" in out and "no worse" in out and _gate_files(folder) != before
+
+
+def test_an_update_learns_from_this_models_suggestions_and_becomes_its_gate(
+        gate: Gate, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from glm5_lsp.gate.booster import model_fingerprint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"new weights" * 50)
+    folder = gate.save(model / "gate")  # trained for other weights (no fingerprint of these)
+    rows = gate_data.rows(900, seed=7, relation="cursor_column")
+    clock = [1000.0]
+    log = AcceptanceLog(tmp_path / "log.jsonl", clock=lambda: clock[0])
+    for number, row in enumerate(rows):
+        for owner in ("other-model", model_fingerprint(model)):  # the same outcomes under two models
+            key = f"{owner}{number}"
+            log.shown(key, features=row["single"]["features"], score=0.5, threshold=0.3, text="x", language="python",
+                      model=owner)
+            if row["single"]["exact"]:
+                log.accepted(key)
+        clock[0] += 2
+    clock[0] += 100
+    log.shown("last", features={}, score=None, threshold=None, text="x", language="python", model="other-model")
+    assert main(["gate", "train", "--log", str(tmp_path / "log.jsonl"), "--model", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "900 outcomes" in out and "no worse" in out  # the other model's 900 left out
+    updated = Gate.load(folder, model)
+    assert updated.meta["model_fingerprint"] == model_fingerprint(model) and not updated.stale

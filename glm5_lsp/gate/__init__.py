@@ -30,7 +30,7 @@ Wiring (the server's and the pipeline's own files; nothing here imports LSP type
 3. Acceptance log (setting ``completion.acceptanceLog``, on by default, off writes nothing):
    ``tracker = SuggestionTracker(AcceptanceLog(enabled=setting))``; when an inline item is sent:
    ``key = tracker.shown(uri, text, offset, verdict.text, features=verdict.features,
-   score=verdict.score, threshold=gate.threshold, language=..., model=fingerprint)`` and the item gets
+   score=verdict.score, threshold=gate.threshold, language=..., model=gate.model)`` and the item gets
    ``command=Command("Accepted", "glm5.accepted", [key])``; the ``glm5.accepted`` command calls
    ``tracker.accepted(key)``; every ``didChange`` calls ``tracker.changed(uri, new_text)``. Not for the
    rest of a suggestion being typed through (that is the same suggestion).

@@ -144,7 +144,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.log is not None:
         if gate is None:
             gate = Gate.load(folder, model)
-        updated = _update_from_log(gate, args.log)
+        updated = _update_from_log(gate, args.log, model)
         if updated is None and not args.data:
             return 0  # the gate in the folder stays as it is
         gate = updated or gate
@@ -181,18 +181,40 @@ def check_rows(rows: list[dict[str, Any]], negatives: int = 500, seed: int = 0) 
     return positive + negative[:negatives]
 
 
-def _update_from_log(gate: Any, log_arg: str) -> Any:
+def _update_from_log(gate: Any, log_arg: str, model: Path) -> Any:
     from glm5_lsp.gate.acceptance import default_log_path, read_outcomes
+    from glm5_lsp.gate.booster import GateError, model_fingerprint
+    from glm5_lsp.gate.drift import DriftMonitor
     from glm5_lsp.gate.train import update_quality
 
     path = Path(log_arg) if log_arg else default_log_path()
+    try:
+        current = model_fingerprint(model)
+    except (GateError, OSError):
+        current = None
     outcomes = sorted(read_outcomes(path), key=lambda o: o.shown_at) if path.exists() else []
+    # suggestions another model made say nothing about this one's (records without a model: kept)
+    outcomes = [o for o in outcomes if o.model is None or current is None or o.model == current]
     local = [({k: (float("nan") if v is None else float(v)) for k, v in o.features.items()}, o.kept) for o in outcomes]
-    result = update_quality(gate, local, {"training check": gate.checks} if gate.checks else {})
+    # The stability check holds the update to the training rows while they still describe the
+    # candidates; once the model under the gate changed (stale) or its features drifted, they no longer do.
+    drift = DriftMonitor.from_meta(gate.meta)
+    for values, _ in local:
+        drift.add(values)
+    moved = drift.report()
+    checks = {"training check": gate.checks} if gate.checks else {}
+    if checks and (gate.stale or moved.flagged):
+        why = "the weights changed" if gate.stale else f"the features drifted ({', '.join(moved.drifted[:3])})"
+        print(f"{why}: the training rows are not held to (no stability check)")
+        checks = {}
+    result = update_quality(gate, local, checks)
     print(f"update from {path}: {len(local)} outcomes, {sum(1 for _, y in local if y)} kept: {result.reason}")
     if not result.kept_new:
         print("kept the current booster")
         return None
+    if current is not None and result.gate is not None:  # learnt from this model's suggestions: it is its gate now
+        result.gate.meta["model_fingerprint"] = current
+        result.gate.stale = False
     return result.gate
 
 

@@ -75,9 +75,13 @@ FEATURES: tuple[str, ...] = (
     "rounds", "finished_word", "truncated", "clean", "finish_reason", "prompt_tokens", "completion_tokens",
     # the candidate's shape
     "chars", "lines", "first_line_chars", "first_line_words", "ending", "closes_line", "net_brackets",
-    "has_quote", "word_chars", "cut_chars", "line_seen", "line_seen_whole", "typed_seen", "word_seen", "word_kind", "only_word", "ends_line", "line_complete",
+    "has_quote", "word_chars", "cut_chars", "word_kind", "only_word", "ends_line", "line_complete",
+    # the candidate against the document: the completed line (anywhere, and as a whole line), the typed
+    # line, the finished word
+    "line_seen", "line_seen_whole", "typed_seen", "word_seen",
     # the generation, over the kept text and all of it
-    "steps", "kept_steps", "healed_steps", "healed_lp_sum", "lp_mean", "lp_min", "lp_first", "lp_last", "lp_sum", "all_lp_mean", "all_lp_min",
+    "steps", "kept_steps", "healed_steps", "healed_lp_sum", "lp_mean", "lp_min", "lp_first", "lp_last", "lp_sum",
+    "all_lp_mean", "all_lp_min",
     "ent_mean", "ent_max", "ent_last", "top_mean", "top_min", "margin_min", "end_prob_after", "end_prob_max_within",
     "end_prob_last", "completion_logprob",
     # per line (multi-line candidates)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glm5_lsp.gate.booster import Gate, load_gate
+from glm5_lsp.gate.booster import Gate, load_gate, model_fingerprint
 from glm5_lsp.gate.collect import kept_text
 from glm5_lsp.gate.drift import DriftMonitor, DriftReport
 from glm5_lsp.gate.features import features, request_info
@@ -56,6 +56,7 @@ class CompletionGate:
         self.drift_every = drift_every
         self._seen = 0
         self.last_drift: DriftReport | None = None
+        self.model: str | None = None  # the weights' fingerprint, for the acceptance log's records
 
     @classmethod
     def for_model(cls, model_dir: str | Path | None, path: str | Path | None = None,
@@ -66,7 +67,16 @@ class CompletionGate:
         except ValueError as error:  # GateError
             log.error("the completion gate is off: %s", error)
             gate = None
-        return cls(gate, min_quality=min_quality)
+        judge = cls(gate, min_quality=min_quality)
+        if model_dir is not None:
+            try:
+                judge.model = model_fingerprint(model_dir)
+            except (ValueError, OSError):
+                judge.model = None  # a folder without safetensors (a served model's name, say)
+        if gate is not None and gate.stale:
+            log.warning("the completion gate was trained for other weights: it still decides, and drift is "
+                        "watched; retrain it (glm5-lsp gate train)")
+        return judge
 
     def install(self, pipeline: Any) -> None:
         """Put the decoding observer in front of the pipeline's monitor (a local model only: a served one

@@ -121,29 +121,27 @@ class StepObserver:
         length only)."""
         if self._finished or not self._logits:
             return self.stats
-        import numpy as np
         import torch
 
         chosen = list(self._chosen[: len(self._logits) - 1])
         chosen.append(int(torch.argmax(self._last_out)))
-        steps = torch.stack(self._logits[:MAX_STEPS]).numpy()  # [S, V]
+        steps = torch.stack(self._logits[:MAX_STEPS])  # [S, V]
         count, vocab = steps.shape
-        shifted = steps - steps.max(axis=1, keepdims=True)
-        exp = np.exp(shifted)
-        total = exp.sum(axis=1)
-        lse = np.log(total)  # of the shifted logits
-        probs = exp / total[:, None]
+        shifted = steps - steps.amax(dim=1, keepdim=True)
+        exp = torch.exp(shifted)
+        total = exp.sum(dim=1)
+        lse = total.log()  # of the shifted logits
         first = chosen[:count]
-        index = np.asarray([c if 0 <= c < vocab else 0 for c in first])
-        picked = shifted[np.arange(count), index] - lse
-        top = np.partition(probs, vocab - 2, axis=1)[:, -2:] if vocab > 1 else probs
-        ends = np.asarray([i for i in self._end_ids if i < vocab], dtype=np.int64)
+        index = torch.tensor([c if 0 <= c < vocab else 0 for c in first], dtype=torch.long)
+        picked = shifted.gather(1, index[:, None])[:, 0] - lse
+        top = torch.exp(torch.topk(shifted, min(2, vocab), dim=1).values - lse[:, None])  # [S, 2]
+        ends = torch.tensor([i for i in self._end_ids if i < vocab], dtype=torch.long)
         stats = self.stats
-        stats.logprobs = [float(v) if 0 <= c < vocab else -math.inf for v, c in zip(picked, first)]
-        stats.entropies = (lse - (probs * shifted).sum(axis=1)).tolist()
-        stats.top_probs = top.max(axis=1).tolist()
-        stats.margins = np.abs(top[:, -1] - top[:, 0]).tolist() if top.shape[1] > 1 else top[:, 0].tolist()
-        stats.end_probs = probs[:, ends].sum(axis=1).tolist() if len(ends) else [0.0] * count
+        stats.logprobs = [float(v) if 0 <= c < vocab else -math.inf for v, c in zip(picked.tolist(), first)]
+        stats.entropies = (lse - (exp * shifted).sum(dim=1) / total).tolist()
+        stats.top_probs = top[:, 0].tolist()
+        stats.margins = (top[:, 0] - top[:, 1]).tolist() if top.shape[1] > 1 else top[:, 0].tolist()
+        stats.end_probs = (exp.index_select(1, ends).sum(dim=1) / total).tolist() if len(ends) else [0.0] * count
         stats.chars = [len(self._strings[c]) if 0 <= c < len(self._strings) else 0 for c in chosen]
         self._finished = True
         return stats
