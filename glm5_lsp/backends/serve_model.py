@@ -17,15 +17,38 @@ up cancels its generation at the next token; SIGTERM ends the generations in pro
 
 A completions prompt written in fill-in-the-middle form (``<|code_prefix|>P<|code_suffix|>S<|code_middle|>``),
 or one with a ``suffix`` field, is split into prefix and suffix so the runtime encodes FIM tokens itself.
+
+Answered as OpenAI answers:
+
+- **An unknown ``model``** is 404 with OpenAI's body (``"code": "model_not_found"``); a request that
+  names no model gets the one served. ``GET /v1/models/{id}`` answers the same way.
+- **``logprobs``** (``/v1/completions``: an integer, the top-N alternatives per token, at most
+  ``MAX_LOGPROBS``; chat: ``logprobs: true`` and ``top_logprobs``) gives each generated token's
+  log-probability under the model (the distribution before temperature and top-p, as OpenAI's), with
+  the chosen token always among its alternatives. Streamed, each chunk carries its own tokens.
+- **``echo``** (``/v1/completions``) puts the prompt before the completion; with ``logprobs`` the
+  prompt's tokens are scored too (the first one has ``null``, nothing precedes it), in one forward
+  pass. ``echo`` with ``max_tokens: 0`` scores a text without generating: how a main model rates a
+  light model's candidates.
+
+Token probabilities need the model itself: :class:`RuntimeScorer` reads them from the in-process
+runtime (``LocalBackend``); a server over another backend answers ``logprobs`` with 400, never by
+ignoring it.
+
+``glm5-lsp serve-model`` listens on 127.0.0.1 unless ``--host`` says otherwise. It binds its socket
+before loading the model (a busy port fails at once with a message naming it, exit status 2), and
+logs "serving NAME at URL" only once the server accepts connections.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import hmac
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -34,7 +57,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -44,12 +67,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from glm5_lsp.backends.base import Backend, BackendError, Completion, CompletionRequest
+from glm5_lsp.backends.local import LocalBackend
 from glm5_lsp.spans import Prompt
+
+if TYPE_CHECKING:  # torch and the runtime are imported on first use only
+    from glm5_lsp.model import Generator
 
 log = logging.getLogger(__name__)
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>"
 MAX_TOKENS_LIMIT = 4096
+MAX_LOGPROBS = 20  # the most alternatives per token a request may ask for (OpenAI's top_logprobs limit)
+LOGPROB_FLOOR = -9999.0  # what OpenAI reports for a token the model rules out (JSON has no -inf)
 SHUTDOWN_GRACE_S = 2  # after SIGTERM, how long open connections may take to finish
 
 
@@ -95,7 +124,16 @@ class TokenCounter:
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status, headers=headers)
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
+                        status_code=status, headers=headers)
+
+
+def model_not_found(model: str, served: str) -> JSONResponse:
+    """OpenAI's answer to a model it does not have: 404, ``model_not_found``."""
+    return JSONResponse({"error": {
+        "message": f"The model `{model}` does not exist or you do not have access to it. "
+                   f"This server serves `{served}` (GET /v1/models).",
+        "type": "invalid_request_error", "param": None, "code": "model_not_found"}}, status_code=404)
 
 
 def split_fim(prompt: str, suffix: str | None) -> Prompt:
@@ -178,11 +216,32 @@ def _boolean(value: Any, key: str) -> bool:
     return value
 
 
+def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
+    """How many alternatives per token the request wants (0: only the chosen token's), None: no logprobs.
+    ``/v1/completions`` says it with an integer ``logprobs``; chat with ``logprobs: true`` and ``top_logprobs``."""
+    if chat:
+        wanted = _boolean(body.get("logprobs"), "logprobs")
+        top = _integer(body, "top_logprobs", None, 0, MAX_LOGPROBS)
+        if top is not None and not wanted:
+            raise RequestError("'top_logprobs' needs 'logprobs': true")
+        return (top or 0) if wanted else None
+    value = body.get("logprobs")
+    if value is None or value is False:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LOGPROBS:
+        raise RequestError(f"'logprobs' must be an integer in [0, {MAX_LOGPROBS}] (the alternatives per token), "
+                           f"got {json.dumps(value)[:40]}")
+    return value
+
+
 @dataclass
 class ParsedRequest:
     sampling: CompletionRequest
     stream: bool
     include_usage: bool
+    echo: bool = False  # /v1/completions: the prompt goes before the completion
+    echo_text: str = ""  # the prompt as the request wrote it
+    logprobs: int | None = None  # alternatives per token; None: no logprobs
 
 
 def parse_request(body: Any, chat: bool, limits: ServeLimits) -> ParsedRequest:
@@ -191,6 +250,7 @@ def parse_request(body: Any, chat: bool, limits: ServeLimits) -> ParsedRequest:
         raise RequestError(f"the body must be a JSON object, got {_kind(body)}")
     if body.get("model") is not None:
         _text("model", body["model"])
+    text = ""
     if chat:
         prompt = chat_prompt(body.get("messages"))
     else:
@@ -202,6 +262,12 @@ def parse_request(body: Any, chat: bool, limits: ServeLimits) -> ParsedRequest:
         text = _text("prompt", text)
         suffix = body.get("suffix")
         prompt = split_fim(text, None if suffix is None else _text("suffix", suffix))
+    echo = _boolean(body.get("echo"), "echo")
+    if echo and chat:
+        raise RequestError("'echo' is for /v1/completions; chat completions have no prompt to echo")
+    if echo and body.get("suffix") is not None:
+        raise RequestError("'echo' cannot be used with 'suffix': there is no one text to put the prompt before")
+    logprobs = _logprobs(body, chat)
     stop = body.get("stop")
     stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
     if not isinstance(stop, list) or len(stop) > 16:
@@ -209,11 +275,6 @@ def parse_request(body: Any, chat: bool, limits: ServeLimits) -> ParsedRequest:
     stop = [_text(f"stop[{index}]", item) for index, item in enumerate(stop)]
     if body.get("n") is not None and (isinstance(body["n"], bool) or body["n"] != 1):
         raise RequestError("only n=1 is supported")
-    for unsupported in ("echo",):
-        if _boolean(body.get(unsupported), unsupported):
-            raise RequestError(f"'{unsupported}' is not supported")
-    if body.get("logprobs") not in (None, False, 0):
-        raise RequestError("'logprobs' is not supported")
     if body.get("best_of") not in (None, 1):
         raise RequestError("only best_of=1 is supported")
     if body.get("user") is not None:
@@ -224,7 +285,8 @@ def parse_request(body: Any, chat: bool, limits: ServeLimits) -> ParsedRequest:
         raise RequestError(f"'stream_options' must be an object, got {_kind(options)}")
     include_usage = _boolean((options or {}).get("include_usage"), "stream_options.include_usage")
     max_tokens_key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _integer(body, max_tokens_key, limits.default_max_tokens, 1, limits.max_tokens)
+    # max_tokens 0 only with echo: the prompt scored, nothing generated
+    max_tokens = _integer(body, max_tokens_key, limits.default_max_tokens, 0 if echo else 1, limits.max_tokens)
     assert max_tokens is not None
     sampling = CompletionRequest(
         prompt=prompt, max_tokens=max_tokens, temperature=_number(body, "temperature", 0.0, 0.0, 2.0),
@@ -233,7 +295,243 @@ def parse_request(body: Any, chat: bool, limits: ServeLimits) -> ParsedRequest:
     )
     if sampling.top_p == 0.0:
         raise RequestError("'top_p' must be greater than 0")
-    return ParsedRequest(sampling, stream, include_usage)
+    return ParsedRequest(sampling, stream, include_usage, echo=echo, echo_text=text if echo else "", logprobs=logprobs)
+
+
+# ---- token log-probabilities ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenScore:
+    """One token of a scored text: its text, its log-probability given what precedes it (None for a
+    text's first token) and the most likely tokens there (the chosen one among them), best first."""
+
+    token: str
+    logprob: float | None
+    top: tuple[tuple[str, float], ...] | None = None
+    token_id: int = -1
+
+
+class Detokenizer:
+    """Each token's own piece of a decoded text, one token at a time: a token that ends inside a
+    character (byte-level BPE splits UTF-8) gets "" and the token that completes it gets the whole
+    character, so the pieces join to the text. (The incremental scheme vLLM and TGI use: each token
+    is decoded together with the one before, so a tokenizer's word-boundary rules see their context.)"""
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self.decode = decode
+        self.ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        before = self.decode(self.ids[self._prefix:self._read])
+        after = self.decode(self.ids[self._prefix:])
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self._prefix, self._read = self._read, len(self.ids)
+            return after[len(before):]
+        return ""
+
+
+def fit_to_text(scores: list[TokenScore], text: str) -> list[TokenScore]:
+    """The tokens that make up ``text``: those past its end (a stop string cut it) dropped, the last
+    one cut or extended so the pieces join to exactly ``text``."""
+    kept: list[TokenScore] = []
+    at = 0
+    for score in scores:
+        if at >= len(text) and (score.token or at > 0 or not text):
+            break
+        kept.append(score)
+        at += len(score.token)
+    if kept and at != len(text):
+        last = kept[-1]
+        start = at - len(last.token)
+        kept[-1] = replace(last, token=text[start:])
+    return kept
+
+
+class _StepRecorder:
+    """A logits processor that keeps each decoding step's distribution until the next step says which
+    token was chosen (``generated_ids`` grows by it), then hands that token's score to ``on_scores``."""
+
+    def __init__(self, scorer: RuntimeScorer, top: int, on_scores: Callable[[list[TokenScore]], None] | None) -> None:
+        self.scorer, self.top, self.on_scores = scorer, top, on_scores
+        self.scores: list[TokenScore] = []
+        self.detokenizer = Detokenizer(lambda ids: scorer.tokenizer.decode(ids))
+        self._last: Any = None  # the latest step's log-probabilities, its token not chosen yet
+
+    def __call__(self, generated_ids: Any, logits: Any) -> Any:
+        import torch
+
+        if self._last is not None and len(generated_ids) > len(self.scores):
+            self._chosen(int(generated_ids[len(self.scores)]))
+        self._last = torch.log_softmax(logits.float(), dim=-1)
+        return logits
+
+    def _chosen(self, token_id: int) -> None:
+        score = self.scorer.score_row(self._last, token_id, self.top, self.detokenizer.push(token_id))
+        self._last = None
+        self.scores.append(score)
+        if self.on_scores is not None:
+            self.on_scores([score])
+
+    def finish(self, token_ids: list[int]) -> list[TokenScore]:
+        """After generation: the last step's token (no step followed it to say which it was)."""
+        if self._last is not None and len(token_ids) > len(self.scores):
+            self._chosen(token_ids[len(self.scores)])
+        return self.scores
+
+
+class RuntimeScorer:
+    """Token log-probabilities from the in-process runtime, for ``logprobs`` and ``echo``.
+
+    A prompt is scored in one forward pass without a cache (the backend's cache, which keystrokes
+    in one file reuse, is left alone), on the same attention policy generation uses, so
+    a text's scores are the log-probabilities it would have had token by token as it was written.
+    A generation with ``logprobs`` runs the backend's :class:`~glm5_lsp.model.Generator` with a
+    logits processor that records each step. Both hold the backend's model lock.
+
+    (It reads the backend's generator and lock, ``LocalBackend._generator`` and ``_lock``: the
+    runtime's one model, shared, rather than a second copy of the weights.)
+    """
+
+    ROWS_AT_ONCE = 256  # log-softmax over this many prompt positions at a time (a large vocabulary's memory)
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend = backend
+        self._names: dict[int, str] = {}
+        self._generator: Generator | None = None
+
+    def _runtime(self) -> tuple[Generator, threading.Lock]:
+        """The backend's generator (loaded) and its lock, which the caller takes (not held here)."""
+        if self._generator is None:
+            self.backend.load()
+            self._generator = self.backend._generator  # the runtime's one model: see the class docstring
+            assert self._generator is not None
+        return self._generator, self.backend._lock
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._runtime()[0].tokenizer
+
+    def name(self, token_id: int) -> str:
+        """A token's text on its own (special tokens by their names), as alternatives are listed."""
+        name = self._names.get(token_id)
+        if name is None:
+            name = self._names[token_id] = self.tokenizer.decode([token_id], skip_special=False)
+        return name
+
+    def score_row(self, logprobs: Any, token_id: int, top: int, piece: str) -> TokenScore:
+        """``token_id``'s score in one position's log-probabilities ``[V]``, with the ``top`` best there."""
+        import torch
+
+        best: list[tuple[str, float]] = []
+        if top:
+            values, ids = torch.topk(logprobs, min(top, logprobs.shape[-1]))
+            best = [(self.name(int(i)), _floor(float(v))) for v, i in zip(values, ids, strict=True)]
+        chosen = _floor(float(logprobs[token_id]))
+        if all(name != self.name(token_id) for name, _ in best):
+            best.append((self.name(token_id), chosen))
+        return TokenScore(piece, chosen, tuple(best), token_id)
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        """The ids the runtime reads the prompt as (FIM tokens where it has a suffix)."""
+        lock = self._runtime()[1]
+        with lock:
+            return self.backend.encode_prompt(prompt)[0]
+
+    def score_prompt(self, prompt: Prompt, top: int) -> list[TokenScore]:
+        """Each prompt token with its log-probability given the tokens before it (the first: None)."""
+        generator, lock = self._runtime()
+        with lock:
+            ids = self.backend.encode_prompt(prompt)[0]
+            return self._score(generator, ids, top)
+
+    def score_ids(self, ids: list[int], top: int) -> list[TokenScore]:
+        """:meth:`score_prompt` for token ids."""
+        generator, lock = self._runtime()
+        with lock:
+            return self._score(generator, ids, top)
+
+    def _score(self, generator: Generator, ids: list[int], top: int) -> list[TokenScore]:
+        import torch
+
+        if not ids:
+            raise BackendError("empty prompt")
+        model = generator.model
+        current = getattr(model, "inference_current", None)
+        if current is not None and not current():  # the weights changed since the runtime prepared them
+            model.prepare_inference()
+        device = next(model.parameters()).device
+        detokenizer = Detokenizer(lambda part: generator.tokenizer.decode(part, skip_special=False))
+        scores = [TokenScore(detokenizer.push(ids[0]), None, None, ids[0])]
+        with torch.inference_mode():  # every position's logits, no cache: this text is scored once
+            logits = model(torch.tensor([ids], dtype=torch.long, device=device), policy=generator.policy)[0]
+            for start in range(0, len(ids) - 1, self.ROWS_AT_ONCE):  # row i predicts token i + 1
+                rows = torch.log_softmax(logits[start:min(start + self.ROWS_AT_ONCE, len(ids) - 1)].float(), dim=-1)
+                for offset, row in enumerate(rows):
+                    token_id = ids[start + offset + 1]
+                    scores.append(self.score_row(row, token_id, top, detokenizer.push(token_id)))
+        return scores
+
+    def generate(self, request: CompletionRequest, top: int,
+                 on_scores: Callable[[list[TokenScore]], None] | None = None) -> tuple[Completion, list[TokenScore]]:
+        """``request`` generated as ``LocalBackend.complete`` would, with each generated token's score
+        (``on_scores`` hears them as they are known, one step behind the text)."""
+        from glm5_lsp.model import GenerationConfig
+
+        generator, lock = self._runtime()
+        started = time.perf_counter()
+        with lock:
+            ids, roles = self.backend.encode_prompt(request.prompt)
+            if not ids:
+                raise BackendError("empty prompt")
+            config = GenerationConfig(max_new_tokens=request.max_tokens, temperature=request.temperature,
+                                      top_p=request.top_p, seed=request.seed, stop=list(request.stop))
+            recorder = _StepRecorder(self, top, on_scores)
+            generation = generator.generate(ids, config, roles=roles, logits_processor=recorder,
+                                            on_text=request.on_text, should_cancel=request.should_cancel)
+            scores = recorder.finish(generation.token_ids)
+        completion = Completion(text=generation.text, finish_reason=generation.finish_reason, logprob=generation.logprob,
+                                prompt_tokens=generation.prompt_tokens, completion_tokens=len(generation.token_ids),
+                                cached_tokens=generation.cached_tokens, seconds=time.perf_counter() - started)
+        return completion, fit_to_text(scores, completion.text)
+
+
+def _floor(value: float) -> float:
+    return LOGPROB_FLOOR if math.isnan(value) or value < LOGPROB_FLOOR else value
+
+
+def completion_logprobs(scores: list[TokenScore], offset: int = 0) -> dict[str, Any]:
+    """``/v1/completions``' ``logprobs`` object; ``offset``: where the first token starts in the choice's text."""
+    offsets = []
+    for score in scores:
+        offsets.append(offset)
+        offset += len(score.token)
+    return {
+        "tokens": [score.token for score in scores],
+        "token_logprobs": [score.logprob for score in scores],
+        "top_logprobs": [None if score.top is None else _top_dict(score.top) for score in scores],
+        "text_offset": offsets,
+    }
+
+
+def _top_dict(top: tuple[tuple[str, float], ...]) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for name, value in top:  # best first: a name two tokens share keeps the better one
+        best.setdefault(name, value)
+    return best
+
+
+def chat_logprobs(scores: list[TokenScore], top: int) -> dict[str, Any]:
+    """Chat completions' ``logprobs`` object: ``content``, one entry per token."""
+    def entry(token: str, logprob: float | None) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+    return {"content": [{**entry(score.token, score.logprob),
+                         "top_logprobs": [entry(name, value) for name, value in (score.top or ())[:top]]}
+                        for score in scores], "refusal": None}
 
 
 class _Gate:
@@ -305,12 +603,15 @@ async def _wait_for_disconnect(request: Request, cancelled: threading.Event) -> 
 
 def create_app(backend: Backend, model_name: str, api_key: str | None = None, max_pending: int | None = None,
                default_max_tokens: int = 16, *, limits: ServeLimits | None = None,
-               tokens: TokenCounter | None = None, stopping: threading.Event | None = None) -> Starlette:
+               tokens: TokenCounter | None = None, stopping: threading.Event | None = None,
+               scorer: RuntimeScorer | None = None) -> Starlette:
     """The ASGI app serving ``backend`` as ``model_name``.
 
     ``limits`` bounds each request (``max_pending`` and ``default_max_tokens``, when given, override
     its fields); ``tokens`` measures prompts (default: a character count, an upper bound);
-    ``stopping``, once set, cancels every generation at its next token (the server is shutting down).
+    ``stopping``, once set, cancels every generation at its next token (the server is shutting down);
+    ``scorer`` gives token log-probabilities (default: a :class:`RuntimeScorer` when ``backend`` is the
+    in-process runtime; without one, ``logprobs`` is answered 400).
     """
     limits = limits or ServeLimits()
     if max_pending is not None or default_max_tokens != 16:
@@ -318,8 +619,11 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
                          default_max_tokens=default_max_tokens if default_max_tokens != 16 else limits.default_max_tokens)
     tokens = tokens or TokenCounter()
     stopping = stopping or threading.Event()
+    if scorer is None and isinstance(backend, LocalBackend):
+        scorer = RuntimeScorer(backend)
     gate = _Gate(limits.max_pending)
     created = int(time.time())
+    model_card = {"id": model_name, "object": "model", "created": created, "owned_by": "glm5-lsp"}
 
     def authorised(request: Request) -> bool:
         if not api_key:
@@ -331,8 +635,13 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
     async def models(request: Request) -> Response:
         if not authorised(request):
             return _error(401, "invalid or missing API key", "authentication_error")
-        return JSONResponse({"object": "list", "data": [
-            {"id": model_name, "object": "model", "created": created, "owned_by": "glm5-lsp"}]})
+        return JSONResponse({"object": "list", "data": [model_card]})
+
+    async def one_model(request: Request) -> Response:
+        if not authorised(request):
+            return _error(401, "invalid or missing API key", "authentication_error")
+        wanted = request.path_params["model"]
+        return JSONResponse(model_card) if wanted == model_name else model_not_found(wanted, model_name)
 
     async def completions(request: Request) -> Response:
         return await handle(request, chat=False)
@@ -365,6 +674,12 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
             except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer of 5,000 digits
                 raise RequestError(f"the body is not valid JSON ({error})") from None
             parsed = parse_request(body, chat, limits)
+            wanted = body.get("model")
+            if wanted is not None and wanted != model_name:
+                return model_not_found(wanted, model_name)
+            if parsed.logprobs is not None and scorer is None:
+                raise RequestError(f"'logprobs' needs the model's token probabilities, and this server's "
+                                   f"{getattr(backend, 'name', 'model')} backend does not give them")
             await run_in_threadpool(check_prompt, parsed.sampling.prompt)
         except RequestError as error:
             return _error(error.status, str(error))
@@ -375,27 +690,50 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
             ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
             if parsed.stream:
                 response: Response = StreamingResponse(
-                    stream(request, parsed.sampling, ident, chat, parsed.include_usage, release),
-                    media_type="text/event-stream")
+                    stream(request, parsed, ident, chat, release), media_type="text/event-stream")
             else:
-                response = await complete(request, parsed.sampling, ident, chat)
+                response = await complete(request, parsed, ident, chat)
         except BaseException:
             release()
             raise
         return _ReleaseAfter(response, release)  # type: ignore[return-value]
 
-    async def complete(request: Request, sampling: CompletionRequest, ident: str, chat: bool) -> Response:
+    def run_model(parsed: ParsedRequest, on_echo: Callable[[list[TokenScore] | None], None] | None = None,
+                  on_scores: Callable[[list[TokenScore]], None] | None = None) -> _Result:
+        """The request on the model, in a worker thread: the echoed prompt's scores, then the completion."""
+        sampling = parsed.sampling
+        prompt_scores = None
+        if parsed.echo and parsed.logprobs is not None:
+            assert scorer is not None
+            prompt_scores = fit_to_text(scorer.score_prompt(sampling.prompt, parsed.logprobs), parsed.echo_text)
+        if on_echo is not None:
+            on_echo(prompt_scores)
+        if sampling.max_tokens == 0:  # echo alone: the prompt scored, nothing generated
+            if prompt_scores is not None:
+                count = len(prompt_scores)
+            elif scorer is not None:
+                count = len(scorer.prompt_ids(sampling.prompt))
+            else:
+                count = tokens.count(sampling.prompt.prefix)
+            return _Result(Completion(text="", finish_reason="length", prompt_tokens=count), prompt_scores)
+        if parsed.logprobs is not None:
+            assert scorer is not None
+            completion, scores = scorer.generate(sampling, parsed.logprobs, on_scores)
+            return _Result(completion, prompt_scores, scores)
+        return _Result(backend.complete(sampling), prompt_scores)
+
+    async def complete(request: Request, parsed: ParsedRequest, ident: str, chat: bool) -> Response:
         cancelled = threading.Event()
-        sampling.should_cancel = lambda: cancelled.is_set() or stopping.is_set()
+        parsed.sampling.should_cancel = lambda: cancelled.is_set() or stopping.is_set()
         loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(None, backend.complete, sampling)
+        work = loop.run_in_executor(None, run_model, parsed)
         watch = asyncio.ensure_future(_wait_for_disconnect(request, cancelled))
         try:
             await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():  # the client hung up: the generation stops at its next token
                 log.info("%s: the client went away; generation cancelled", ident)
                 return Response(status_code=499)
-            completion = work.result()
+            result = work.result()
         except BackendError as error:
             return _error(500, str(error), "server_error")
         except Exception:  # logged; the client gets an OpenAI-shaped 500, the server stays up
@@ -403,21 +741,29 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
             return _error(500, "the model failed on this request (see the server's log)", "server_error")
         finally:
             watch.cancel()
-        if stopping.is_set() and completion.finish_reason == "cancelled":
+        if stopping.is_set() and result.completion.finish_reason == "cancelled":
             return _error(503, "the server is shutting down", "server_error", headers={"Retry-After": "5"})
-        return JSONResponse(answer(completion, ident, chat))
+        return JSONResponse(answer(result, parsed, ident, chat))
 
-    def answer(completion: Completion, ident: str, chat: bool) -> dict[str, Any]:
+    def logprobs_of(scores: list[TokenScore], parsed: ParsedRequest, chat: bool, offset: int) -> dict[str, Any]:
+        assert parsed.logprobs is not None
+        return chat_logprobs(scores, parsed.logprobs) if chat else completion_logprobs(scores, offset)
+
+    def answer(result: _Result, parsed: ParsedRequest, ident: str, chat: bool) -> dict[str, Any]:
+        completion = result.completion
         choice: dict[str, Any] = {"index": 0, "finish_reason": _finish(completion.finish_reason), "logprobs": None}
+        if parsed.logprobs is not None:
+            choice["logprobs"] = logprobs_of([*(result.prompt_scores or ()), *(result.scores or ())], parsed, chat, 0)
         if chat:
             choice["message"] = {"role": "assistant", "content": completion.text}
         else:
-            choice["text"] = completion.text
+            choice["text"] = parsed.echo_text + completion.text if parsed.echo else completion.text
         return {"id": ident, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
                 "model": model_name, "choices": [choice], "usage": _usage(completion)}
 
-    def chunk(ident: str, chat: bool, text: str | None, finish: str | None) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+    def chunk(ident: str, chat: bool, text: str | None, finish: str | None,
+              logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": logprobs}
         if chat:
             choice["delta"] = {"content": text} if text is not None else {}
         else:
@@ -425,26 +771,53 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
         return {"id": ident, "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": int(time.time()), "model": model_name, "choices": [choice]}
 
-    async def stream(request: Request, sampling: CompletionRequest, ident: str, chat: bool, include_usage: bool,
+    async def stream(request: Request, parsed: ParsedRequest, ident: str, chat: bool,
                      release: Callable[[], None]) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         cancelled = threading.Event()
-        sampling.on_text = lambda piece: loop.call_soon_threadsafe(queue.put_nowait, ("text", piece))
+        sampling = parsed.sampling
+
+        def post(kind: str, value: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+
+        sampling.on_text = lambda piece: post("text", piece)
         sampling.should_cancel = lambda: cancelled.is_set() or stopping.is_set()
 
         def work() -> None:
             try:
-                result: tuple[str, Any] = ("done", backend.complete(sampling))
+                result: tuple[str, Any] = ("done", run_model(
+                    parsed, on_echo=(lambda scores: post("echo", scores)) if parsed.echo else None,
+                    on_scores=lambda scores: post("scores", scores)))
             except Exception as error:  # reported in the stream; never takes the server down
                 log.exception("streamed request failed")
                 result = ("error", error)
             finally:
                 release()
-            loop.call_soon_threadsafe(queue.put_nowait, result)
+            post(*result)
 
         watch = asyncio.ensure_future(_wait_for_disconnect(request, cancelled))
         worker = loop.run_in_executor(None, work)
+        with_logprobs = parsed.logprobs is not None
+        base = 0  # where the completion starts in the choice's text (after an echoed prompt)
+        safe = ""  # the completion's text streamed by the model so far
+        sent = 0  # of which this many characters are in chunks already
+        known: list[TokenScore] = []  # the completion's tokens scored so far, and where each ends
+        ends: list[int] = []
+        done_tokens = 0  # of which this many are in chunks already
+
+        def scored_chunks() -> Iterator[str]:
+            """A chunk of the text up to the last token both streamed and scored, with those tokens."""
+            nonlocal sent, done_tokens
+            upto = done_tokens
+            while upto < len(known) and ends[upto] <= len(safe):
+                upto += 1
+            if upto > done_tokens:
+                text = safe[sent:ends[upto - 1]]
+                scores = logprobs_of(known[done_tokens:upto], parsed, chat, base + sent)
+                yield _sse(chunk(ident, chat, text, None, scores))
+                sent, done_tokens = ends[upto - 1], upto
+
         try:
             if chat:
                 first = chunk(ident, True, None, None)
@@ -452,18 +825,39 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
                 yield _sse(first)
             while True:
                 kind, value = await queue.get()
-                if kind == "text":
+                if kind == "echo":
+                    logprobs = logprobs_of(value or [], parsed, chat, 0) if with_logprobs else None
+                    yield _sse(chunk(ident, chat, parsed.echo_text, None, logprobs))
+                    base = len(parsed.echo_text)
+                elif kind == "text" and not with_logprobs:
                     yield _sse(chunk(ident, chat, value, None))
+                elif kind == "text":
+                    safe += value
+                    for line in scored_chunks():
+                        yield line
+                elif kind == "scores":
+                    for score in value:
+                        ends.append((ends[-1] if ends else 0) + len(score.token))
+                        known.append(score)
+                    for line in scored_chunks():
+                        yield line
                 elif kind == "error":
                     message = str(value) if isinstance(value, BackendError) else "the model failed on this request"
-                    yield _sse({"error": {"message": message, "type": "server_error", "code": 500}})
+                    yield _sse({"error": {"message": message, "type": "server_error", "param": None, "code": 500}})
                     break
                 else:
-                    yield _sse(chunk(ident, chat, None if chat else "", _finish(value.finish_reason)))
-                    if include_usage:
+                    result: _Result = value
+                    completion = result.completion
+                    if with_logprobs:
+                        rest = (result.scores or [])[done_tokens:]
+                        if rest or len(completion.text) > sent:
+                            yield _sse(chunk(ident, chat, completion.text[sent:], None,
+                                             logprobs_of(rest, parsed, chat, base + sent)))
+                    yield _sse(chunk(ident, chat, None if chat else "", _finish(completion.finish_reason)))
+                    if parsed.include_usage:
                         yield _sse({"id": ident, "object": "chat.completion.chunk" if chat else "text_completion",
                                     "created": int(time.time()), "model": model_name, "choices": [],
-                                    "usage": _usage(value)})
+                                    "usage": _usage(completion)})
                     break
             yield "data: [DONE]\n\n"
         finally:
@@ -481,9 +875,20 @@ def create_app(backend: Backend, model_name: str, api_key: str | None = None, ma
 
     return Starlette(routes=[
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", one_model, methods=["GET"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     ], exception_handlers={HTTPException: not_found, Exception: failed})
+
+
+@dataclass
+class _Result:
+    """What the model made of one request: the completion, the echoed prompt's scores and the
+    completion's tokens' scores (each None unless asked for)."""
+
+    completion: Completion
+    prompt_scores: list[TokenScore] | None = None
+    scores: list[TokenScore] | None = None
 
 
 def _sse(data: dict[str, Any]) -> str:
@@ -556,11 +961,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the most max_tokens a request may ask for (default {defaults.max_tokens})")
 
 
-def serve(app: Starlette, host: str, port: int, stopping: threading.Event, log_level: str = "warning") -> None:
-    """Serve ``app`` until SIGTERM or SIGINT. The signal sets ``stopping`` first (the app's, see
+class BindError(OSError):
+    """The address cannot be listened on; the message says which and why."""
+
+
+_BIND_REASONS = {
+    errno.EADDRINUSE: "the address is already in use (another server is listening there; pick another --port)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges; pick a --port above 1023)",
+    errno.EADDRNOTAVAIL: "this machine has no such address (check --host)",
+}
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: a free one), not yet listening, or :class:`BindError`."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as error:
+        raise BindError(f"cannot listen on {host}:{port}: {getattr(error, 'strerror', None) or error}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT, never one in use
+    try:
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        reason = _BIND_REASONS.get(error.errno or 0, error.strerror or str(error))
+        raise BindError(f"cannot listen on {host}:{port}: {reason}") from None
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+
+def serve(app: Starlette, host: str, port: int, stopping: threading.Event, log_level: str = "warning",
+          *, sock: socket.socket | None = None, name: str | None = None) -> None:
+    """Serve ``app`` until SIGTERM or SIGINT, on ``sock`` (bound by :func:`bind_socket`) or else on
+    ``host:port`` (:class:`BindError` when it cannot be bound). "serving NAME at URL" is logged once
+    the server accepts connections, never before. The signal sets ``stopping`` first (the app's, see
     :func:`create_app`): every generation then ends at its next token and new requests get 503, so
     the graceful shutdown has nothing long to wait for (and waits at most ``SHUTDOWN_GRACE_S``)."""
     import uvicorn
+
+    listening = sock if sock is not None else bind_socket(host, port)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -569,31 +1013,44 @@ def serve(app: Starlette, host: str, port: int, stopping: threading.Event, log_l
             stopping.set()
             super().handle_exit(sig, frame)
 
-    Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                          timeout_graceful_shutdown=SHUTDOWN_GRACE_S)).run()
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and not self.should_exit:
+                log.warning("serving %s at %s", name or "the model", _url(listening))
+
+    try:
+        Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=SHUTDOWN_GRACE_S)).run(
+            sockets=[listening])
+    finally:
+        listening.close()
 
 
 def run(args: argparse.Namespace) -> int:
-    from glm5_lsp.backends.local import LocalBackend
-
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
             log.error("$%s is empty; refusing to start without the API key it should hold", args.api_key_env)
             return 2
-    backend = LocalBackend(args.model, device=args.device)
-    try:
-        backend.load()
-    except BackendError as error:
+    try:  # before loading the model: a busy port is said at once, not after the weights load
+        sock = bind_socket(args.host, args.port)
+    except BindError as error:
         log.error("%s", error)
         return 2
-    name = args.model_name or (backend.model_path.name if backend.model_path else "glm5")
-    limits = ServeLimits(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
-                         max_tokens=args.max_tokens_limit, max_pending=args.max_pending)
-    stopping = threading.Event()
-    app = create_app(backend, name, api_key=api_key, limits=limits,
-                     tokens=TokenCounter.for_tokenizer(backend.tokenizer), stopping=stopping)
-    log.warning("serving %s at http://%s:%d/v1", name, args.host, args.port)
-    serve(app, args.host, args.port, stopping, "info" if args.verbose else "warning")
+    try:
+        backend = LocalBackend(args.model, device=args.device)
+        try:
+            backend.load()
+        except BackendError as error:
+            log.error("%s", error)
+            return 2
+        name = args.model_name or (backend.model_path.name if backend.model_path else "glm5")
+        limits = ServeLimits(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
+                             max_tokens=args.max_tokens_limit, max_pending=args.max_pending)
+        stopping = threading.Event()
+        app = create_app(backend, name, api_key=api_key, limits=limits,
+                         tokens=TokenCounter.for_tokenizer(backend.tokenizer), stopping=stopping)
+        serve(app, args.host, args.port, stopping, "info" if args.verbose else "warning", sock=sock, name=name)
+    finally:
+        sock.close()
     return 0

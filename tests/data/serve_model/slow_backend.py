@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
 
     stopping = threading.Event()
     serve(create_app(SlowBackend(pieces=100_000, interval=0.01), "slow", stopping=stopping), "127.0.0.1",
-          int(argv[0]), stopping)
+          int(argv[0]), stopping, name="slow")
     return 0
 
 
