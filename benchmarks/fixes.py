@@ -576,6 +576,26 @@ def table(outcomes: list[Outcome], configs: list[str]) -> str:
     return "\n".join(rows)
 
 
+def paired_table(outcomes: list[Outcome], configs: list[str]) -> str:
+    """The share fixed per class on the cases every configuration ran (the model ones may have run
+    on the first cases of each class only)."""
+    by_case: dict[tuple[str, str, str, str], dict[str, Outcome]] = {}
+    for outcome in outcomes:
+        by_case.setdefault((outcome.dataset, outcome.kind, outcome.name, outcome.broken), {})[outcome.config] = outcome
+    groups: dict[tuple[str, str], list[dict[str, Outcome]]] = {}
+    for (dataset, kind, _, _), runs in by_case.items():
+        if all(c in runs for c in configs):
+            groups.setdefault((dataset, kind), []).append(runs)
+            groups.setdefault((dataset, "**all**"), []).append(runs)
+    rows = ["| dataset | class | n |" + "".join(f" {c}: fixed | {c}: clean |" for c in configs),
+            "|" + " --- |" * (3 + 2 * len(configs))]
+    for (dataset, kind), runs in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1] == "**all**")):
+        cells = "".join(f" {100 * sum(r[c].right for r in runs) / len(runs):.0f}% |"
+                        f" {100 * sum(r[c].clean for r in runs) / len(runs):.0f}% |" for c in configs)
+        rows.append(f"| {dataset} | {kind} | {len(runs)} |{cells}")
+    return "\n".join(rows)
+
+
 def _cells(items: list[Outcome]) -> str:
     if not items:
         return " 0 | - | - | - | - |"
@@ -600,12 +620,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="DebugBench's even-numbered tasks (dev: looked at while the fixer was written), odd ones, or all")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="write every outcome as JSON here")
+    parser.add_argument("--from-json", default=None, help="print the tables of a run saved with --out, and stop")
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.from_json:  # the tables of a saved run
+        outcomes = [Outcome(**row) for row in json.loads(Path(args.from_json).read_text(encoding="utf-8"))]
+        configs = list(dict.fromkeys(o.config for o in outcomes))
+        print(table(outcomes, configs))
+        print("\nOn the cases every configuration ran:\n")
+        print(paired_table(outcomes, configs))
+        return 0
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     runner = default_runner("python")
@@ -649,6 +677,9 @@ def main(argv: list[str] | None = None) -> int:
         if "model" in configs:
             outcomes += run_config(pipeline, "model", chosen, runner, use_model=True)
     print(table(outcomes, configs))
+    if len(configs) > 1:
+        print("\nOn the cases every configuration ran:\n")
+        print(paired_table(outcomes, configs))
     if args.out:
         Path(args.out).write_text(json.dumps([asdict(o) for o in outcomes], indent=1), encoding="utf-8")
     return 0
