@@ -42,9 +42,9 @@ from starlette.routing import Route
 
 from glm5_lsp.backends.base import BackendError
 from glm5_lsp.backends.openai_http import OpenAIHTTPBackend
-from glm5_lsp.backends.serve_model import serve_in_thread
 from glm5_lsp.evaluate.sandbox import SandboxLimits, isolation_problem, run_program
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
+from glm5_lsp.serve_model import serve_in_thread
 
 BUDGET_S = 0.45
 DOCUMENT = "import os\n\ndef f(x):\n    return os.path.jo"

@@ -36,7 +36,7 @@ and ``model-only`` (``Pipeline.fix(model_free=False)``: the embedded model alone
 "Fix with GLM-5" did before). ``--model-limit`` runs the model configurations on the first cases of
 each class only (the quick configuration's figures for those same cases are in ``--out``).
 Times are each ``Pipeline.fix`` call's wall clock; before a snippet is fixed, its original text is
-warmed as the language server warms a file it opens (``quickfix.warm``, ``monitor.warm_jedi``).
+warmed as the language server warms a file it opens (``quickfix.warm``, ``pynames.jedi.warm_jedi``).
 Programs run in the evaluation sandbox (``glm5_lsp.evaluate.sandbox``).
 
     python benchmarks/fixes.py --per-class 30 --configs quick,model --seed 0 [--packages fit] [--out r.json]
@@ -63,13 +63,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from glm5_lsp.backends.base import Completion, CompletionRequest
+from glm5_lsp.checks.providers import default_runner
 from glm5_lsp.evaluate.datasets import load_problems
 from glm5_lsp.evaluate.sandbox import SandboxLimits, run_program
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
+from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.quickfix import warm
 from glm5_lsp.quickfix.names import attribute_problems
-from glm5_lsp.repair.monitor import warm_jedi
-from glm5_lsp.repair.providers import default_runner
 from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_REPORT, TEST_DIRS, VENDORED_DIRS
 
 SHARED = ROOT.parent / "shared" / "benchmarks"

@@ -128,7 +128,7 @@ class Mixed:
 
         from glm5_lsp.memory.mixing import DraftSettings, ProcessorFactory
         from glm5_lsp.memory.workspace import as_key
-        from glm5_lsp.server.engine import Engine
+        from glm5_lsp.server.loader import Engine
         from glm5_lsp.server.settings import Settings
 
         torch.set_num_threads(1)  # as ``glm5-lsp serve --threads 1`` (its default) runs the model
@@ -154,7 +154,7 @@ class Mixed:
     def open(self, path: Path, text: str) -> None:
         """What the server does when a document opens: the context engine learns it, its imports'
         API docs are indexed, jedi parses it."""
-        from glm5_lsp.repair.monitor import warm_jedi
+        from glm5_lsp.pynames.jedi import warm_jedi
 
         assert self.engine.context is not None
         self.engine.context.open_document(str(path), text, "python")

@@ -15,13 +15,13 @@ import sys
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("glm5_lsp.generate", "generate checked code for a prompt or a prefix/suffix pair"),
-    "serve": ("glm5_lsp.server.cli", "run the language server (stdio by default)"),
-    "serve-model": ("glm5_lsp.backends.serve_model", "serve the runtime over an OpenAI-compatible HTTP API"),
+    "serve": ("glm5_lsp.server.serve_command", "run the language server (stdio by default)"),
+    "serve-model": ("glm5_lsp.serve_model", "serve the runtime over an OpenAI-compatible HTTP API"),
     "batch": ("glm5_lsp.batch", "run complete/generate/fix tasks from a JSONL file"),
-    "eval": ("glm5_lsp.evaluate.cli", "evaluate on HumanEval, HumanEval-infilling, HumanEvalFix, MBPP"),
-    "index": ("glm5_lsp.context.cli", "build the API-doc index and symbol summaries ahead of time"),
-    "train": ("glm5_lsp.train.cli", "train the embedded default model"),
-    "gate": ("glm5_lsp.gate.cli", "train and check the gate that decides which completions are worth showing"),
+    "eval": ("glm5_lsp.evaluate.command", "evaluate on HumanEval, HumanEval-infilling, HumanEvalFix, MBPP"),
+    "index": ("glm5_lsp.context.index_command", "build the API-doc index and symbol summaries ahead of time"),
+    "train": ("glm5_lsp.train.command", "train the embedded default model"),
+    "gate": ("glm5_lsp.gate.command", "train and check the gate that decides which completions are worth showing"),
 }
 
 

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from glm5_lsp.backends.base import Backend, BackendError, Completion, CompletionRequest
-from glm5_lsp.context.languages import detect_language
+from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.languages import detect_language
 from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and benchmarks import them from here)
     SPECIAL_TOKENS,
     block_indent,
@@ -39,13 +40,13 @@ from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and be
     tidy,
     trailing_identifier,
 )
+from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.quickfix import Fix, QuickFixer
 from glm5_lsp.quickfix import warm as warm_quick_fixes
 from glm5_lsp.quickfix.rank import ranked as ranked_fixes
-from glm5_lsp.repair.assemble import standard_loop
-from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
-from glm5_lsp.repair.monitor import MonitorSettings, warm_jedi
+from glm5_lsp.repair.monitor import MonitorSettings
+from glm5_lsp.repair.standard import standard_loop
 from glm5_lsp.spans import Prompt, Span
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class PipelineSettings:
     # Rounds, time budget, clean-only or best-unclean: max_rounds=1 checks without regenerating.
     repair: RepairSettings = field(default_factory=RepairSettings)
     # Batch and evaluation, where no one is typing: before each Python request jedi loads the
-    # document's imports and parses it with no time limit (``monitor.warm_jedi``: 0.3-1 s for a
+    # document's imports and parses it with no time limit (``pynames.jedi.warm_jedi``: 0.3-1 s for a
     # module's first load, then milliseconds), and the decoding monitor may spend up to
     # ``UNHURRIED_LOOKUP_S`` on name lookups per request instead of the 0.2 s sized for typing. At
     # 0.2 s the first lookup of a kind of object (``self.items.`` on a list) is cut off, and the

@@ -9,9 +9,16 @@ Rules, in the order :func:`tidy` and the pipeline apply them:
 - special tokens (:func:`strip_special_tokens`): cut at an end-of-text or FIM token, drop the rest;
 - stop strings, then the block end for multi-line (:func:`cut_at_block_end`) or the first line
   for single-line (:func:`first_line`) -- the pipeline's, since only it knows the stops;
-- no double space after ``x = `` (:func:`drop_double_space`);
+- text that fits the cursor (:func:`fit_cursor`): in the middle of a line no leading run of
+  spaces or tabs (one space where the language wants one: after ``=`` or ``,``, between words;
+  none after ``.`` or ``(``); on an empty indented line the indent not repeated; a multi-line text
+  whose later lines all sit deeper than its first, with nothing opened to explain it, brought back
+  to the block's indentation;
 - text that repeats what follows the cursor (:func:`strip_suffix_overlap`);
 - brackets balanced against the code before the cursor (:func:`balance_brackets`);
+- a bracket the user opened on the cursor's line not left open (:func:`close_line_brackets`): a
+  comment that would swallow the rest of the line is cut, and a line with nothing after the cursor
+  gets its closers;
 - trailing whitespace (:func:`trim_trailing_space`).
 
 Every bracket count skips strings and comments by the same rules: :func:`code_chars` walks the
@@ -315,6 +322,169 @@ def drop_double_space(text: str, prefix: str) -> str:
     return text
 
 
+# Words after which an opening bracket starts an expression of its own (``return (a, b)``), not a call.
+_KEYWORDS = frozenset({
+    "and", "as", "assert", "async", "await", "case", "del", "elif", "else", "except", "for", "from", "global",
+    "if", "import", "in", "is", "lambda", "match", "nonlocal", "not", "or", "raise", "return", "while", "with",
+    "yield", "const", "let", "var", "new", "typeof", "void", "throw", "delete", "instanceof", "of",
+})
+_OPERATOR_CHARS = "=+-*/%<>|&^!~"
+_KWARG = re.compile(r"[(,]\s*\**[A-Za-z_]\w*=$")  # ``f(a=``: PEP 8 puts no spaces around a keyword's ``=``
+
+
+def _unary_position(before: str) -> bool:
+    """Whether an operator at the end of ``before`` (already cut off it) starts an operand: after an
+    opener, a comma, another operator, a keyword or nothing (``f(-``, ``x = -``, ``return -``)."""
+    head = before.rstrip()
+    if not head or head[-1] in "([{,:;" or head[-1] in _OPERATOR_CHARS:
+        return True
+    return trailing_identifier(head) in _KEYWORDS
+
+
+def wants_space(line_before: str, text: str, language: str | None = None) -> bool:
+    """Whether ``text``, inserted after ``line_before`` (code before the cursor on its line), should
+    start with a space: the language's spacing between the two, not the model's whitespace.
+
+    None after a space, after an opener or a dot, before a closer, a comma, a dot or a colon, in a
+    keyword argument (``f(a=``), after a unary operator, between an operator and the rest of it
+    (``+`` and ``=``), before a call's or subscript's bracket; one between two words, after ``,``,
+    after ``=`` and the binary operators, after a dict's or annotation's ``:`` (not a slice's).
+    """
+    if not line_before or not text or line_before[-1].isspace() or text[0].isspace():
+        return False
+    last, first = line_before[-1], text[0]
+    if first in ")]},;.:" or last in "([{.@~\\":
+        return False
+    if first == "#":
+        return True
+    if last in _OPERATOR_CHARS and first in _OPERATOR_CHARS:
+        return False  # one operator being finished (``+=``, ``==``, ``**``, ``->``)
+    if first in "([":
+        word = trailing_identifier(line_before)
+        if word:  # a call or subscript (``f(``, ``x[``), or a keyword's operand (``return (``)
+            return word in _KEYWORDS
+        return last not in ")]\"'"
+    if last == ",":
+        return True
+    if last == "=":
+        return not (_KWARG.search(line_before) and open_brackets(line_before, language)[-1:] == ["("])
+    if last == ":":
+        return open_brackets(line_before, language)[-1:] != ["["]
+    if last in _OPERATOR_CHARS:
+        # not after a unary operator: ``-1``, ``f(*args``, ``**kwargs``
+        return not (last in "+-*" and _unary_position(line_before[:-1].rstrip("*")))
+    return True  # two words, a word and an operator, a closer and what follows it
+
+
+def _block_opener(line: str, language: str | None) -> bool:
+    """Whether a line of code ends by opening a block (``:`` in Python, ``{`` elsewhere)."""
+    code = "".join(ch for _, ch in code_chars(line, language) if ch != COMMENT).rstrip()
+    return code.endswith(":" if language not in BRACE_LANGUAGES else "{")
+
+
+def fit_cursor(text: str, prefix: str, language: str | None = None) -> str:
+    """The start of ``text`` fitted to where the cursor is on its line.
+
+    In the middle of a line (code before the cursor): no leading run of spaces or tabs; one space
+    where :func:`wants_space` says so, added too where the model wrote none after ``,`` or an
+    assignment's ``=``. On an empty indented line (only indentation before the cursor): the
+    indentation is not written again; only a cursor short of the block a line before it opens
+    (``if x:`` above, the cursor at the ``if``'s own indentation or less) keeps the model's. Then a
+    multi-line text whose later lines all sit deeper than the cursor though its first line opens
+    nothing (no block, no bracket) is moved back so they line up with it.
+    """
+    if not text:
+        return text
+    line_before = prefix.rsplit("\n", 1)[-1]
+    first = text.split("\n", 1)[0]
+    lead = first[: len(first) - len(first.lstrip(" \t"))]
+    if line_before.strip():  # the middle of a line
+        body = text[len(lead):]
+        if lead:
+            if body[:1] in ("", "\n"):
+                return body
+            return (" " if wants_space(line_before, body, language) else "") + body
+        last = line_before[-1]
+        if (last == "," or (last == "=" and line_before[-2:-1] not in tuple(_OPERATOR_CHARS))) and \
+                wants_space(line_before, text, language) and text[0] not in _OPERATOR_CHARS:
+            return " " + text
+        return text
+    if not line_before:  # the start of a line: the text's own indentation is the line's
+        return text
+    width = len(line_before.expandtabs(4))
+    if lead and not _short_of_block(prefix, width, language):
+        text = text[len(lead):]
+    return _realign(text, line_before, language)
+
+
+def _short_of_block(prefix: str, width: int, language: str | None) -> bool:
+    """Whether an indented cursor at ``width`` columns sits short of the block the previous line of
+    code opens (so the model's own indentation is what the line needs)."""
+    for line in reversed(prefix.split("\n")[:-1][-50:]):
+        if not line.strip() or line.lstrip().startswith(("#", "//")):
+            continue
+        return _block_opener(line, language) and len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip()) >= width
+    return False
+
+
+def _realign(text: str, line_before: str, language: str | None) -> str:
+    """Later lines of ``text`` (written after ``line_before``'s indentation) that all sit deeper than
+    it though its first line opens nothing are moved back to its column."""
+    lines = text.split("\n")
+    if len(lines) < 2 or lines[0].strip() == "" or (language in BRACE_LANGUAGES):
+        return text
+    head = lines[0]
+    if _block_opener(head, language) or open_brackets(head, language) or _ends_in_string(head, language):
+        return text
+    indent = len(line_before)
+    widths = [len(line) - len(line.lstrip(" \t")) for line in lines[1:] if line.strip()]
+    if not widths or min(widths) <= indent:
+        return text
+    shift = min(widths) - indent
+    return "\n".join([head] + [line[shift:] if line.strip() else line for line in lines[1:]])
+
+
+def _ends_in_string(text: str, language: str | None) -> bool:
+    """Whether ``text`` ends inside a string (a comment at its end is fine)."""
+    scan = _scan(text, language)
+    while True:
+        try:
+            next(scan)
+        except StopIteration as end:
+            return end.value == "string"
+
+
+def close_line_brackets(text: str, prefix: str, suffix: str, language: str | None = None) -> str:
+    """A bracket the user opened on the cursor's line is not left open by ``text``.
+
+    When the brackets opened before the cursor on its line are still open after the text and the
+    rest of the line: a comment the text starts (which would swallow them) is cut off, and if
+    nothing follows the cursor on its line, the text gets their closers (after its own code; ""
+    if no code is left). The rest of the line closing them (an editor's auto-close) is enough.
+    """
+    line_before = prefix.rsplit("\n", 1)[-1]
+    if not text or not line_before.strip():
+        return text
+    mine = open_brackets(line_before, language)
+    if not mine:
+        return text
+    rest = suffix.split("\n", 1)[0]
+    left = open_brackets(line_before + text + "\n" + rest if "\n" in text else line_before + text + rest, language)
+    if len(left) < len(mine) or left[: len(mine)] != mine:
+        return text  # closed (or mismatched: balance_brackets' business)
+    comment = next((at for at, ch in code_chars(text, language) if ch == COMMENT), None)
+    if comment is not None:
+        text = text[:comment].rstrip()
+        if not text.strip():
+            return ""
+    if rest.strip() or "\n" in text:
+        return text
+    still = open_brackets(line_before + text, language)
+    if still[: len(mine)] != mine:
+        return text
+    return text.rstrip(" ,") + "".join(OPENERS[b] for b in reversed(still[: len(mine)]))
+
+
 def strip_suffix_overlap(text: str, suffix: str, at_line_start: bool = False, language: str | None = None) -> str:
     """Remove what the completion repeats of the code after the cursor.
 
@@ -386,7 +556,8 @@ def trim_trailing_space(text: str, suffix: str) -> str:
 def tidy(text: str, prefix: str, suffix: str, *, multiline: bool, language: str | None = None,
          at_line_start: bool | None = None) -> str:
     """The rules that need the code around the cursor, after the stops and the block or line end:
-    double space, special tokens, single line, suffix repeats, brackets, trailing space.
+    double space, special tokens, single line, the cursor's column, suffix repeats, brackets, the
+    line's own brackets, trailing space.
 
     Idempotent: the server may run it again on the pipeline's answer and change nothing. Returns
     "" when nothing useful is left.
@@ -396,8 +567,10 @@ def tidy(text: str, prefix: str, suffix: str, *, multiline: bool, language: str 
     text = drop_double_space(strip_special_tokens(text), prefix)
     if not multiline:
         text = first_line(text)
+    text = fit_cursor(text, prefix, language)
     text = trim_trailing_space(text, suffix)
     text = strip_suffix_overlap(text, suffix, at_line_start, language)
     text = balance_brackets(text, prefix, language)
+    text = close_line_brackets(text, prefix, suffix, language)
     text = trim_trailing_space(text, suffix)
     return text if text.strip() else ""

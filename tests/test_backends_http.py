@@ -26,7 +26,7 @@ from starlette.routing import Route
 from glm5_lsp.backends.base import BackendError, BackendUnavailable, Completion, CompletionRequest
 from glm5_lsp.backends.factory import create_backend
 from glm5_lsp.backends.openai_http import CircuitBreaker, OpenAIHTTPBackend, strip_fences
-from glm5_lsp.backends.serve_model import create_app, serve_in_thread, split_fim
+from glm5_lsp.serve_model import create_app, serve_in_thread, split_fim
 from glm5_lsp.spans import Prompt, Span
 
 _spec = importlib.util.spec_from_file_location(

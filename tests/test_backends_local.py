@@ -19,7 +19,7 @@ from glm5_lsp.backends.base import BackendError, CompletionRequest
 from glm5_lsp.backends.factory import create_backend
 from glm5_lsp.backends.local import LocalBackend, token_roles
 from glm5_lsp.backends.openai_http import OpenAIHTTPBackend
-from glm5_lsp.backends.serve_model import create_app, serve_in_thread
+from glm5_lsp.serve_model import create_app, serve_in_thread
 from glm5_lsp.spans import ROLE_NAMES, Prompt, Span
 
 CODE = "import os\n\ndef join(a, b):\n    return os.path.join(a, b)\n"

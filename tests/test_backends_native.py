@@ -17,8 +17,8 @@ from glm5_lsp.backends.base import BackendError, BackendUnavailable, CompletionR
 from glm5_lsp.backends.fim import TEMPLATES
 from glm5_lsp.backends.llamacpp_infill import LlamaCppInfillBackend
 from glm5_lsp.backends.ollama import OllamaBackend
-from glm5_lsp.backends.serve_model import serve_in_thread
 from glm5_lsp.backends.served import create_native_backend
+from glm5_lsp.serve_model import serve_in_thread
 from glm5_lsp.spans import Prompt
 
 

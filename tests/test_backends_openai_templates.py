@@ -25,7 +25,7 @@ from glm5_lsp.backends.fim import TEMPLATES
 from glm5_lsp.backends.llamacpp_infill import LlamaCppInfillBackend
 from glm5_lsp.backends.ollama import OllamaBackend
 from glm5_lsp.backends.openai_http import OpenAIHTTPBackend
-from glm5_lsp.backends.serve_model import create_app, serve_in_thread
+from glm5_lsp.serve_model import create_app, serve_in_thread
 from glm5_lsp.spans import Prompt
 
 QWEN = "Qwen/Qwen2.5-Coder-1.5B"

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from glm5_lsp.context.documents import Document, DocumentStore, Edit
-from glm5_lsp.context.languages import (
+from glm5_lsp.context.sources import decode, read_source, walk_files
+from glm5_lsp.languages import (
     PLAIN,
     comment_prefix,
     detect_language,
     load_grammar,
     supported_languages,
 )
-from glm5_lsp.context.sources import decode, read_source, walk_files
 
 WS = Path(__file__).parent / "data" / "context" / "ws"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.context import cli
+from glm5_lsp.context import index_command as cli
 from glm5_lsp.context.engine import ContextEngine
 from glm5_lsp.context.tokens import approx_tokens
 from glm5_lsp.spans import Prompt

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from glm5_lsp.context.documents import Document, Edit
-from glm5_lsp.context.languages import detect_language
 from glm5_lsp.context.sources import read_source
 from glm5_lsp.context.summary import FileSummary, resummarize, summarize
+from glm5_lsp.languages import detect_language
 
 WS = Path(__file__).parent / "data" / "context" / "ws"
 

@@ -36,11 +36,11 @@ from glm5_lsp.context.apidoc_sources import (
     python_doc_chunks,
     submodule_alias,
 )
-from glm5_lsp.context.cache import JsonCache, default_cache_dir
 from glm5_lsp.context.cursor_query import CursorQuery, prefix_tokens, receiver_prefix_tokens, tokenize
-from glm5_lsp.context.languages import DOC_SUFFIXES
 from glm5_lsp.context.sources import walk_files
 from glm5_lsp.context.tokens import TokenCounter
+from glm5_lsp.disk_cache import JsonCache, default_cache_dir
+from glm5_lsp.languages import DOC_SUFFIXES
 
 if TYPE_CHECKING:
     import bm25s

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from glm5_lsp.context.languages import PLAIN, Grammar, detect_language, load_grammar
+from glm5_lsp.languages import PLAIN, Grammar, detect_language, load_grammar
 
 if TYPE_CHECKING:
     import tree_sitter

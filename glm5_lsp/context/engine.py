@@ -194,7 +194,7 @@ class ContextEngine:
 
     def _document(self, text: str | None, path: str | os.PathLike[str] | None, language: str | None) -> Document:
         if path is None:
-            from glm5_lsp.context.languages import detect_language
+            from glm5_lsp.languages import detect_language
 
             lang = detect_language(None, language)
             path = f"<untitled-{lang}>"

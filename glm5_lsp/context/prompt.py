@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from glm5_lsp.context.cursor_query import build_query
-from glm5_lsp.context.languages import comment_prefix
 from glm5_lsp.context.tokens import TokenCounter
+from glm5_lsp.languages import comment_prefix
 from glm5_lsp.spans import Prompt, Span
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from glm5_lsp.context.languages import Grammar
+from glm5_lsp.languages import Grammar
 
 if TYPE_CHECKING:
     import tree_sitter

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from glm5_lsp.context.cache import JsonCache, content_hash
 from glm5_lsp.context.documents import Document
-from glm5_lsp.context.jedi_names import JediResolver
-from glm5_lsp.context.languages import SOURCE_SUFFIXES, detect_language, queries_fingerprint
 from glm5_lsp.context.sources import DEFAULT_MAX_BYTES, read_source, walk_files
 from glm5_lsp.context.summary import CONTAINER_KINDS, FileSummary, SymbolInfo, resummarize, summarize
 from glm5_lsp.context.tokens import TokenCounter
+from glm5_lsp.disk_cache import JsonCache, content_hash
+from glm5_lsp.languages import SOURCE_SUFFIXES, detect_language, queries_fingerprint
+from glm5_lsp.pynames.jedi_names import JediResolver
 
 if TYPE_CHECKING:
     from glm5_lsp.context.documents import Change

@@ -107,7 +107,7 @@ class Collector:
 
     def __init__(self, root: Path, budget_ms: int | None = None, model_path: str | None = None) -> None:
         from glm5_lsp.pipeline import Pipeline
-        from glm5_lsp.server.engine import Engine
+        from glm5_lsp.server.loader import Engine
         from glm5_lsp.server.settings import Settings
 
         self.settings = Settings()

@@ -159,7 +159,7 @@ class LibraryCache:
     _loaded: ClassVar[dict[str, SuffixIndex]] = {}  # shared by every workspace memory in the process
 
     def __init__(self, tokenizer: Encoder, tokenizer_digest: str, root: Path | None = None) -> None:
-        from glm5_lsp.context.cache import default_cache_dir
+        from glm5_lsp.disk_cache import default_cache_dir
 
         self.tokenizer = tokenizer
         self.tokenizer_digest = tokenizer_digest

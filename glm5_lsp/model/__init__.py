@@ -1,9 +1,9 @@
 """The GLM-5 (``glm_moe_dsa``) runtime: our own PyTorch implementation; ``transformers`` is only its test oracle."""
 
-from glm5_lsp.model.cache import KVCache
 from glm5_lsp.model.config import ConfigError, GlmMoeDsaConfig
 from glm5_lsp.model.generate import Generation, GenerationConfig, Generator, cached_forward
 from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM, Selection, TrainOutput
+from glm5_lsp.model.kv_cache import KVCache
 from glm5_lsp.model.loading import CheckpointError, default_model_path, load_model, save_model
 from glm5_lsp.model.policy import AttentionConfig, AttentionPolicy, Role
 from glm5_lsp.model.stats import LAYER_STATS, STEP_STATS, StepStats

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from glm5_lsp.model import decode
-from glm5_lsp.model.cache import KVCache
+from glm5_lsp.model import lean as decode
 from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM
+from glm5_lsp.model.kv_cache import KVCache
 from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
 from glm5_lsp.model.stats import StatsProbe, StepStats
 from glm5_lsp.model.tokenizer import Tokenizer

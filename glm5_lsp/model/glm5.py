@@ -42,8 +42,8 @@ from glm5_lsp.model.attention import (
     latent_attention_gathered,
     rope_cos_sin,
 )
-from glm5_lsp.model.cache import KVCache
 from glm5_lsp.model.config import GlmMoeDsaConfig
+from glm5_lsp.model.kv_cache import KVCache
 from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
 
 if TYPE_CHECKING:

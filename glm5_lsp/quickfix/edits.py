@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from glm5_lsp.repair.introduced import Splice
+from glm5_lsp.checks.introduced import Splice
 
 ADDED_LINE_COST = 0.5  # an import added above the code: none of the user's characters change
 

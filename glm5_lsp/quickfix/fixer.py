@@ -18,14 +18,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from glm5_lsp.checks.introduced import is_syntax_error
+from glm5_lsp.checks.providers.runner import DiagnosticRunner
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.quickfix import imports, names
 from glm5_lsp.quickfix.edits import Candidate
 from glm5_lsp.quickfix.parser import syntax_candidates
 from glm5_lsp.quickfix.rank import BLOCKING, Checks, Fix, rank_key, ranked
 from glm5_lsp.quickfix.ruff import ruff_candidates
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.introduced import is_syntax_error
-from glm5_lsp.repair.providers.runner import DiagnosticRunner
 
 log = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.postprocess import bracket_depth
 from glm5_lsp.quickfix.edits import Edit
-from glm5_lsp.repair.diagnostics import Diagnostic
 
 log = logging.getLogger(__name__)
 

@@ -25,13 +25,13 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+from glm5_lsp.checks.introduced import LineIndex
 from glm5_lsp.deadline import call_with_timeout
+from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.positions import byte_col_to_char
+from glm5_lsp.pynames.scope import ALWAYS, names_in_scope
 from glm5_lsp.quickfix import imports
 from glm5_lsp.quickfix.edits import ADDED_LINE_COST, Candidate, Edit, word_distance
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.introduced import LineIndex
-from glm5_lsp.repair.providers.positions import byte_col_to_char
-from glm5_lsp.repair.scope import ALWAYS, names_in_scope
 
 log = logging.getLogger(__name__)
 
@@ -235,14 +235,12 @@ def _module_attribute_problems(code: str, tree: ast.AST, seconds: float) -> list
 def _jedi_members(module: str) -> frozenset[str] | None:
     """The names jedi completes after ``module.`` (0.1-2 s the first time a module is read, then
     remembered: asking jedi again would cost most of that again)."""
-    import jedi
-
-    from glm5_lsp.repair.monitor import in_process_environment
+    from glm5_lsp.pynames.jedi import script
 
     root = module.split(".")[0]
     source = f"import {root}\n{module}."
     try:
-        completions = jedi.Script(source, environment=in_process_environment()).complete(2, len(module) + 1)
+        completions = script(source).complete(2, len(module) + 1)
     except Exception:  # jedi fails in many ways on odd modules; such a module is not judged
         log.debug("jedi could not list %s", module, exc_info=True)
         return None

@@ -24,11 +24,11 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from glm5_lsp.checks.introduced import LineIndex, is_syntax_error
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.postprocess import CLOSERS, COMMENT, OPENERS, code_chars, open_brackets
+from glm5_lsp.pynames.scope import names_in_scope, top_level_pieces
 from glm5_lsp.quickfix.edits import Candidate, Edit, insertion
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.introduced import LineIndex, is_syntax_error
-from glm5_lsp.repair.scope import names_in_scope, top_level_pieces
 
 MAX_CLOSER_LINES = 30  # lines after an unclosed bracket or string where its closer may go
 MAX_PER_ERROR = 40  # candidates proposed for one error (the cheap compile check then filters them)

@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from glm5_lsp.checks.introduced import LineIndex, Splice, introduced_diagnostics, is_syntax_error
+from glm5_lsp.checks.providers.runner import DiagnosticRunner
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.quickfix.edits import Candidate
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.introduced import LineIndex, Splice, introduced_diagnostics, is_syntax_error
-from glm5_lsp.repair.providers.runner import DiagnosticRunner
 
 BLOCKING: tuple[str, ...] = ("error", "warning")
 EXTRA_KINDS = frozenset({"attribute", "import"})  # fixes judged with the fixer's own checks too

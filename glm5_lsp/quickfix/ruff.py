@@ -15,11 +15,11 @@ import logging
 import subprocess
 from collections.abc import Sequence
 
+from glm5_lsp.checks.introduced import LineIndex
+from glm5_lsp.checks.providers.process import run_checker
+from glm5_lsp.checks.providers.ruff import find_ruff
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.quickfix.edits import Candidate, Edit
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.introduced import LineIndex
-from glm5_lsp.repair.providers.process import run_checker
-from glm5_lsp.repair.providers.ruff_check import find_ruff
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,12 @@
-"""Check every candidate with compilers and repair it before the editor sees it.
+"""Regenerate until a candidate is clean: the loop and what steers it.
 
-- ``diagnostics``: what a checker reports (``Diagnostic``) and the provider interface;
-- ``providers/``: compile, tree-sitter, pyflakes, ruff, gcc/g++, node, go vet, and the runner that
-  times out, logs and skips a failing provider;
-- ``introduced``: a candidate spliced into its document, judged on what it adds;
-- ``loop`` + ``repair_prompt``: generate -> splice -> diagnose -> hints and ``error_context`` spans ->
-  regenerate, keeping the best candidate;
-- ``monitor``: valid names while decoding (a logits processor);
-- ``templates``: exception handling filled with the exception types known there;
+- ``loop`` + ``repair_prompt``: generate -> splice -> judge (``glm5_lsp.checks``) -> hints and
+  ``error_context`` spans -> regenerate, keeping the best candidate;
+- ``truncate``: where an unclean candidate may be cut to a clean prefix;
+- ``monitor``: valid names while decoding (a logits processor over ``glm5_lsp.pynames``);
+- ``exceptions``: exception handling filled with the exception types known there;
 - ``style``: the file's naming, quote and comment conventions;
-- ``perf_hints``: hot-spot rules with suggested rewrites (for the server's hints and code actions);
-- ``assemble``: ``standard_loop``, the loop with all of the above attached.
+- ``standard``: ``standard_loop``, the loop with all of the above attached.
 
 No LSP types here; nothing here writes the user's files.
 """

@@ -3,7 +3,7 @@
 Round 1 sends the caller's request unchanged. Each candidate (after the caller's ``postprocess``
 and the ``rewriters`` -- style fixes, exception-template fill -- each kept only if it adds no
 blocking diagnostic) is spliced into the document and judged "introduced only"
-(``glm5_lsp.repair.introduced``). If it adds a diagnostic of a blocking severity, the next round's
+(``glm5_lsp.checks.introduced``). If it adds a diagnostic of a blocking severity, the next round's
 prompt is ``repair_prompt.build_repair_prompt``: the hints as a comment block just before the
 cursor line plus ``error_context`` spans on the block and on the offending lines the prompt shows
 (forced full attention in the runtime); later rounds sample at ``repair_temperature`` so a repeated
@@ -12,7 +12,7 @@ prefixes that end at a plausible point are judged first (``truncate``): a clean 
 rather than waiting for another generation. The loop stops at the first clean candidate, after
 ``max_rounds`` generations, or when ``time_budget_s`` is spent (the running generation is cancelled
 through ``should_cancel`` at the deadline). If none is clean, such a completion may still finish the
-word typed at the cursor from the names around it (``finisher``, ``glm5_lsp.repair.words``), judged
+word typed at the cursor from the names around it (``finisher``, ``glm5_lsp.pynames.words``), judged
 the same way. Such completions also get the ``word_check``: a candidate that finishes the typed word
 as a name nothing binds is unclean ("undefined name", source ``names``) even where the checkers see
 no names because the document does not parse.
@@ -32,11 +32,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from glm5_lsp.backends.base import Backend, BackendError, CompletionRequest, LogitsProcessor
+from glm5_lsp.checks.introduced import Judgement, Splice, judge
+from glm5_lsp.checks.providers import DiagnosticRunner, default_runner
+from glm5_lsp.checks.providers.runner import in_background
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.postprocess import trailing_identifier
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.introduced import Judgement, Splice, judge
-from glm5_lsp.repair.providers import DiagnosticRunner, default_runner
-from glm5_lsp.repair.providers.runner import in_background
 from glm5_lsp.repair.repair_prompt import RepairContext, build_repair_prompt, hint_lines
 from glm5_lsp.repair.truncate import cut_points
 from glm5_lsp.spans import Prompt

@@ -5,7 +5,7 @@ document up to the cursor plus the decoded tokens) and decides where decoding st
 
 - **after a dot** (``receiver.`` + a partial name ``p``): the receiver's attributes come from an
   ``AttributeProvider`` (jedi's completions for Python, or the symbol table; a method's ``self.``
-  is read from the file's text, :mod:`~glm5_lsp.repair.members`), asked once per receiver. When it
+  is read from the file's text, :mod:`~glm5_lsp.pynames.members`), asked once per receiver. When it
   knows any, every token that cannot continue ``p`` into one of them is masked
   (``-inf``): a token is kept if its identifier characters extend ``p`` to a prefix of a valid name
   and, when the token goes on past the name (``append(``), only if the name is then complete.
@@ -20,7 +20,7 @@ document up to the cursor plus the decoded tokens) and decides where decoding st
   or a comprehension's variable (``[item for item in ...]``): there it may grow into anything, but
   unless it is known it can only end with ``=`` or a space. The word the user was typing at the
   cursor is held to a narrower set there: the names visible at the cursor
-  (:func:`~glm5_lsp.repair.scope.names_in_scope`, read from the text in milliseconds), so ``if na``
+  (:func:`~glm5_lsp.pynames.scope.names_in_scope`, read from the text in milliseconds), so ``if na``
   does not become another function's local. A document with a star import is left alone.
 - **tokens that open an attribute themselves** (``.append``, ``).strip``, in any state): the
   ``check_top_k`` likeliest such tokens within ``check_margin`` of the step's best logit are each
@@ -45,7 +45,6 @@ from __future__ import annotations
 import array
 import bisect
 import builtins
-import functools
 import keyword
 import logging
 import re
@@ -56,9 +55,10 @@ from dataclasses import dataclass
 
 from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.postprocess import IDENTIFIER_CHARS, ends_in_code, open_brackets
+from glm5_lsp.pynames.jedi import script as jedi_script
+from glm5_lsp.pynames.members import self_attributes
+from glm5_lsp.pynames.scope import MODULE_ATTRIBUTES, scope_at
 from glm5_lsp.pysource import HEADER_LINE, piece, top_level_pieces
-from glm5_lsp.repair.members import self_attributes
-from glm5_lsp.repair.scope import MODULE_ATTRIBUTES, scope_at
 
 log = logging.getLogger(__name__)
 
@@ -591,10 +591,8 @@ class JediAttributes:
         self.path = path
 
     def __call__(self, text: str) -> list[str]:
-        import jedi
-
         lines = text.split("\n")
-        script = jedi.Script(text, path=self.path, environment=in_process_environment())
+        script = jedi_script(text, path=self.path)
         return [c.name for c in script.complete(len(lines), len(lines[-1]))]
 
 
@@ -618,50 +616,6 @@ class TextAttributes:
 
 
 _PLAIN_RECEIVER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\.\Z")
-
-
-@functools.cache
-def in_process_environment() -> object:
-    """jedi's environment for this interpreter (one, shared): compiled modules are inspected here,
-    with no helper process. Faster than the default (no round trips), and a lookup stopped midway
-    (:func:`~glm5_lsp.deadline.call_with_timeout`) cannot leave a pipe to that process half read."""
-    from jedi.api.environment import InterpreterEnvironment
-
-    return InterpreterEnvironment()
-
-
-_IMPORTED = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.MULTILINE)
-
-
-_WARMED: set[str] = set()  # modules warm_jedi has loaded in this process ("" for the builtins)
-
-
-def warm_jedi(text: str, path: str | None = None, modules: int = 12) -> int:
-    """Pay jedi's start-up before the first request does: Python's builtins, the modules ``text``
-    imports (at most ``modules``) and the parse of ``text`` itself (kept per ``path``, so later
-    lookups re-parse only what changed). The first of each costs 0.3-1 s, more than a request's
-    provider time, and a lookup stopped at that time would never get to keep it. A module is loaded
-    once per process: asking again would still cost about 0.4 s (jedi lists its names afresh).
-    Returns the modules loaded by this call."""
-    import jedi
-
-    environment = in_process_environment()
-    if "" not in _WARMED:
-        jedi.Script("''.", environment=environment).complete(1, 3)
-        _WARMED.add("")
-    names = list(dict.fromkeys(m.group(1) or m.group(2) for m in _IMPORTED.finditer(text)))
-    loaded = 0
-    for module in names[:modules]:
-        if module.startswith(".") or module in _WARMED:
-            continue
-        try:
-            jedi.Script(f"import {module}\n{module}.", environment=environment).complete(2, len(module) + 1)
-            loaded += 1
-        except Exception:  # an odd module must not stop the rest
-            log.debug("jedi could not load %s", module, exc_info=True)
-        _WARMED.add(module)  # loaded, or not loadable: either way not worth asking again
-    jedi.Script(text, path=path, environment=environment).get_names()
-    return loaded
 
 
 _INDEXES: dict[int, TokenIndex] = {}

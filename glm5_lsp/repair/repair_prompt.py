@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.spans import Prompt, Span
 
 LINE_COMMENT: dict[str, str] = {"python": "#", "ruby": "#", "shell": "#", "r": "#"}

@@ -8,10 +8,10 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.introduced import Splice, judge
-from glm5_lsp.repair.perf_hints import perf_hints
-from glm5_lsp.repair.providers import DiagnosticRunner, default_runner
+from glm5_lsp.checks.introduced import Splice, judge
+from glm5_lsp.checks.perf_hints import perf_hints
+from glm5_lsp.checks.providers import DiagnosticRunner, default_runner
+from glm5_lsp.diagnostics import Diagnostic
 
 CHECK_TIMEOUT_S = 5.0
 PERF_SOURCE = "perf"  # the ``source`` of performance hints published as information diagnostics

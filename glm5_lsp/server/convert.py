@@ -14,7 +14,7 @@ import re
 
 from lsprotocol import types
 
-from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.server.text import View, encoding_name
 from glm5_lsp.textdiff import line_col
 

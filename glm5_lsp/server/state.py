@@ -34,16 +34,15 @@ from pygls.uris import to_fs_path
 
 from glm5_lsp import __version__
 from glm5_lsp.backends.base import BackendError, BackendUnavailable
-from glm5_lsp.context.languages import detect_language, supported_languages
+from glm5_lsp.languages import detect_language, supported_languages
 from glm5_lsp.lru import LRUCache
 from glm5_lsp.pipeline import Pipeline, PipelineResult
-from glm5_lsp.repair.monitor import warm_jedi
+from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.server import convert, syntax
-from glm5_lsp.server.cache import TypedThrough
 from glm5_lsp.server.checks import check_edit, diagnose
-from glm5_lsp.server.engine import Engine
 from glm5_lsp.server.heap import IdleSettler, freeze_survivors, release_memory
 from glm5_lsp.server.jobs import CancelToken, Supersession
+from glm5_lsp.server.loader import Engine
 from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.progress import ClientLogHandler, WorkProgress
 from glm5_lsp.server.protocol import Glm5Protocol, strict_converter
@@ -51,6 +50,7 @@ from glm5_lsp.server.settings import Settings, parse_settings
 from glm5_lsp.server.syntax import wants_multiline
 from glm5_lsp.server.text import SyncedDocument, View, document_view
 from glm5_lsp.server.transport import FramingError, MessageReader, ThreadedStreamReader
+from glm5_lsp.server.typed_through import TypedThrough
 
 log = logging.getLogger("glm5_lsp.server")
 DIAGNOSTICS_YIELD_STEPS = 40  # x 50 ms: how long our published diagnostics wait for a pause in completions

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import tree_sitter
 
-from glm5_lsp.context.languages import tree_sitter_language
-from glm5_lsp.repair.providers.tree_sitter_errors import RecentTrees
+from glm5_lsp.checks.providers.tree_sitter import RecentTrees
+from glm5_lsp.languages import tree_sitter_language
 
 _PY_BLOCK_OPENER = re.compile(
     r"^\s*(async\s+def|def|class|if|elif|else|for|async\s+for|while|with|async\s+with|try|except|"

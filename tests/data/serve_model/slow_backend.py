@@ -57,7 +57,7 @@ class FailingBackend:
 
 
 def main(argv: list[str]) -> int:
-    from glm5_lsp.backends.serve_model import create_app, serve
+    from glm5_lsp.serve_model import create_app, serve
 
     stopping = threading.Event()
     serve(create_app(SlowBackend(pieces=100_000, interval=0.01), "slow", stopping=stopping), "127.0.0.1",

@@ -19,18 +19,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from glm5_lsp.backends.base import Backend
-from glm5_lsp.repair.loop import RepairLoop, RepairSettings
-from glm5_lsp.repair.monitor import MonitorSettings, python_monitor_factory
-from glm5_lsp.repair.providers import DiagnosticRunner
-from glm5_lsp.repair.style import StyleConsistency
-from glm5_lsp.repair.templates import (
+from glm5_lsp.checks.providers import DiagnosticRunner
+from glm5_lsp.pynames.words import finishing_words, unknown_word
+from glm5_lsp.repair.exceptions import (
     CombinedExceptions,
     DocumentExceptions,
     JediExceptions,
     KnownExceptions,
     exception_rewriter,
 )
-from glm5_lsp.repair.words import finishing_words, unknown_word
+from glm5_lsp.repair.loop import RepairLoop, RepairSettings
+from glm5_lsp.repair.monitor import MonitorSettings, python_monitor_factory
+from glm5_lsp.repair.style import StyleConsistency
 
 
 def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,

@@ -1,7 +1,7 @@
 """What a checker reports (:class:`Diagnostic`) and the one interface every checker implements.
 
 Positions are 0-based lines and 0-based character columns (not bytes), end exclusive, so they convert
-to LSP ranges at the server's edge without arithmetic. Providers live in ``glm5_lsp.repair.providers``.
+to LSP ranges at the server's edge without arithmetic. Providers live in ``glm5_lsp.checks.providers``.
 """
 
 from __future__ import annotations

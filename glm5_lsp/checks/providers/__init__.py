@@ -4,7 +4,7 @@
 machine: the in-process ones always (compile, tree-sitter, pyflakes), the external tools (ruff,
 gcc/g++, node, go) only when ``shutil.which`` finds them. Python's ruff checks go to one long-lived
 ``ruff server`` (:mod:`.ruff_server`) where pipes can be read with a timeout (POSIX), else to one
-``ruff check`` process a check (:mod:`.ruff_check`); both report the same.
+``ruff check`` process a check (:mod:`.ruff`); both report the same.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from __future__ import annotations
 import functools
 import logging
 
-from glm5_lsp.repair.diagnostics import DiagnosticProvider
-from glm5_lsp.repair.providers.compile_worker import worker_available
-from glm5_lsp.repair.providers.gcc import GccProvider
-from glm5_lsp.repair.providers.go_vet import GoVetProvider
-from glm5_lsp.repair.providers.node_check import NodeCheckProvider
-from glm5_lsp.repair.providers.pyflakes_check import PyflakesProvider
-from glm5_lsp.repair.providers.python_compile import PythonCompileProvider
-from glm5_lsp.repair.providers.ruff_check import RuffProvider
-from glm5_lsp.repair.providers.ruff_server import RuffServerProvider
-from glm5_lsp.repair.providers.runner import DiagnosisReport, DiagnosticRunner
-from glm5_lsp.repair.providers.tree_sitter_errors import TreeSitterProvider
+from glm5_lsp.checks.providers.compile import PythonCompileProvider
+from glm5_lsp.checks.providers.compile_worker import worker_available
+from glm5_lsp.checks.providers.gcc import GccProvider
+from glm5_lsp.checks.providers.go_vet import GoVetProvider
+from glm5_lsp.checks.providers.node import NodeCheckProvider
+from glm5_lsp.checks.providers.pyflakes import PyflakesProvider
+from glm5_lsp.checks.providers.ruff import RuffProvider
+from glm5_lsp.checks.providers.ruff_server import RuffServerProvider
+from glm5_lsp.checks.providers.runner import DiagnosisReport, DiagnosticRunner
+from glm5_lsp.checks.providers.tree_sitter import TreeSitterProvider
+from glm5_lsp.diagnostics import DiagnosticProvider
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 import shutil
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.positions import byte_col_to_char, clamp_position
-from glm5_lsp.repair.providers.process import run_checker, temp_folder, write_temp_source
+from glm5_lsp.checks.providers.process import run_checker, temp_folder, write_temp_source
+from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.positions import byte_col_to_char, clamp_position
 
 # "./candidate.go:3:2: undefined: y" (vet prefixes some lines with "vet: ")
 _LINE = re.compile(r"^(?:vet: )?(?:\./)?(?P<file>[^\s:]+\.go):(?P<line>\d+):(?P<col>\d+): (?P<msg>.*)$")

@@ -76,8 +76,8 @@ def grammars_dir() -> Path:
     env = os.environ.get(GRAMMARS_ENV)
     if env:
         return Path(env)
-    installed = Path(__file__).resolve().parents[1] / "grammars"  # a wheel maps grammars/ here
-    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "grammars"
+    installed = Path(__file__).resolve().parent / "grammars"  # a wheel maps grammars/ here
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[1] / "grammars"
 
 
 @dataclass(frozen=True)

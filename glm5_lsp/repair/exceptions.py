@@ -33,6 +33,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
+from glm5_lsp.pynames.jedi import script as jedi_script
+
 log = logging.getLogger(__name__)
 
 BROAD = frozenset({"Exception", "BaseException"})
@@ -262,11 +264,9 @@ class JediExceptions:
         return list(dict.fromkeys(found))
 
     def _raised_by(self, code: str, called: str) -> list[str]:
-        import jedi
-
         probe = code + "\n" + called
         lines = probe.split("\n")
-        definitions = jedi.Script(probe).infer(len(lines), len(lines[-1]) - 1)
+        definitions = jedi_script(probe).infer(len(lines), len(lines[-1]) - 1)
         result: list[str] = []
         module = called.rsplit(".", 1)[0] if "." in called else ""
         for definition in definitions:
@@ -296,11 +296,9 @@ def _raises_in_file(path: str, line: int) -> tuple[str, ...]:
 
 
 def _resolves(code: str, dotted: str) -> bool:
-    import jedi
-
     probe = code + "\n" + dotted
     lines = probe.split("\n")
-    return bool(jedi.Script(probe).infer(len(lines), len(lines[-1]) - 1))
+    return bool(jedi_script(probe).infer(len(lines), len(lines[-1]) - 1))
 
 
 class SymbolTableExceptions:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import shutil
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.positions import clamp_position
-from glm5_lsp.repair.providers.process import DEFAULT_TIMEOUT_S, run_checker, temp_folder, write_temp_source
+from glm5_lsp.checks.providers.process import DEFAULT_TIMEOUT_S, run_checker, temp_folder, write_temp_source
+from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.positions import clamp_position
 
 _ERROR = re.compile(r"^(\w*Error): (.*)$")
 

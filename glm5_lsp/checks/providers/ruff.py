@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import shutil
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.positions import clamp_to_lines
-from glm5_lsp.repair.providers.process import DEFAULT_TIMEOUT_S, run_checker
+from glm5_lsp.checks.providers.process import DEFAULT_TIMEOUT_S, run_checker
+from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.positions import clamp_to_lines
 
 ERROR_CODES: frozenset[str] = frozenset({
     "invalid-syntax", "F821", "F822", "F823", "F701", "F702", "F704", "F706", "F707", "F831",

@@ -3,7 +3,7 @@
 ``ruff check`` as a fresh process costs about 9 ms on a 2,600-line file, 5 ms of it the process
 starting; the repair loop runs one to three such checks on the path of every completion. A ``ruff
 server`` kept running answers the same check in about 4 ms. :class:`RuffServerProvider` reports
-what :class:`~glm5_lsp.repair.providers.ruff_check.RuffProvider` reports (the same rules, codes,
+what :class:`~glm5_lsp.checks.providers.ruff.RuffProvider` reports (the same rules, codes,
 severities and character columns; messages as the server words them, without its "help:" line).
 
 The server is set up like ``ruff check --isolated``: ``configurationPreference: "editorOnly"``
@@ -37,10 +37,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.positions import column_from_units
-from glm5_lsp.repair.providers.process import DEFAULT_TIMEOUT_S, end_process, kill_if_running
-from glm5_lsp.repair.providers.ruff_check import RuffProvider, find_ruff, ruff_diagnostic
+from glm5_lsp.checks.providers.process import DEFAULT_TIMEOUT_S, end_process, kill_if_running
+from glm5_lsp.checks.providers.ruff import RuffProvider, find_ruff, ruff_diagnostic
+from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.positions import column_from_units
 
 log = logging.getLogger(__name__)
 

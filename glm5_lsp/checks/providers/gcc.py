@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import shutil
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.positions import byte_col_to_char, clamp_position
-from glm5_lsp.repair.providers.process import DEFAULT_TIMEOUT_S, run_checker
+from glm5_lsp.checks.providers.process import DEFAULT_TIMEOUT_S, run_checker
+from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.positions import byte_col_to_char, clamp_position
 
 # "<stdin>:3:12: error: expected ';' before '}' token"
 _LINE = re.compile(r"^<stdin>:(\d+):(\d+): (fatal error|error|warning|note): (.*)$")

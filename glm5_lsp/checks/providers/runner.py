@@ -22,8 +22,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from glm5_lsp.diagnostics import Diagnostic, DiagnosticProvider, sort_diagnostics
 from glm5_lsp.lru import LRUCache
-from glm5_lsp.repair.diagnostics import Diagnostic, DiagnosticProvider, sort_diagnostics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

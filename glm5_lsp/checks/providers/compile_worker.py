@@ -5,10 +5,10 @@
 of the same process: every such check stopped the decoding for its whole length. In a helper process
 the check costs the other core instead.
 
-:class:`CompileWorker` keeps one ``python -m glm5_lsp.repair.providers.compile_worker`` process and
+:class:`CompileWorker` keeps one ``python -m glm5_lsp.checks.providers.compile_worker`` process and
 talks to it in JSON lines over its stdin and stdout: a request ``{"text", "filename"}``, an answer
 ``{"diagnostics": [[line, col, end_line, end_col, message, severity, source, code], ...]}`` or
-``{"error": "..."}``. The helper answers with :class:`~glm5_lsp.repair.providers.python_compile.RecentCompiles`,
+``{"error": "..."}``. The helper answers with :class:`~glm5_lsp.checks.providers.compile.RecentCompiles`,
 so its incremental checks (one segment recompiled after a small edit) are kept across requests.
 
 One request at a time (a lock); an answer not back within the timeout kills the helper and raises
@@ -28,8 +28,8 @@ import sys
 import threading
 import time
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.process import end_process, kill_if_running
+from glm5_lsp.checks.providers.process import end_process, kill_if_running
+from glm5_lsp.diagnostics import Diagnostic
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class CompileWorker:
 
 def serve(recent_texts: int, stdin=None, stdout=None) -> None:
     """The helper's loop: one JSON request a line in, one JSON answer a line out, until end of input."""
-    from glm5_lsp.repair.providers.python_compile import RecentCompiles
+    from glm5_lsp.checks.providers.compile import RecentCompiles
 
     source = stdin if stdin is not None else sys.stdin.buffer
     sink = stdout if stdout is not None else sys.stdout.buffer

@@ -6,7 +6,7 @@ show although the user has typed half a word whose end is plain to see: ``return
 lines up. :func:`finishing_words` lists the words that finish it, likeliest first; the repair loop
 judges them like any candidate (spliced in, nothing new may break) and returns the first clean one.
 
-Candidates are the names visible at the cursor for Python (:func:`~glm5_lsp.repair.scope.scope_at`:
+Candidates are the names visible at the cursor for Python (:func:`~glm5_lsp.pynames.scope.scope_at`:
 the enclosing functions' names, the module's, builtins and keywords), the document's identifiers for
 other languages. They are ranked by how often they occur near the cursor (within ``NEAR`` characters),
 then in the whole document, then by length: what the code around the cursor keeps using is the likeliest
@@ -23,9 +23,9 @@ import re
 from collections import Counter
 
 from glm5_lsp.postprocess import ends_in_code
+from glm5_lsp.pynames.scope import scope_at
 from glm5_lsp.pysource import piece, top_level_pieces
 from glm5_lsp.repair.monitor import STAR_IMPORT, open_triple_quote
-from glm5_lsp.repair.scope import scope_at
 
 NEAR = 3000  # characters on each side of the cursor counted as "near"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -76,7 +76,7 @@ def unknown_word(before: str, typed: str, text: str, after: str, language: str) 
     the word is code (not in a string or comment) and read (not after ``.``, not on a line that binds
     names with ``def``/``for``/``import``/..., not followed by ``=``, ``:=``, ``,``, ``:``, ``in``,
     ``as``), and it is neither anywhere else in the document nor in scope at the cursor
-    (:func:`~glm5_lsp.repair.scope.scope_at`, builtins and keywords included). Python only; lenient
+    (:func:`~glm5_lsp.pynames.scope.scope_at`, builtins and keywords included). Python only; lenient
     wherever the text leaves room for doubt (a star import, say). ``before`` is the document up to the
     typed word, ``after`` the document after the cursor."""
     if language != "python" or not typed or not _IDENT.fullmatch(typed) or before.endswith("."):

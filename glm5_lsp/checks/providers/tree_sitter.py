@@ -18,9 +18,9 @@ from collections import deque
 
 from tree_sitter import Node, Parser, Tree
 
-from glm5_lsp.context.languages import grammar_language_ids, tree_sitter_language
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.positions import byte_col_to_char
+from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.languages import grammar_language_ids, tree_sitter_language
+from glm5_lsp.positions import byte_col_to_char
 from glm5_lsp.textdiff import common_prefix, common_suffix, diff_regions, line_col
 
 

@@ -72,10 +72,10 @@ from collections import deque
 from types import CodeType
 from typing import NamedTuple
 
+from glm5_lsp.checks.providers.compile_worker import CompileWorker, worker_available
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.lru import LRUCache
 from glm5_lsp.pysource import HEADER_LINE, definition_starts, top_level_cuts
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.compile_worker import CompileWorker, worker_available
 from glm5_lsp.textdiff import common_prefix, common_suffix
 
 log = logging.getLogger(__name__)

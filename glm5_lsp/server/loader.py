@@ -17,8 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
+from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.repair.loop import RepairSettings
-from glm5_lsp.repair.monitor import warm_jedi
 from glm5_lsp.server.heap import settle_heap
 from glm5_lsp.server.settings import DEFAULT_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS, Settings
 from glm5_lsp.spans import Prompt

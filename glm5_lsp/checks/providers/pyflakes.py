@@ -19,8 +19,8 @@ import re
 
 from pyflakes import checker, messages
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.positions import clamp_position
+from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.positions import clamp_position
 
 ERRORS: frozenset[str] = frozenset({
     "UndefinedName", "UndefinedExport", "UndefinedLocal", "DuplicateArgument", "ReturnOutsideFunction",

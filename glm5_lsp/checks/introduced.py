@@ -28,8 +28,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers.runner import DiagnosticRunner
+from glm5_lsp.checks.providers.runner import DiagnosticRunner
+from glm5_lsp.diagnostics import Diagnostic
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from glm5_lsp.context.cache import JsonCache
+from glm5_lsp.disk_cache import JsonCache
+from glm5_lsp.pynames import jedi
 
 log = logging.getLogger(__name__)
 _MAX_SIGNATURE = 240
@@ -100,11 +101,9 @@ class JediResolver:
 
     # -- jedi -------------------------------------------------------------------------------
     def _script(self, code: str):
-        import jedi
-
         if self._project is None and self.root is not None:
-            self._project = jedi.Project(self.root)
-        return jedi.Script(code=code, project=self._project) if self._project else jedi.Script(code=code)
+            self._project = jedi.project(self.root)
+        return jedi.script(code, project=self._project)
 
     def _ask_jedi(self, target: str) -> ResolvedName:
         module = target.rpartition(".")[0]
@@ -142,6 +141,6 @@ class JediResolver:
 
 
 def _key(target: str) -> str:
-    from glm5_lsp.context.cache import content_hash
+    from glm5_lsp.disk_cache import content_hash
 
     return content_hash(target.encode("utf-8"))
