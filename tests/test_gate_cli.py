@@ -1,5 +1,5 @@
 """``glm5-lsp gate``: train from rows into a gate folder, refuse the report packages, show, clear errors
-(``glm5_lsp.gate.cli``). The drift and update commands are tested in ``test_gate_drift.py``."""
+(``glm5_lsp.gate.command``). The drift and update commands are tested in ``test_gate_drift.py``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The lean paths (``glm5_lsp.model.decode``) against the general forward they stand in for, and the
+"""The lean paths (``glm5_lsp.model.lean``) against the general forward they stand in for, and the
 seam around them: inference weights built once and public, the path chosen by the generator."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ import pytest
 import torch
 from tiny import tiny_model
 
-from glm5_lsp.model import AttentionPolicy, GenerationConfig, Generator, KVCache, Role, cached_forward
-from glm5_lsp.model import decode as lean
+from glm5_lsp.model import AttentionPolicy, GenerationConfig, Generator, KVCache, Role, cached_forward, lean
 from glm5_lsp.model.glm5 import AbsorbedWeights, FusedWeights, Projection
 
 TOL = 1e-5

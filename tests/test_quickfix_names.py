@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from glm5_lsp.checks.providers import default_runner
 from glm5_lsp.quickfix import QuickFixer, imports
 from glm5_lsp.quickfix.edits import word_distance
 from glm5_lsp.quickfix.names import attribute_problems, close_names
-from glm5_lsp.repair.providers import default_runner
 
 RUNNER = default_runner("python")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from glm5_lsp.checks.providers import default_runner
 from glm5_lsp.quickfix import QuickFixer
 from glm5_lsp.quickfix.parser import syntax_candidates
-from glm5_lsp.repair.providers import default_runner
 
 RUNNER = default_runner("python")
 

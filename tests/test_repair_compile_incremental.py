@@ -1,5 +1,5 @@
 """The compile provider checks a text from the recent one it differs from by one edit; its answer must be
-exactly the full compile's (``glm5_lsp/repair/providers/python_compile.py``): random edits of
+exactly the full compile's (``glm5_lsp/checks/providers/compile.py``): random edits of
 standard-library modules, the hard cases one by one, concurrency, and the speed it exists for."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers import PythonCompileProvider
-from glm5_lsp.repair.providers.python_compile import RecentCompiles, compile_diagnostics
+from glm5_lsp.checks.providers import PythonCompileProvider
+from glm5_lsp.checks.providers.compile import RecentCompiles, compile_diagnostics
+from glm5_lsp.diagnostics import Diagnostic
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -265,7 +265,7 @@ def test_edits_far_apart_recompile_only_the_segments_they_touch(monkeypatch: pyt
     """A text one edit away from an earlier one is checked from it; a text with edits far apart (the
     editor's cursor jumped: the old line restored, a new one cut) is cut afresh, and every segment
     it shares with a recent text keeps its remembered status: only the edited ones are compiled."""
-    import glm5_lsp.repair.providers.python_compile as module
+    import glm5_lsp.checks.providers.compile as module
 
     recent = RecentCompiles(min_lines=0, class_lines=0, segment_lines=0)
     recent.diagnose(MODULE, "shelf.py")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.repair.providers import DiagnosticRunner, PythonCompileProvider, default_providers
-from glm5_lsp.repair.providers.compile_worker import CompileWorker, serve, worker_available
+from glm5_lsp.checks.providers import DiagnosticRunner, PythonCompileProvider, default_providers
+from glm5_lsp.checks.providers.compile_worker import CompileWorker, serve, worker_available
 
 pytestmark = pytest.mark.skipif(not worker_available(), reason="the helper needs select() on pipes (POSIX)")
 

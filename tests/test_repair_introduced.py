@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.introduced import LineIndex, Splice, introduced_diagnostics, judge
-from glm5_lsp.repair.providers import DiagnosticRunner, default_providers
+from glm5_lsp.checks.introduced import LineIndex, Splice, introduced_diagnostics, judge
+from glm5_lsp.checks.providers import DiagnosticRunner, default_providers
+from glm5_lsp.diagnostics import Diagnostic
 
 CASES = json.loads((Path(__file__).parent / "data" / "repair" / "introduced_cases.json").read_text())
 RUNNER = DiagnosticRunner(default_providers("python", use_external=False), timeout_s=10)

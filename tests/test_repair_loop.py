@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from glm5_lsp.backends.base import BackendError, Completion, CompletionRequest
-from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.checks.providers import DiagnosticRunner, default_providers
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
-from glm5_lsp.repair.providers import DiagnosticRunner, default_providers
 from glm5_lsp.spans import Prompt, Span
 
 DOCUMENT = "import math\n\n\ndef area(radius):\n    return \n\n\nprint(area(2))\n"
@@ -258,7 +258,7 @@ def test_with_nothing_clean_an_as_you_type_completion_finishes_the_typed_word() 
     it (``radius``, the parameter), judged like any candidate, before a second generation (which
     runs only when no finished word is clean). Only for completions that may be cut short
     (``max_truncations``); a fix or a generated body gets nothing instead."""
-    from glm5_lsp.repair.words import finishing_words
+    from glm5_lsp.pynames.words import finishing_words
 
     document = "import math\n\n\ndef area(radius):\n    rad\n\n\nprint(area(2))\n"
     cursor = document.index("rad\n") + 3
@@ -286,7 +286,7 @@ def test_a_word_nothing_binds_is_rejected_where_the_document_does_not_parse() ->
     """``to`` typed in a line cut short (the indented line under it no longer parses, so no checker sees
     names): ``total_count`` passes every checker but nothing binds it. The word check rejects it and
     the finished word (``total``) is the answer; without the check the made-up name is returned."""
-    from glm5_lsp.repair.words import finishing_words, unknown_word
+    from glm5_lsp.pynames.words import finishing_words, unknown_word
 
     document = "def count(items):\n    total = 0\n    for item in items:\n        to\n            total += 1\n    return total\n"
     cursor = document.index("to\n") + 2
@@ -310,7 +310,7 @@ def test_a_word_nothing_binds_is_rejected_where_the_document_does_not_parse() ->
 
 
 def test_unknown_word_flags_only_names_read_that_nothing_binds() -> None:
-    from glm5_lsp.repair.words import unknown_word
+    from glm5_lsp.pynames.words import unknown_word
 
     before = "import os\n\ndef f(items):\n    total = 0\n    "
     after = "\n        total += 1\n    return total\n"
@@ -332,7 +332,7 @@ def test_unknown_word_flags_only_names_read_that_nothing_binds() -> None:
 
 
 def test_finishing_words_prefers_the_names_used_near_the_cursor() -> None:
-    from glm5_lsp.repair.words import finishing_words
+    from glm5_lsp.pynames.words import finishing_words
 
     far = "values = 1\n" + "pass\n" * 1000 + "def other():\n    valued = 2\n"  # far from the cursor
     before = far + "def f(valid, value):\n    total = value + value + valid\n    "

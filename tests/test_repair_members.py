@@ -1,4 +1,4 @@
-"""``self`` attributes read from the text (``glm5_lsp.repair.members``), checked against jedi."""
+"""``self`` attributes read from the text (``glm5_lsp.pynames.members``), checked against jedi."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.repair.members import self_attributes
+from glm5_lsp.pynames.members import self_attributes
 from glm5_lsp.repair.monitor import TextAttributes
 
 SOURCE = textwrap.dedent('''\
@@ -114,7 +114,7 @@ def test_every_attribute_jedi_completes_is_found(module: str) -> None:
     """At the first line of a few methods of real modules: jedi's ``self.`` completions are a
     subset of the text's answer, which is at most a few names larger."""
     jedi = pytest.importorskip("jedi")
-    from glm5_lsp.repair.monitor import in_process_environment
+    from glm5_lsp.pynames.jedi import in_process_environment
 
     path = os.path.join(STDLIB, module)
     text = Path(path).read_text(encoding="utf-8")

@@ -17,6 +17,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.repair.monitor import (
     _IDENT_WORD,
     JediAttributes,
@@ -27,7 +28,6 @@ from glm5_lsp.repair.monitor import (
     decoding_state,
     identifiers,
     python_monitor_factory,
-    warm_jedi,
 )
 
 CORPUS = (Path(__file__).parent / "data" / "repair" / "monitor_corpus.py").read_text()
@@ -511,7 +511,7 @@ def test_a_local_of_an_enclosing_function_counts(strings: list[str]) -> None:
 
 
 def test_warm_jedi_loads_the_imported_modules_but_not_relative_ones(monkeypatch) -> None:
-    from glm5_lsp.repair import monitor
+    from glm5_lsp.pynames import jedi as monitor
 
     monkeypatch.setattr(monitor, "_WARMED", set())  # as in a fresh process
     code = "import os\nimport json.decoder\nfrom . import sibling\nfrom os import path\n\nvalue = os.path\n"

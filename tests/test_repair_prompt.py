@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from glm5_lsp.repair.diagnostics import Diagnostic
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.repair.repair_prompt import HEADER, RepairContext, build_repair_prompt, hint_lines
 from glm5_lsp.spans import Prompt, Span
 

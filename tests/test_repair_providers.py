@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers import (
+from glm5_lsp.checks.providers import (
     DiagnosticRunner,
     GccProvider,
     GoVetProvider,
@@ -24,7 +23,8 @@ from glm5_lsp.repair.providers import (
     TreeSitterProvider,
     default_providers,
 )
-from glm5_lsp.repair.providers.pyflakes_check import severity_of
+from glm5_lsp.checks.providers.pyflakes import severity_of
+from glm5_lsp.diagnostics import Diagnostic
 
 CASES = json.loads((Path(__file__).parent / "data" / "repair" / "provider_cases.json").read_text())
 TOOLS = {"ruff": "ruff", "gcc": "gcc", "g++": "g++", "node": "node", "go vet": "go"}
@@ -193,8 +193,8 @@ def test_tree_sitter_reparses_two_far_edits_exactly() -> None:
 
     from tree_sitter import Parser
 
-    from glm5_lsp.context.languages import tree_sitter_language
-    from glm5_lsp.repair.providers.tree_sitter_errors import RecentTrees
+    from glm5_lsp.checks.providers.tree_sitter import RecentTrees
+    from glm5_lsp.languages import tree_sitter_language
 
     source = Path(textwrap.__file__).read_text()
     parser = Parser(tree_sitter_language("python"))
@@ -270,7 +270,7 @@ def test_a_report_with_a_skipped_provider_is_not_remembered() -> None:
 
 
 def test_default_runners_share_their_providers() -> None:
-    from glm5_lsp.repair.providers import default_runner
+    from glm5_lsp.checks.providers import default_runner
 
     loop_runner, server_runner = default_runner("python", 10.0), default_runner("python", 5.0)
     assert all(a is b for a, b in zip(loop_runner.providers, server_runner.providers, strict=True))

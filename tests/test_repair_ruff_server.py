@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.repair.diagnostics import Diagnostic
-from glm5_lsp.repair.providers import RuffProvider, RuffServerProvider, default_providers
-from glm5_lsp.repair.providers.compile_worker import worker_available
-from glm5_lsp.repair.providers.ruff_server import OPEN_DOCUMENTS
+from glm5_lsp.checks.providers import RuffProvider, RuffServerProvider, default_providers
+from glm5_lsp.checks.providers.compile_worker import worker_available
+from glm5_lsp.checks.providers.ruff_server import OPEN_DOCUMENTS
+from glm5_lsp.diagnostics import Diagnostic
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed"),

@@ -10,11 +10,9 @@ from pathlib import Path
 import pytest
 
 from glm5_lsp.backends.base import Completion, CompletionRequest
-from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
-from glm5_lsp.repair.perf_hints import perf_hints
-from glm5_lsp.repair.providers import DiagnosticRunner, default_providers
-from glm5_lsp.repair.style import StyleConsistency, detect_style, name_case
-from glm5_lsp.repair.templates import (
+from glm5_lsp.checks.perf_hints import perf_hints
+from glm5_lsp.checks.providers import DiagnosticRunner, default_providers
+from glm5_lsp.repair.exceptions import (
     CombinedExceptions,
     DocumentExceptions,
     JediExceptions,
@@ -25,6 +23,8 @@ from glm5_lsp.repair.templates import (
     narrow_broad_handlers,
     templates_at,
 )
+from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
+from glm5_lsp.repair.style import StyleConsistency, detect_style, name_case
 from glm5_lsp.spans import Prompt
 
 DATA = Path(__file__).parent / "data" / "repair"

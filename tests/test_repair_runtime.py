@@ -13,9 +13,9 @@ import pytest
 
 from glm5_lsp.backends.base import CompletionRequest
 from glm5_lsp.backends.local import LocalBackend
-from glm5_lsp.repair.assemble import standard_loop
 from glm5_lsp.repair.loop import RepairSettings, RepairTarget
 from glm5_lsp.repair.monitor import JediAttributes, MonitorSettings, python_monitor_factory
+from glm5_lsp.repair.standard import standard_loop
 from glm5_lsp.spans import Prompt
 
 pytestmark = pytest.mark.slow

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from glm5_lsp.pynames import scope
+from glm5_lsp.pynames.scope import ALWAYS, names_in_scope
 from glm5_lsp.pysource import logical_lines
-from glm5_lsp.repair import scope
-from glm5_lsp.repair.scope import ALWAYS, names_in_scope
 
 
 def own(before: str, after: str = "") -> set[str]:

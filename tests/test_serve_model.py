@@ -22,7 +22,7 @@ import httpx
 import openai
 import pytest
 
-from glm5_lsp.backends.serve_model import ServeLimits, TokenCounter, create_app, serve_in_thread
+from glm5_lsp.serve_model import ServeLimits, TokenCounter, create_app, serve_in_thread
 
 DATA = Path(__file__).parent / "data" / "serve_model"
 ROOT = Path(__file__).parents[1]

@@ -31,7 +31,7 @@ import pytest
 from glm5_lsp.backends.base import BackendError, CompletionRequest
 from glm5_lsp.backends.local import LocalBackend
 from glm5_lsp.backends.openai_http import OpenAIHTTPBackend
-from glm5_lsp.backends.serve_model import (
+from glm5_lsp.serve_model import (
     BindError,
     Detokenizer,
     RuntimeScorer,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.server import cli
+from glm5_lsp.server import serve_command as cli
 
 REPO = Path(__file__).resolve().parents[1]
 

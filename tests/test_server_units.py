@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from lsprotocol import types
 
+from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.lru import LRUCache
 from glm5_lsp.postprocess import tidy
-from glm5_lsp.repair.diagnostics import Diagnostic
 from glm5_lsp.server import convert
 from glm5_lsp.server.checks import check_edit, diagnose
-from glm5_lsp.server.engine import Engine
 from glm5_lsp.server.jobs import Supersession
+from glm5_lsp.server.loader import Engine
 from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.settings import parse_settings
 from glm5_lsp.server.syntax import empty_bodies, wants_multiline
@@ -204,7 +204,7 @@ def test_supersession_says_how_long_no_job_has_run() -> None:
     (10, None, 64),
 ])
 def test_context_budget_fits_the_model(setting: int, trained: int | None, expected: int) -> None:
-    from glm5_lsp.server.engine import context_budget
+    from glm5_lsp.server.loader import context_budget
     from glm5_lsp.server.settings import Settings
 
     settings = Settings()
@@ -221,7 +221,7 @@ def test_context_budget_fits_the_model(setting: int, trained: int | None, expect
     (900, 416, None, 416),  # but never above the prompt budget
 ])
 def test_a_single_line_prompt_gets_half_the_budget(setting: int, context: int, topk: int | None, expected: int) -> None:
-    from glm5_lsp.server.engine import line_context_budget
+    from glm5_lsp.server.loader import line_context_budget
     from glm5_lsp.server.settings import Settings
 
     settings = Settings()
@@ -231,7 +231,7 @@ def test_a_single_line_prompt_gets_half_the_budget(setting: int, context: int, t
 
 def test_warming_an_opened_file_indexes_the_packages_it_imports(tmp_path: Path) -> None:
     from glm5_lsp.context import ContextEngine
-    from glm5_lsp.server.engine import SharedContext
+    from glm5_lsp.server.loader import SharedContext
 
     def make(root: str | None) -> ContextEngine:
         return ContextEngine(workspace_root=root, cache_dir=tmp_path / "cache")
@@ -248,7 +248,7 @@ def test_warming_an_opened_file_indexes_the_packages_it_imports(tmp_path: Path) 
 
 
 def test_typing_through_a_suggestion_keeps_its_rest() -> None:
-    from glm5_lsp.server.cache import TypedThrough
+    from glm5_lsp.server.typed_through import TypedThrough
 
     shown = TypedThrough()
     document = "x = sorted(\nprint(x)\n"
@@ -322,7 +322,7 @@ def test_completion_settings_reach_a_loaded_engine_without_a_reload() -> None:
     from dataclasses import replace
 
     from glm5_lsp.pipeline import Pipeline
-    from glm5_lsp.server.engine import pipeline_settings
+    from glm5_lsp.server.loader import pipeline_settings
     from glm5_lsp.server.settings import Settings
 
     class NoModel:  # the pipeline only holds it here

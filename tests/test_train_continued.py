@@ -208,7 +208,7 @@ def test_broken_checkpoints_name_the_file_or_tensor(tmp_path: Path, init_model: 
 def test_promotion_ships_better_weights_and_the_next_run_reads_on(
     tmp_path: Path, init_model: Path, corpus: Corpus
 ) -> None:
-    from glm5_lsp.train.cli import _start_continued
+    from glm5_lsp.train.command import _start_continued
     from glm5_lsp.train.promote import promote
 
     target = tmp_path / "shipped"
