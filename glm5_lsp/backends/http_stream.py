@@ -7,9 +7,14 @@ for a stream, :meth:`~StreamingHTTPBackend.read_answer` for one JSON body).
 Time and failure, the rules an editor needs from a remote model:
 
 - **One deadline for the whole request**: the backend's ``timeout`` from the call's start, or the
-  request's own ``deadline`` if sooner, across every attempt, backoff and ``Retry-After`` wait. With
-  no answer by then the call raises :class:`~glm5_lsp.backends.base.BackendUnavailable` (text
-  already streamed comes back as a ``cancelled`` completion instead).
+  request's own ``deadline`` if sooner, across every attempt, backoff and ``Retry-After`` wait. A
+  server that has sent nothing by then, not even its status line, is down for this call: it raises
+  :class:`~glm5_lsp.backends.base.BackendUnavailable` naming the URL and counts as a failure for the
+  circuit breaker. A server that answered is only slow: text already streamed, or none when the
+  request's own (shorter) deadline ran out, comes back as a ``cancelled`` completion; headers and no
+  text for the backend's whole ``timeout`` is down again. The request's deadline counts as the
+  deadline also when ``should_cancel`` reports it first (the repair loop folds the same instant
+  into it): only a cancellation before the deadline is the caller's.
 - **Cancellation closes the stream**: the exchange runs on one event loop thread per backend
   (``httpx.AsyncClient``), so the caller's thread only waits, and calls from several threads run
   side by side, none held up behind another. The waiting thread polls ``should_cancel`` every
@@ -345,25 +350,44 @@ class StreamingHTTPBackend:
         stops = self.stops(request)
         pieces: list[str] = []
         streamed = 0  # characters handed to on_text (never past a stop string)
+        begun = time.monotonic()
+        heard = False  # the server sent its status line and headers
+        waited = False  # this attempt has waited on the server at least once
+        callers = request.deadline is not None and deadline == request.deadline  # the caller's budget, not our timeout
 
         def text_so_far() -> tuple[str, bool]:
             return cut_at_stop("".join(pieces), stops)
 
+        def out_of_time() -> Completion:
+            """The deadline passed (or ``should_cancel`` said so at it: the repair loop folds the same
+            deadline into it). A server that sent nothing at all, not even its headers, is down for
+            this request; one that answered but is slower than the caller's budget gives back what it
+            wrote so far (``cancelled``); one that sent headers and no text for the backend's whole
+            ``timeout`` is down too."""
+            if pieces or (heard and callers):
+                return Completion(text=text_so_far()[0], finish_reason="cancelled")
+            reason = (f"{'no text' if heard else 'no answer'} in {time.monotonic() - begun:.2f}s, by the "
+                      f"{'request' if callers else 'backend'}'s deadline")
+            self.breaker.failed(reason)
+            raise BackendUnavailable(f"{self.base_url}: {reason}")
+
         try:
             while True:
                 if request.should_cancel is not None and request.should_cancel():
+                    if waited and time.monotonic() >= deadline - POLL_S:
+                        return out_of_time()  # the caller's deadline, not the caller changing its mind
                     return Completion(text=text_so_far()[0], finish_reason="cancelled")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    if pieces:  # the server is answering; the caller's time is up
-                        return Completion(text=text_so_far()[0], finish_reason="cancelled")
-                    self.breaker.failed("no answer by the request's deadline")
-                    raise BackendUnavailable(f"{self.base_url}: no answer by the request's deadline")
+                    return out_of_time()
                 try:
+                    waited = True
                     kind, value = events.get(timeout=min(POLL_S, left))
                 except queue.Empty:
                     continue
-                if kind == "text":
+                if kind == "heard":
+                    heard = True
+                elif kind == "text":
                     pieces.append(value)
                     text, stopped = text_so_far()
                     if request.on_text is not None:
@@ -396,6 +420,7 @@ class StreamingHTTPBackend:
         try:
             limits = httpx.Timeout(timeout + 1.0)  # a backstop: the waiting thread cancels at the deadline
             async with client.stream("POST", path, json=body, headers=self._headers(), timeout=limits) as response:
+                events.put(("heard", response.status_code))
                 if response.status_code >= 400:
                     await response.aread()
                     self.raise_for_status(response)
