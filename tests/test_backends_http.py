@@ -427,18 +427,77 @@ def test_a_dead_server_is_unavailable_not_an_error() -> None:
     assert isinstance(outcome, BackendUnavailable) and "ConnectError" in str(outcome) and seconds < 2
 
 
-def test_a_completion_on_a_hanging_server_answers_empty_within_its_budget(
+def test_a_completion_on_a_hanging_server_is_unavailable_within_its_budget(
         hanging: tuple[str, list[socket.socket]]) -> None:
-    """The pipeline's time budget reaches the backend (through should_cancel): the issue's 124 s freeze."""
+    """The pipeline's time budget reaches the backend (through should_cancel and the request's
+    deadline): the issue's 124 s freeze. A server that never answered is reported as down, with its
+    URL (the language server answers that empty and tells the user once), and after
+    ``breaker_failures`` of them the circuit opens: later keystrokes fail at once."""
     from glm5_lsp.pipeline import Pipeline, PipelineSettings
 
-    url, _ = hanging
+    url, held = hanging
     settings = PipelineSettings()
     settings.repair.time_budget_s = 0.45  # the server's completion budget
-    pipeline = Pipeline(OpenAIHTTPBackend(url, "m", timeout=30), settings)
+    backend = OpenAIHTTPBackend(url, "m", timeout=30, breaker_failures=3)
+    pipeline = Pipeline(backend, settings)
     document = "import os\n\ndef f(x):\n    return os.path.jo"
-    pipeline.complete(document, len(document))  # the checkers' first start is not what is measured
-    for _ in range(2):  # and the next request is not held up behind the last
-        seconds, result = timed(lambda: pipeline.complete(document, len(document)))
-        assert not isinstance(result, Exception) and result.text == "" and not result.clean, result
-        assert seconds < 0.45 + SLACK
+    timings = []
+    for _ in range(3):  # and the next request is not held up behind the last
+        seconds, outcome = timed(lambda: pipeline.complete(document, len(document)))
+        assert isinstance(outcome, BackendUnavailable), outcome
+        assert url in str(outcome) and "no answer in 0." in str(outcome) and "request's deadline" in str(outcome)
+        timings.append(seconds)
+    assert max(timings[1:]) < 0.45 + SLACK, timings  # the first also starts the checkers
+    assert backend.breaker.state == "open" and len(held) == 3
+    seconds, outcome = timed(lambda: pipeline.complete(document, len(document)))
+    assert isinstance(outcome, BackendUnavailable) and "circuit open" in str(outcome) and seconds < SLACK
+    assert len(held) == 3  # failing fast: the server was not asked again
+    backend.close()
+
+
+def test_the_callers_cancellation_is_not_an_outage(hanging: tuple[str, list[socket.socket]]) -> None:
+    """A newer keystroke cancelling before the deadline is the caller's doing: ``cancelled``, and
+    nothing counted against the server; the same wait running into the request's deadline through
+    ``should_cancel`` (as the repair loop folds it in) is the server's silence."""
+    url, _ = hanging
+    http = OpenAIHTTPBackend(url, "m", timeout=30)
+    http.load()
+    now = time.monotonic()
+    done = http.complete(CompletionRequest(Prompt("a"), should_cancel=lambda: time.monotonic() >= now + 0.2,
+                                           deadline=now + 5))
+    assert done.finish_reason == "cancelled" and http.breaker.consecutive == 0
+    now = time.monotonic()
+    seconds, outcome = timed(lambda: http.complete(CompletionRequest(
+        Prompt("a"), should_cancel=lambda: time.monotonic() >= now + 0.3, deadline=now + 0.3)))
+    assert isinstance(outcome, BackendUnavailable) and "no answer in 0.3" in str(outcome), outcome
+    assert seconds < 0.3 + SLACK and http.breaker.consecutive == 1
+    http.close()
+
+
+def test_a_slow_server_that_answered_is_not_an_outage() -> None:
+    """Headers at once, text later than the caller's budget (a big model's prefill): the request is
+    cut (``cancelled``, empty), the server is not counted as failing, the next request with time
+    enough gets the text."""
+    import asyncio
+
+    from starlette.responses import StreamingResponse
+
+    async def completions(request: Request) -> StreamingResponse:
+        async def events() -> object:
+            yield b": warming\n\n"
+            await asyncio.sleep(0.6)
+            yield b'data: {"choices": [{"text": "late", "finish_reason": "stop"}]}\n\n'
+            yield b"data: [DONE]\n\n"
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+    with serve_in_thread(app) as url:
+        http = OpenAIHTTPBackend(url, "m", timeout=30, breaker_failures=1)
+        http.load()
+        for _ in range(2):
+            until = time.monotonic() + 0.3
+            done = http.complete(CompletionRequest(Prompt("x"), should_cancel=lambda: time.monotonic() >= until,  # noqa: B023
+                                                   deadline=until))
+            assert done.finish_reason == "cancelled" and done.text == "" and http.breaker.state == "closed"
+        assert http.complete(CompletionRequest(Prompt("x"), on_text=lambda piece: None)).text == "late"
+        http.close()

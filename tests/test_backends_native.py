@@ -132,12 +132,19 @@ def test_infill_error_in_the_stream_after_text_is_unavailable(llama: tuple[Fake,
 
 
 def test_infill_deadline_on_a_silent_server(llama: tuple[Fake, LlamaCppInfillBackend]) -> None:
+    """Headers and keep-alives but no text: slower than the caller's budget is a cancelled (empty)
+    answer, not an outage; no text for the backend's whole timeout is one."""
     fake, backend = llama
     fake.script.pieces, fake.script.delay, fake.script.endless = [""], 0.2, True  # keep-alive only, no text
     started = time.monotonic()
-    with pytest.raises(BackendUnavailable, match="deadline"):
-        backend.complete(CompletionRequest(Prompt("a", "b"), deadline=time.monotonic() + 0.5))
-    assert time.monotonic() - started < 3
+    done = backend.complete(CompletionRequest(Prompt("a", "b"), deadline=time.monotonic() + 0.5))
+    assert done.finish_reason == "cancelled" and done.text == "" and time.monotonic() - started < 3
+    assert backend.breaker.consecutive == 0  # the server answers: nothing counted against it
+    impatient = LlamaCppInfillBackend(backend.base_url, timeout=0.5, max_retries=0)
+    with pytest.raises(BackendUnavailable, match=r"no text in 0\.\d+s, by the backend's deadline"):
+        impatient.complete(CompletionRequest(Prompt("a", "b"), on_text=lambda piece: None))
+    assert time.monotonic() - started < 5 and impatient.breaker.consecutive == 1
+    impatient.close()
 
 
 def test_unreachable_llamacpp_server_is_unavailable() -> None:
