@@ -1,24 +1,63 @@
-"""Code actions: "Fix with GLM-5" for diagnostics in range (the client's and our own) and "Generate
-body with GLM-5" on a placeholder body. Edits are computed in ``codeAction/resolve`` when the client
-supports it (the lightbulb is instant), and every edit is checked before it is offered."""
+"""Code actions for the diagnostics in range (the client's and our own): each model-free fix
+(``Pipeline.fixes``: the parsers', ruff's, the names') as its own ``quickfix`` action with a title
+that says what it does ("Insert missing ':'", "Replace 'ojb' with 'obj'", "Add 'import os'"), the
+best one ``isPreferred``, then "Fix with GLM-5" (the model) last; and "Generate body with GLM-5" on
+a placeholder body.
+
+The model-free fixes are found when the actions are listed (within ``QUICK_FIX_S``) and kept per
+document version, so ``codeAction/resolve`` only turns the chosen one into edits; the model's fix
+and the body are computed in ``codeAction/resolve`` when the client supports it (the lightbulb is
+instant). An action's edits are the smallest replacements that turn the client's text into the
+fixed one (:func:`smallest_edits`), so the cursor and undo stay where the user expects. Every edit
+is checked before it is offered."""
 
 from __future__ import annotations
 
 import asyncio
+import difflib
+import logging
+import time
+from typing import Any
 
 from lsprotocol import types
 
+from glm5_lsp.server.checks import check_edit, diagnose
+from glm5_lsp.server.syntax import empty_bodies
+from glm5_lsp.server.postprocess import clean_completion, indent_unit
+from glm5_lsp.lru import LRUCache
 from glm5_lsp.pipeline import PipelineResult
 from glm5_lsp.server import convert
-from glm5_lsp.server.checks import check_edit, diagnose
-from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.progress import WorkProgress
-from glm5_lsp.server.state import Glm5Server, Target, log
-from glm5_lsp.server.syntax import empty_bodies
+from glm5_lsp.server.state import Glm5Server, Target
 from glm5_lsp.textdiff import diff_region
 
 FIX_TITLE = "Fix with GLM-5"
 BODY_TITLE = "Generate body with GLM-5"
+QUICK_FIX_S = 0.3  # the model-free fixes' time when the actions are listed
+QUICK_ACTIONS = 6  # model-free fixes offered at most
+log = logging.getLogger("glm5_lsp.server")
+
+
+class QuickFixes:
+    """The model-free fixes found for a document version and the lines asked about, kept so that a
+    resolve (and the next listing for the same lines: editors ask on every cursor move) need not
+    find them again. A fix is ``(title, fixed text, kind)``."""
+
+    def __init__(self, size: int = 32) -> None:
+        self._found: LRUCache[list[tuple[str, str, str]]] = LRUCache(size)
+
+    @staticmethod
+    def key(uri: str, version: int | None, lines: list[int]) -> str:
+        return f"{uri}\x00{version}\x00{','.join(map(str, sorted(set(lines))))}"
+
+    def get(self, key: str) -> list[tuple[str, str, str]] | None:
+        return self._found.get(key)
+
+    def put(self, key: str, fixes: list[tuple[str, str, str]]) -> None:
+        self._found.put(key, fixes)
+
+
+QUICK = QuickFixes()
 
 
 def register(server: Glm5Server) -> None:
@@ -46,11 +85,23 @@ def register(server: Glm5Server) -> None:
         if wanted is None or any(kind in ("quickfix", "") for kind in wanted):
             own = await asyncio.to_thread(diagnose, target.text, target.path, target.language)
             ours = [convert.lsp_diagnostic(target.view, d) for d in own]
-            relevant = [d for d in list(params.context.diagnostics) + ours
-                        if convert.lsp_lines_overlap(d.range, params.range)]
+            relevant = _distinct([d for d in list(params.context.diagnostics) + ours
+                                  if convert.lsp_lines_overlap(d.range, params.range)])
             if relevant:
+                quick = await quick_fixes(ls, target, relevant)
+                lines = sorted({d.range.start.line for d in relevant})
+                for index, (title, fixed, _kind) in enumerate(quick):
+                    action = types.CodeAction(
+                        title=title, kind=types.CodeActionKind.QuickFix, diagnostics=relevant,
+                        is_preferred=index == 0,
+                        data={**data, "action": "quick", "title": title, "index": index, "lines": lines})
+                    if not client_resolves_edits(ls):
+                        action.edit = workspace_edit(target, fixed)
+                        if action.edit is None:
+                            continue
+                    actions.append(action)
                 action = types.CodeAction(title=FIX_TITLE, kind=types.CodeActionKind.QuickFix, diagnostics=relevant,
-                                          is_preferred=True, data={**data, "action": "fix"})
+                                          is_preferred=not quick, data={**data, "action": "fix"})
                 if client_resolves_edits(ls):
                     actions.append(action)
                 else:
@@ -86,12 +137,119 @@ def register(server: Glm5Server) -> None:
             return action
         if data.get("action") == "fix":
             return await resolve_fix(ls, action, target)
+        if data.get("action") == "quick":
+            return await resolve_quick(ls, action, target, data)
         if data.get("action") == "body":
             start = target.view.offset_of_document(_integer(data.get("start")))
             end = target.view.offset_of_document(_integer(data.get("end")))
             if start is not None and end is not None and 0 <= start <= end <= len(target.text):
                 return await resolve_body(ls, action, target, start, end)
         return action
+
+
+def _distinct(diagnostics: list[types.Diagnostic]) -> list[types.Diagnostic]:
+    """The client's diagnostics and our own, each once (the client may send back what we published)."""
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for d in diagnostics:
+        key = (d.range.start.line, d.range.start.character, d.range.end.line, d.range.end.character, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+async def quick_fixes(ls: Glm5Server, target: Target, diagnostics: list[types.Diagnostic],
+                      lines: list[int] | None = None) -> list[tuple[str, str, str]]:
+    """The model-free fixes for ``diagnostics`` (best first), found within ``QUICK_FIX_S`` and kept
+    per document version and lines; [] while the model loads (the pipeline is not there yet) or
+    for a document read as a window (a fix is judged on the whole text)."""
+    lines = sorted({d.range.start.line for d in diagnostics}) if lines is None else lines
+    key = QUICK.key(target.uri, target.version, lines)
+    found = QUICK.get(key)
+    if found is not None:
+        return found
+    pipeline = ls.current_pipeline()
+    if pipeline is None or target.view.windowed:
+        return []
+    given = [d for d in (convert.diagnostic_from_lsp(target.view, lsp) for lsp in diagnostics) if d is not None]
+    started = time.perf_counter()
+
+    def job() -> list[tuple[str, str, str]]:
+        fixes = pipeline.fixes(target.text, diagnostics=given or None, path=target.path, language=target.language,
+                               time_budget_s=QUICK_FIX_S)
+        return [(fix.title, fix.text, fix.kind) for fix in fixes if fix.kind != "model"][:QUICK_ACTIONS]
+
+    try:
+        found = await asyncio.to_thread(job)
+    except Exception:  # the model's fix is still offered
+        log.exception("the model-free fixes of %s failed", target.path)
+        return []
+    log.debug("%d model-free fix(es) for %s in %.0f ms", len(found), target.path,
+                    (time.perf_counter() - started) * 1000)
+    if found:  # none may be time running out on a loaded machine: the next request tries again
+        QUICK.put(key, found)
+    return found
+
+
+async def resolve_quick(ls: Glm5Server, action: types.CodeAction, target: Target,
+                        data: dict[str, Any]) -> types.CodeAction:
+    """Fill in a model-free fix's edits from the fixes found when the actions were listed (found
+    again, for the same version and lines, if they were let go)."""
+    raw_lines = data.get("lines")
+    lines = [line for line in raw_lines if isinstance(line, int) and not isinstance(line, bool)] \
+        if isinstance(raw_lines, list) else []
+    found = await quick_fixes(ls, target, list(action.diagnostics or []), lines or None)
+    index = _integer(data.get("index"))
+    chosen = next((fixed for title, fixed, _ in found if title == data.get("title")), None)
+    if chosen is None and 0 <= index < len(found):
+        chosen = found[index][1]
+    if chosen is None:
+        log.info("the fix %r is no longer offered for %s", data.get("title"), target.path)
+        return action
+    action.edit = workspace_edit(target, chosen)
+    return action
+
+
+def workspace_edit(target: Target, fixed: str) -> types.WorkspaceEdit | None:
+    """The edits that turn the document the client has into ``fixed`` (None when they would touch
+    a part of a windowed document that was not read)."""
+    edits = []
+    for start, end, text in smallest_edits(target.text, fixed):
+        if not target.view.contiguous(start, end):
+            return None
+        edits.append(convert.lsp_text_edit(target.view, start, end, text))
+    return types.WorkspaceEdit(changes={target.uri: edits}) if edits else None
+
+
+def smallest_edits(old: str, new: str) -> list[tuple[int, int, str]]:
+    """Non-overlapping replacements ``(start, end, text)`` in ``old``'s offsets that turn it into
+    ``new``, each as small as its lines allow: an import added at the top and a name respelled
+    further down are two edits, not one that rewrites everything between them."""
+    start, end, middle = diff_region(old, new)
+    if start == end and not middle:
+        return []
+    head = old.rfind("\n", 0, start) + 1  # whole lines around the change
+    tail_at = old.find("\n", end)
+    tail = len(old) if tail_at == -1 else tail_at + 1
+    old_part = old[head:tail]
+    new_part = new[head:len(new) - (len(old) - tail)]
+    a, b = old_part.splitlines(keepends=True), new_part.splitlines(keepends=True)
+    if len(a) * len(b) > 250_000:  # a huge rewrite: one replacement
+        return [(start, end, middle)]
+    starts = [head]
+    for line in a:
+        starts.append(starts[-1] + len(line))
+    edits = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        o_start, o_end = starts[i1], starts[i2]
+        s, e, text = diff_region(old[o_start:o_end], "".join(b[j1:j2]))
+        if e > s or text:
+            edits.append((o_start + s, o_start + e, text))
+    return edits
 
 
 def _integer(value: object) -> int:
@@ -136,8 +294,9 @@ async def resolve_fix(ls: Glm5Server, action: types.CodeAction, target: Target) 
             type=types.MessageType.Info, message=f"GLM-5 found no fix to offer: {verdict.reason()}"))
         return action
     progress.end("done")
-    edit = convert.lsp_text_edit(target.view, start, end, text)
-    action.edit = types.WorkspaceEdit(changes={target.uri: [edit]})
+    fixed = target.text[:start] + text + target.text[end:]
+    action.edit = workspace_edit(target, fixed) or types.WorkspaceEdit(
+        changes={target.uri: [convert.lsp_text_edit(target.view, start, end, text)]})
     return action
 
 
