@@ -61,31 +61,72 @@ def _send(conn: socket.socket, payload: dict) -> None:
     conn.sendall(f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
-def test_tcp_transport_answers_initialize() -> None:
+def _serve_tcp(stderr: Path) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """``glm5-lsp serve --tcp`` as a subprocess, and a connection to it."""
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "glm5_lsp.cli", "serve", "--tcp", f"127.0.0.1:{port}"],
-                              env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.DEVNULL)
+    with stderr.open("wb") as err:
+        server = subprocess.Popen([sys.executable, "-m", "glm5_lsp.cli", "serve", "--tcp", f"127.0.0.1:{port}"],
+                                  env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=err)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return server, socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError:
+            if time.monotonic() >= deadline or server.poll() is not None:
+                server.kill()
+                raise AssertionError(f"the TCP server never listened: {stderr.read_text(errors='replace')[-2000:]}") from None
+            time.sleep(0.1)
+
+
+def _initialize(conn: socket.socket) -> dict:
+    # A served model at a closed port: loading it makes an HTTP client, not a torch runtime.
+    _send(conn, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"processId": None, "rootUri": None, "capabilities": {},
+                            "initializationOptions": {"model": {"backend": "openai", "url": "http://127.0.0.1:9"}}}})
+    reply = _read_message(conn)
+    _send(conn, {"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    return reply
+
+
+def _until_answer(conn: socket.socket, msg_id: int) -> dict:
+    while True:  # notifications (log messages, progress) may come first
+        message = _read_message(conn)
+        if message.get("id") == msg_id and "method" not in message:
+            return message
+
+
+def test_tcp_transport_answers_initialize_and_exits_cleanly(tmp_path: Path) -> None:
+    """The issue's case: ``exit`` over TCP printed an asyncio ``SystemExit`` traceback. Now the
+    process ends with status 0 after ``shutdown`` + ``exit`` and writes no traceback."""
+    stderr = tmp_path / "stderr.txt"
+    server, conn = _serve_tcp(stderr)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                conn = socket.create_connection(("127.0.0.1", port), timeout=10)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the TCP server never listened"
-                time.sleep(0.1)
         with conn:
-            _send(conn, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                         "params": {"processId": None, "rootUri": None, "capabilities": {}}})
-            reply = _read_message(conn)
-            capabilities = reply["result"]["capabilities"]
+            capabilities = _initialize(conn)["result"]["capabilities"]
             assert capabilities["textDocumentSync"]["change"] == 2  # incremental
             assert "inlineCompletionProvider" in capabilities
             assert capabilities["executeCommandProvider"]["commands"] == ["glm5.generate", "glm5.fix", "glm5.reindex"]
             _send(conn, {"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
-            assert _read_message(conn)["id"] == 2
+            assert _until_answer(conn, 2)["result"] is None
             _send(conn, {"jsonrpc": "2.0", "method": "exit"})
-        server.wait(timeout=20)
+            assert server.wait(timeout=20) == 0
+        errors = stderr.read_text(errors="replace")
+        assert "Traceback" not in errors and "SystemExit" not in errors, errors
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def test_tcp_exit_without_shutdown_is_status_1_and_no_traceback(tmp_path: Path) -> None:
+    stderr = tmp_path / "stderr.txt"
+    server, conn = _serve_tcp(stderr)
+    try:
+        with conn:
+            _initialize(conn)
+            _send(conn, {"jsonrpc": "2.0", "method": "exit"})
+            assert server.wait(timeout=20) == 1  # the protocol's rule
+        errors = stderr.read_text(errors="replace")
+        assert "Traceback" not in errors and "SystemExit" not in errors, errors
     finally:
         if server.poll() is None:
             server.kill()
