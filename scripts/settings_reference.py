@@ -100,6 +100,8 @@ def _allowed(kind: Any, meta: Any) -> str:
     if "range" in meta:
         low, high = meta["range"]
         return f"{_number(low)} to {_number(high)}"
+    if kind == list[str]:
+        return "a list of strings"
     return {bool: "`true`, `false`", str: "a string", int: "an integer", float: "a number"}.get(kind, getattr(kind, "__name__", str(kind)))
 
 

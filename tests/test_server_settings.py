@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from glm5_lsp.server.settings import Settings, camel, parse_settings, snake, to_json
@@ -82,3 +84,89 @@ def test_to_json_round_trips() -> None:
 @pytest.mark.parametrize("name", ["multiline_max_tokens", "api_key_env", "log_level", "rounds"])
 def test_camel_and_snake_are_inverse(name: str) -> None:
     assert snake(camel(name)) == name
+
+
+# ---- served models (the model section) --------------------------------------------------------
+
+
+def test_the_model_section_offers_the_command_lines_backends_and_layouts() -> None:
+    import dataclasses
+
+    from glm5_lsp.backends.factory import FIM_CHOICES, KINDS
+    from glm5_lsp.server.settings import FIM_LAYOUTS, ModelSettings
+
+    fields = {f.name: f for f in dataclasses.fields(ModelSettings)}
+    assert fields["backend"].metadata["choices"] == KINDS
+    assert FIM_LAYOUTS == FIM_CHOICES and fields["fim"].metadata["choices"] == FIM_CHOICES
+
+
+def test_served_model_settings_parse() -> None:
+    settings, problems = parse_settings({"model": {"backend": "ollama", "name": "qwen2.5-coder:1.5b-base",
+                                                   "fim": "custom", "fimTemplate": "<p>{prefix}<s>{suffix}<m>",
+                                                   "fimStop": ["<eot>", "<p>"]}})
+    assert problems == []
+    model = settings.model
+    assert (model.backend, model.fim, model.fim_template, model.fim_stop) == (
+        "ollama", "custom", "<p>{prefix}<s>{suffix}<m>", ["<eot>", "<p>"])
+    assert to_json(settings)["model"]["fimStop"] == ["<eot>", "<p>"]
+    again, problems = parse_settings(to_json(settings))
+    assert problems == [] and again == settings
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ({"fim": "gpt"}, "model.fim: expected one of 'auto', 'glm'"),
+    ({"fimStop": "<eot>"}, "model.fimStop: expected a list of strings, got '<eot>'"),
+    ({"fimStop": ["<eot>", 3]}, "model.fimStop: expected a list of strings"),
+    ({"backend": "vllm"}, "model.backend: expected one of 'local', 'openai', 'llamacpp', 'ollama'"),
+])
+def test_bad_served_model_values_are_reported(raw: dict, expected: str) -> None:
+    settings, problems = parse_settings({"model": raw})
+    assert len(problems) == 1 and problems[0].startswith(expected), problems
+    assert settings == Settings()
+
+
+def _backend(model: dict) -> object:
+    from glm5_lsp.backends.factory import create_backend
+    from glm5_lsp.server.loader import backend_options
+
+    settings, problems = parse_settings({"model": model})
+    assert problems == []
+    kind, options = backend_options(settings)
+    return create_backend(kind, **options)
+
+
+def test_each_backend_kind_is_made_from_the_settings() -> None:
+    from glm5_lsp.backends.fim import TEMPLATES
+    from glm5_lsp.backends.llamacpp_infill import LlamaCppInfillBackend
+    from glm5_lsp.backends.ollama import OllamaBackend
+    from glm5_lsp.backends.openai_http import OpenAIHTTPBackend
+
+    openai = _backend({"backend": "openai", "url": "http://gpu:8000/v1", "name": "Qwen/Qwen2.5-Coder-7B",
+                       "timeoutSeconds": 7, "apiKeyEnv": "MY_KEY"})
+    assert isinstance(openai, OpenAIHTTPBackend) and openai.template is TEMPLATES["qwen2.5-coder"]
+    assert (openai.base_url, openai.timeout, openai.api_key_env) == ("http://gpu:8000", 7.0, "MY_KEY")
+    assert _backend({"backend": "openai", "url": "http://gpu:8000", "fim": "server"}).template is None
+    forced = _backend({"backend": "openai", "url": "http://gpu:8000", "name": "Qwen/Qwen2.5-Coder-7B", "fim": "codestral"})
+    assert forced.template is TEMPLATES["codestral"]  # the setting wins over the name
+    custom = _backend({"backend": "openai", "url": "http://gpu:8000", "fim": "custom",
+                       "fimTemplate": "<p>{prefix}<s>{suffix}<m>", "fimStop": ["<eot>"]})
+    assert custom.template.prompt("a", "b") == "<p>a<s>b<m>" and custom.template.stop == ("<eot>",)
+    llama = _backend({"backend": "llamacpp", "fim": "starcoder2"})
+    assert isinstance(llama, LlamaCppInfillBackend) and llama.base_url == "http://127.0.0.1:8080"
+    assert llama.extra_stop == TEMPLATES["starcoder2"].stop
+    ollama = _backend({"backend": "ollama", "name": "deepseek-coder:6.7b-base", "url": "http://box:11434"})
+    assert isinstance(ollama, OllamaBackend) and ollama.template is TEMPLATES["deepseek-coder"]
+    assert ollama.base_url == "http://box:11434" and ollama.model == "deepseek-coder:6.7b-base"
+    assert _backend({"backend": "ollama", "name": "llama3"}).template is None  # no family in the name: Ollama's own
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"backend": "openai"}, "needs model.url"),
+    ({"backend": "ollama"}, "needs model.name"),
+    ({"backend": "llamacpp", "chat": True}, "model.chat is for model.backend 'openai'"),
+    ({"backend": "openai", "url": "http://gpu:8000", "fim": "custom"}, "model.fimTemplate is empty"),
+    ({"backend": "openai", "url": "http://gpu:8000", "fim": "custom", "fimTemplate": "{prefix}"}, "{suffix} exactly once"),
+])
+def test_contradicting_model_settings_are_a_clear_error(model: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _backend(model)

@@ -53,16 +53,31 @@ def pipeline_settings(settings: Settings) -> PipelineSettings:
 
 
 def backend_options(settings: Settings) -> tuple[str, dict[str, Any]]:
-    """``create_backend``'s kind and options for the model settings."""
+    """``create_backend``'s kind and options for the model settings: the same backends, infilling
+    layouts and checks as the command line's ``--backend``/``--fim`` (``factory.backend_spec``).
+
+    ``ValueError`` (shown to the user as the reason the model could not be loaded) for settings that
+    contradict each other: ``openai`` without ``model.url``, ``ollama`` without ``model.name``,
+    ``model.chat`` with a native protocol, ``model.fim`` ``custom`` without ``model.fimTemplate``.
+    """
     model = settings.model
-    if model.backend == "openai":
-        return "openai", {
-            "base_url": model.url,
-            "model": model.name or "glm-5",
-            "api_key_env": model.api_key_env,
-            "chat": model.chat,
-            "timeout": model.timeout_seconds,
+    if model.backend in ("openai", "llamacpp", "ollama"):
+        if model.fim == "custom" and not model.fim_template:
+            raise ValueError("model.fim is 'custom' but model.fimTemplate is empty: set the template "
+                             "({prefix} and {suffix} once each) or pick a family")
+        served: dict[str, Any] = {
+            "api_key_env": model.api_key_env, "timeout": model.timeout_seconds, "fim": model.fim,
+            "fim_template": model.fim_template, "fim_stop": tuple(model.fim_stop),
         }
+        if model.backend == "openai":
+            if not model.url:
+                raise ValueError("model.backend 'openai' needs model.url, e.g. http://127.0.0.1:8000/v1")
+            return "openai", {"base_url": model.url, "model": model.name or "glm-5", "chat": model.chat, **served}
+        if model.chat:
+            raise ValueError(f"model.chat is for model.backend 'openai'; '{model.backend}' infills natively")
+        if model.backend == "ollama" and not model.name:
+            raise ValueError("model.backend 'ollama' needs model.name, the Ollama model (e.g. qwen2.5-coder:1.5b-base)")
+        return model.backend, {"base_url": model.url, "model": model.name, **served}
     from glm5_lsp.model import AttentionConfig  # torch: only when a local model is really loaded
 
     attention = settings.attention
@@ -100,7 +115,7 @@ class Engine:
     def monitors_names(self) -> bool:
         """Whether completions run the decoding monitor (and so jedi): it is on, and the model runs in
         this process (a served model's backend gives no logits to mask)."""
-        return self.settings.repair.monitor and self.settings.model.backend != "openai"
+        return self.settings.repair.monitor and self.settings.model.backend == "local"
 
     def load(self, progress: ProgressFn | None = None) -> None:
         """Create the backend, load the weights, wire the pipeline. Never raises: sets ``error``."""

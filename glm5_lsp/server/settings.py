@@ -24,18 +24,43 @@ def _choices(*options: str) -> dict[str, Any]:
     return {"choices": options}
 
 
+# The infilling layouts ``model.fim`` accepts: ``glm5_lsp.backends.fim.FAMILIES`` between ``auto`` and
+# ``server`` (a front end does not import the backends; tests/test_server_settings.py keeps the two equal).
+FIM_LAYOUTS: tuple[str, ...] = (
+    "auto", "glm", "codegeex4", "qwen2.5-coder", "deepseek-coder", "starcoder", "starcoder2", "santacoder",
+    "codellama", "codestral", "custom", "server",
+)
+
+
 @dataclass
 class ModelSettings:
-    """Which generator serves requests."""
+    """Which generator serves requests: the in-process runtime or a served model (the CLI's ``--backend``)."""
 
-    backend: str = field(default="local", metadata=_choices("local", "openai"))
+    # local: the in-process runtime; openai: an OpenAI-compatible server (vLLM, SGLang, llama.cpp's
+    # server, LM Studio, serve-model); llamacpp: llama.cpp's native /infill; ollama: Ollama's /api/generate
+    backend: str = field(default="local", metadata=_choices("local", "openai", "llamacpp", "ollama"))
     path: str = ""  # local: checkpoint folder; "" is the embedded default model
     device: str = "cpu"  # local: torch device
-    url: str = ""  # openai: base URL of an OpenAI-compatible server, e.g. http://host:8000/v1
-    name: str = ""  # openai: served model name ("glm-5" when empty)
-    api_key_env: str = "GLM5_API_KEY"  # openai: environment variable holding the key (never logged)
+    # served: the server's base URL, e.g. http://host:8000/v1; empty: llamacpp http://127.0.0.1:8080,
+    # ollama http://127.0.0.1:11434 (openai needs one)
+    url: str = ""
+    # served: the model's name as the server knows it ("glm-5" when empty for openai; ollama needs one,
+    # e.g. qwen2.5-coder:1.5b-base); model.fim "auto" reads the infilling layout from it
+    name: str = ""
+    api_key_env: str = "GLM5_API_KEY"  # served: environment variable holding the key (never logged)
     chat: bool = False  # openai: /v1/chat/completions instead of /v1/completions
+    # served: the most one request may take, retries and waits included (an as-you-type completion
+    # also ends at budgets.completionMs)
     timeout_seconds: float = field(default=30.0, metadata=_range(0.1, 600.0))
+    # served: the infilling prompt layout. auto: the family the model's name says, else glm; a family
+    # forces its layout; custom: model.fimTemplate; server: the server lays it out (OpenAI's suffix
+    # field, llama.cpp's /infill from the GGUF, Ollama's model template)
+    fim: str = field(default="auto", metadata=_choices(*FIM_LAYOUTS))
+    # with model.fim "custom": the prompt, {prefix} and {suffix} once each; optionally {path}, {repo},
+    # {language} and {files} (other files' snippets)
+    fim_template: str = ""
+    # with model.fim "custom": the strings that end generation (the model's end-of-text, its FIM tokens)
+    fim_stop: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -210,7 +235,7 @@ def _apply(target: Any, raw: Mapping[str, Any], path: str, problems: list[str]) 
         if error:
             problems.append(f"{where}: {error}; kept {_show(current)}")
             continue
-        setattr(target, name, float(value) if hints[name] is float else value)
+        setattr(target, name, float(value) if hints[name] is float else list(value) if isinstance(value, list) else value)
 
 
 def _check(value: Any, kind: Any, meta: Mapping[str, Any]) -> str | None:
@@ -225,6 +250,8 @@ def _check(value: Any, kind: Any, meta: Mapping[str, Any]) -> str | None:
         return f"expected a number, got {_show(value)}"
     if kind is str and not isinstance(value, str):
         return f"expected a string, got {_show(value)}"
+    if kind == list[str] and (not isinstance(value, list) or not all(isinstance(item, str) for item in value)):
+        return f"expected a list of strings, got {_show(value)}"
     if "range" in meta:
         low, high = meta["range"]
         if not low <= value <= high:
