@@ -6,7 +6,7 @@
 # architecture); llama-cpp-python's own build makes only the library, not this server. Installs to
 # ~/.cache/glm5-lsp/llama.cpp/<version>/bin/llama-server; run again: nothing to do once built.
 #
-#   scripts/build_llama_server.sh            # about 35 minutes on 2 busy cores, CPU only
+#   scripts/build_llama_server.sh            # 59 minutes on 2 busy cores (BENCHMARKS.md), CPU only
 #   JOBS=4 scripts/build_llama_server.sh
 set -euo pipefail
 

@@ -3,9 +3,10 @@
 --- https://github.com/glm5-lsp/glm5-lsp
 ---
 --- `glm5-lsp` gives inline (ghost-text) and list completions, "Fix with GLM-5" and "Generate body"
---- code actions from a GLM-5-architecture model run by its own runtime (or a GLM-5 served over the
---- OpenAI-compatible API). Install it with `pip install glm5-lsp`, put this folder on 'runtimepath'
---- (or copy this file to `lsp/glm5.lua` in your config), then:
+--- code actions from a GLM-5-architecture model run by its own runtime (or a model served by vLLM,
+--- SGLang, llama.cpp or Ollama). It is not on PyPI: install it from a checkout of the repository
+--- (`python3 -m pip install -e .` in its root), put this folder on 'runtimepath' (or copy this file
+--- to `lsp/glm5.lua` in your config), then:
 ---
 --- ```lua
 --- vim.lsp.enable('glm5')
@@ -15,11 +16,13 @@
 --- end, { expr = true, desc = 'Accept the GLM-5 completion' })
 --- ```
 ---
---- Settings go under `settings.glm5` (camelCase, see the project README), e.g. a served model:
+--- Settings go under `settings.glm5` (camelCase, see the project README's settings reference), e.g.
+--- a served model (`backend` is `openai`, `llamacpp` or `ollama`; `fim` the infilling layout,
+--- `auto` reads it from `name`):
 ---
 --- ```lua
 --- vim.lsp.config('glm5', {
----   settings = { glm5 = { model = { backend = 'openai', url = 'http://gpu-box:8000/v1', name = 'glm-5' } } },
+---   settings = { glm5 = { model = { backend = 'ollama', name = 'qwen2.5-coder:1.5b-base' } } },
 --- })
 --- ```
 
