@@ -148,6 +148,9 @@ def ollama_app(fake: Fake) -> Starlette:
         if problem:
             return JSONResponse({"error": problem}, status_code=400)
         stamp = {"model": body["model"]}
+        if not body.get("prompt") and not body.get("suffix"):  # "Load a model": nothing generated
+            return JSONResponse({"model": body["model"], "created_at": final["created_at"], "response": "",
+                                 "done": True, "done_reason": "load"})
         if body.get("stream") is False:
             return JSONResponse({**final, **stamp, "response": "".join(script.pieces), **script.final})
 

@@ -7,6 +7,7 @@ server on the exported embedded model.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -199,6 +200,37 @@ def test_ollama_unknown_model_is_a_clear_error(ollama: tuple[Fake, str]) -> None
     fake.script.error_status, fake.script.error_message = 404, "model 'qwen9-coder' not found, try pulling it first"
     with pytest.raises(BackendError, match="404.*model 'qwen9-coder' not found"):
         OllamaBackend(url, model="qwen9-coder", timeout=10).complete(CompletionRequest(Prompt("a", "b")))
+
+
+def test_ollama_load_has_the_server_load_the_model(ollama: tuple[Fake, str]) -> None:
+    """A cold Ollama model takes seconds to load, longer than an as-you-type budget: ``load`` (the
+    server calls it before the first request) asks Ollama to load it, generating nothing."""
+    fake, url = ollama
+    backend = OllamaBackend(url, model="qwen2.5-coder:1.5b-base", keep_alive="30m", timeout=10)
+    backend.load()
+    assert fake.paths == ["/api/generate"]
+    assert fake.bodies == [{"model": "qwen2.5-coder:1.5b-base", "stream": False, "keep_alive": "30m"}]
+    assert backend.complete(CompletionRequest(Prompt("a", "b"))).text == "\n  if a == 0:"
+    backend.close()
+
+
+def test_ollama_load_names_a_model_the_server_lacks(ollama: tuple[Fake, str]) -> None:
+    fake, url = ollama
+    fake.script.error_status, fake.script.error_message = 404, "model 'qwen9-coder' not found, try pulling it first"
+    backend = OllamaBackend(url, model="qwen9-coder", timeout=10)
+    with pytest.raises(BackendError, match=r"no model 'qwen9-coder'.*ollama pull qwen9-coder"):
+        backend.load()
+    backend.close()
+
+
+def test_ollama_load_leaves_a_server_that_is_not_up_to_the_first_request(caplog: pytest.LogCaptureFixture) -> None:
+    backend = OllamaBackend("http://127.0.0.1:9", model="qwen2.5-coder:1.5b-base", timeout=2, max_retries=0)
+    with caplog.at_level(logging.WARNING):
+        backend.load()  # no exception: the editor keeps running and reports the outage per request
+    assert "could not load qwen2.5-coder:1.5b-base ahead of the first request" in caplog.text
+    with pytest.raises(BackendUnavailable):
+        backend.complete(CompletionRequest(Prompt("a", "b")))
+    backend.close()
 
 
 def test_ollama_length_cancellation_and_stream_errors(ollama: tuple[Fake, str]) -> None:

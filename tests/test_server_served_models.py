@@ -98,6 +98,9 @@ def test_each_served_backend_from_the_settings_gets_its_familys_prompt(
             reply = server.call("textDocument/inlineCompletion", {
                 "textDocument": {"uri": URI}, "position": {"line": 1, "character": 7}, "context": {"triggerKind": 1}})
             assert [item["insertText"] for item in reply["result"]["items"]] == ["'quick'"], (reply, fake.bodies)
+            if model["backend"] == "ollama":  # loading the engine had Ollama load the model first
+                assert fake.bodies[0] == {"model": model["name"], "stream": False}, fake.bodies
+                del fake.bodies[0], fake.paths[0]
             assert fake.bodies, "the server was never asked"
             check(fake.paths[0], fake.bodies[0])
             assert server.finish() == 0

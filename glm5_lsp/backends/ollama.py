@@ -22,6 +22,9 @@ body of a 4xx/5xx answer, e.g. 404 ``model 'x' not found``). Source: ollama ``do
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +32,16 @@ import httpx
 
 from glm5_lsp.backends.base import BackendError, CompletionRequest
 from glm5_lsp.backends.fim import FimInput, FimTemplate
-from glm5_lsp.backends.http_stream import Retryable, StreamEnd, StreamingHTTPBackend, as_int, json_lines
+from glm5_lsp.backends.http_stream import (
+    Retryable,
+    StreamEnd,
+    StreamingHTTPBackend,
+    as_int,
+    error_message,
+    json_lines,
+)
+
+log = logging.getLogger(__name__)
 
 
 class OllamaBackend(StreamingHTTPBackend):
@@ -45,6 +57,37 @@ class OllamaBackend(StreamingHTTPBackend):
         self.template = template
         self.keep_alive = keep_alive
         self.num_ctx = num_ctx
+
+    def load(self) -> None:
+        """Start the client and have Ollama load the model into memory: ``/api/generate`` with no
+        prompt loads it and generates nothing (ollama ``docs/api.md``, "Load a model"). A cold model
+        takes seconds to load, longer than an as-you-type budget, so without this the first
+        completions would all come back empty. A model the server does not have is a
+        :class:`BackendError` now (``ollama pull NAME``); a server that does not answer in ``timeout``
+        is only logged (it may come up later: the requests report it then)."""
+        super().load()
+        loop, client = self._event_loop()
+        body: dict[str, Any] = {"model": self.model, "stream": False}
+        if self.keep_alive is not None:
+            body["keep_alive"] = self.keep_alive
+
+        async def preload() -> httpx.Response:
+            return await client.post("/api/generate", json=body, headers=self._headers(), timeout=self.timeout)
+
+        try:
+            response = asyncio.run_coroutine_threadsafe(preload(), loop).result(timeout=self.timeout + 1)
+        except (httpx.HTTPError, concurrent.futures.TimeoutError, OSError) as error:
+            log.warning("ollama at %s: could not load %s ahead of the first request (%s: %s)", self.base_url,
+                        self.model, type(error).__name__, error)
+            return
+        if response.status_code == 404:
+            raise BackendError(f"Ollama at {self.base_url} has no model {self.model!r} ({error_message(response)}); "
+                               f"pull it with: ollama pull {self.model}")
+        if response.status_code >= 400:
+            log.warning("ollama at %s: loading %s answered %d: %s", self.base_url, self.model, response.status_code,
+                        error_message(response))
+            return
+        log.info("ollama at %s: %s is loaded", self.base_url, self.model)
 
     def stops(self, request: CompletionRequest) -> list[str]:
         stops = super().stops(request)
