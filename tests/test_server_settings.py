@@ -170,3 +170,12 @@ def test_each_backend_kind_is_made_from_the_settings() -> None:
 def test_contradicting_model_settings_are_a_clear_error(model: dict, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         _backend(model)
+
+
+@pytest.mark.parametrize("backend, monitors", [("local", True), ("openai", False), ("llamacpp", False), ("ollama", False)])
+def test_only_the_in_process_model_runs_the_name_monitor(backend: str, monitors: bool) -> None:
+    """A served model gives no logits to mask: loading it must not warm jedi up for the monitor."""
+    from glm5_lsp.server.loader import Engine
+
+    settings, problems = parse_settings({"model": {"backend": backend}})
+    assert problems == [] and Engine(settings).monitors_names is monitors
