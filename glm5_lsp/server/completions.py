@@ -1,5 +1,10 @@
-"""``textDocument/inlineCompletion`` (ghost text) and ``textDocument/completion`` (the model's line
-first, then the symbol table's names)."""
+"""``textDocument/inlineCompletion`` (ghost text) and ``textDocument/completion``.
+
+The list: jedi's answers where it has them (attributes after a dot, modules after ``import`` and
+``from``), else the names in scope, ranked by relevance (``ranking.rank``: prefix match, public
+before private, nearness to the cursor and how often the file uses them), each label once; the
+model's rest of the line as its own item, first, unless it only ends a name cut short
+(``ranking.truncated``) or repeats a name the list has."""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ import time
 
 from lsprotocol import types
 
-from glm5_lsp.server import convert
+from glm5_lsp.server.symbols import Name, names_at, word_before
+from glm5_lsp.server import convert, ranking
 from glm5_lsp.server.state import Glm5Server, log
-from glm5_lsp.server.symbols import names_at, word_before
 
 _COMPLETION_KINDS = {
     "function": types.CompletionItemKind.Function,
@@ -25,6 +30,7 @@ _COMPLETION_KINDS = {
     "method": types.CompletionItemKind.Method,
     "variable": types.CompletionItemKind.Variable,
     "constant": types.CompletionItemKind.Constant,
+    "text": types.CompletionItemKind.Text,
 }
 
 
@@ -58,31 +64,61 @@ def register(server: Glm5Server) -> None:
         if target is None:
             return types.CompletionList(is_incomplete=False, items=[])
         context = ls.engine.context
-        names_job = asyncio.to_thread(names_at, target.text, target.offset, path=target.path,
-                                      language=target.language, context=context)
+        line_before = target.text[target.text.rfind("\n", 0, target.offset) + 1:target.offset]
+        where = ranking.cursor_kind(line_before)
+
+        def find_names() -> tuple[list[Name], dict[str, list[int]]]:
+            found: list[Name] = []
+            if target.language == "python" and where != "name":  # jedi knows modules and members
+                found = names_at(target.text, target.offset, path=target.path, language=target.language,
+                                 context=None)
+            if not found:
+                found = names_at(target.text, target.offset, path=target.path, language=target.language,
+                                 context=context)
+            seen = ranking.occurrences(target.text)
+            if where == "name":  # then the document's own words: a name defined further on, a parameter
+                found = found + ranking.document_words(seen, word_before(target.text, target.offset),
+                                                       {n.name for n in found}, Name)
+            return found, seen
+
+        names_job = asyncio.to_thread(find_names)
         model_job = ls.completion_text(target, multiline=False, kind="completion", received=received)
-        names, line = await asyncio.gather(names_job, model_job, return_exceptions=True)
+        listed, line = await asyncio.gather(names_job, model_job, return_exceptions=True)
         if isinstance(line, BaseException):  # the model failed: the symbol table's names still answer
             if isinstance(line, asyncio.CancelledError):
                 raise line
             log.warning("model line completion failed: %s", line)
             line = ""
-        if isinstance(names, BaseException):
-            raise names
+        if isinstance(listed, BaseException):
+            raise listed
+        found, seen = listed
         typed = word_before(target.text, target.offset)
+        names = ranking.rank([n for n in found if n.name != typed], target.text, target.offset, typed,
+                             name=lambda n: n.name, seen=seen)
         word_range = convert.lsp_range(target.view, target.offset - len(typed), target.offset)
         items: list[types.CompletionItem] = []
+        labels = {n.name for n in names}
+        picked = ""  # a name of the list the model's line is: that item first, marked as the model's
         if line:
             full = typed + line
-            items.append(types.CompletionItem(
-                label=full.strip() or full, kind=types.CompletionItemKind.Snippet, detail="GLM-5",
-                sort_text="0000", filter_text=full, preselect=True,
-                text_edit=types.TextEdit(range=word_range, new_text=full),
-            ))
+            label = full.strip() or full
+            if label in labels:
+                picked = label
+                names.sort(key=lambda n: n.name != picked)
+            elif not ranking.truncated(label, labels, seen):
+                # first when it starts with a name the list or the file has; a word nothing has, last
+                known = ranking.starts_known(label, labels, seen)
+                items.append(types.CompletionItem(
+                    label=label, kind=types.CompletionItemKind.Snippet, detail="GLM-5",
+                    sort_text="0000" if known else "2000", filter_text=full, preselect=known,
+                    text_edit=types.TextEdit(range=word_range, new_text=full),
+                ))
         for index, name in enumerate(names):
+            mine = name.name == picked
             items.append(types.CompletionItem(
                 label=name.name, kind=_COMPLETION_KINDS.get(name.kind, types.CompletionItemKind.Variable),
-                detail=name.detail or None, sort_text=f"1{index:04d}",
+                detail="GLM-5" if mine else name.detail or None, sort_text="0000" if mine else f"1{index:04d}",
+                filter_text=name.name, preselect=True if mine else None,
                 text_edit=types.TextEdit(range=word_range, new_text=name.name),
             ))
         return types.CompletionList(is_incomplete=True, items=items)
