@@ -39,7 +39,8 @@ from glm5_lsp.backends.base import Backend, CompletionRequest
 from glm5_lsp.checks.introduced import Splice, judge
 from glm5_lsp.checks.providers import DiagnosticRunner, PyflakesProvider, PythonCompileProvider
 from glm5_lsp.evaluate.sandbox import SandboxLimits, run_program
-from glm5_lsp.pipeline import PYTHON_BODY_STOPS, cut_at_block_end, strip_special_tokens, strip_suffix_overlap
+from glm5_lsp.pipeline import PYTHON_BODY_STOPS
+from glm5_lsp.postprocess import cut_at_block_end, strip_special_tokens, strip_suffix_overlap
 from glm5_lsp.repair.loop import RepairSettings, RepairTarget
 from glm5_lsp.repair.standard import standard_loop
 from glm5_lsp.spans import Prompt, Span

@@ -53,7 +53,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings, keeps_enough, working_lines
+from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings, idle_result
 
 log = logging.getLogger(__name__)
 
@@ -285,25 +285,6 @@ def _record(task: dict[str, Any], result: PipelineResult | None, error: str | No
     return record
 
 
-def idle_result(task: dict[str, Any], result: PipelineResult) -> str | None:
-    """Why a result the checkers passed does no work (None when it does, or was not clean anyway).
-
-    The checks pass text that is only comments, ``pass``, ``...`` or a bare ``return``: for a
-    completion or a generated body that is no answer, and a fix that turns working code into such
-    text removed it rather than fixing it (``pipeline.working_lines``/``keeps_enough``).
-    """
-    if not result.clean:
-        return None
-    if task.get("kind") == "fix":
-        code = task.get("code") if isinstance(task.get("code"), str) else ""
-        if working_lines(result.text) == 0 or not keeps_enough(code, result.text):
-            return "the fixed code does nothing: only comments, pass, ... or a bare return are left"
-        return None
-    if working_lines(result.text) == 0:
-        return "the text does nothing: it is empty or only comments, pass, ... or a bare return"
-    return None
-
-
 def execute(pipeline_factory: Callable[[], Pipeline], holder: dict[str, Pipeline], task: dict[str, Any]) -> dict[str, Any]:
     """One task's output record; the worker's pipeline is made on first use and kept in ``holder``."""
     begun = time.perf_counter()
@@ -464,7 +445,7 @@ def _completed(pool: Executor, work: Callable[[dict[str, Any]], dict[str, Any]],
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from glm5_lsp.backends.factory import add_backend_arguments
+    from glm5_lsp.pipeline.session import add_backend_arguments
 
     parser.add_argument("input", type=Path, help="tasks, one JSON object a line")
     parser.add_argument("-o", "--output", type=Path, required=True, help="results (appended; rerun to resume)")
@@ -495,13 +476,13 @@ class PipelineFactory:
     workspace: Path | None = None
 
     def __call__(self) -> Pipeline:
-        from glm5_lsp.backends.factory import create_backend
+        from glm5_lsp.pipeline.session import create_backend
 
         context = None
         if self.context:
-            from glm5_lsp.context.engine import ContextEngine
+            from glm5_lsp.pipeline.session import context_engine
 
-            context = ContextEngine(workspace_root=self.workspace)
+            context = context_engine(self.workspace)
         return Pipeline(create_backend(self.backend, **self.backend_options), settings=self.settings, context=context)
 
 
@@ -513,7 +494,7 @@ def make_pipeline_factory(args: argparse.Namespace) -> PipelineFactory:
         settings.repair.max_rounds = 1
     if getattr(args, "max_tokens", None):
         settings.multiline_max_tokens = args.max_tokens
-    from glm5_lsp.backends.factory import backend_spec
+    from glm5_lsp.pipeline.session import backend_spec
 
     kind, options = backend_spec(args)  # ValueError: incomplete backend options
     return PipelineFactory(kind, options, settings, not getattr(args, "no_context", False),

@@ -23,7 +23,7 @@ EPILOG = ("Exit status: 0 when the printed text passed the checks (with --raw: w
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from glm5_lsp.backends.factory import add_backend_arguments
+    from glm5_lsp.pipeline.session import add_backend_arguments
 
     parser.epilog = EPILOG
     group = parser.add_mutually_exclusive_group(required=True)
@@ -65,8 +65,7 @@ def _describe(diagnostics: list[dict[str, Any]], limit: int = 3) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glm5_lsp.backends.base import BackendError, CompletionRequest
-    from glm5_lsp.backends.factory import backend_from_args
+    from glm5_lsp.pipeline.session import BackendError, CompletionRequest, backend_from_args
     from glm5_lsp.spans import Prompt
 
     if args.max_new_tokens < 1 or args.repair_rounds < 1:
@@ -105,8 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _checked(args: argparse.Namespace, backend: Any, prompt: str | None) -> int:
-    from glm5_lsp.batch import idle_result
-    from glm5_lsp.pipeline import Pipeline, PipelineSettings
+    from glm5_lsp.pipeline import Pipeline, PipelineSettings, idle_result
 
     settings = PipelineSettings(max_tokens=args.max_new_tokens, multiline_max_tokens=args.max_new_tokens,
                                 temperature=args.temperature, top_p=args.top_p, seed=args.seed, unhurried=True)

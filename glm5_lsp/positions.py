@@ -3,6 +3,12 @@
 
 from __future__ import annotations
 
+import re
+
+# The line breaks LSP counts: "\n", "\r\n" and "\r" only (``str.splitlines`` also breaks at \x0b,
+# \x0c, \x1c-\x1e, \x85, \u2028 and \u2029, which LSP counts as ordinary characters).
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
 
 def clamp_position(text: str, line: int, col: int) -> tuple[int, int]:
     """Clamp a 0-based (line, col) into ``text``; checkers sometimes point one past the end."""

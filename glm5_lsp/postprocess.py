@@ -2,7 +2,7 @@
 
 Pure text functions, no model, no LSP types. :meth:`glm5_lsp.pipeline.Pipeline.postprocess` runs
 them on every model candidate before the repair loop judges it; the language server's
-``server/postprocess.py`` adds only what is the editor's business (the file's indentation unit).
+``indentation.py`` re-expresses multi-line text in the document's indentation unit (``PipelineSettings.reindent``).
 
 Rules, in the order :func:`tidy` and the pipeline apply them:
 

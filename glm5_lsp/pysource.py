@@ -326,3 +326,24 @@ class Piece:
 def piece(text: str) -> Piece:
     """The one cache of per-piece facts (the names a piece binds, its identifiers, its word counts)."""
     return Piece(text)
+
+
+# ``from x import *``: a file that has one may use any name.
+STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+\*", re.MULTILINE)  # ``from x import *``
+
+_TRIPLE = re.compile(r"\"\"\"|\'\'\'")
+
+
+def open_triple_quote(text: str, start: str | None = None) -> str | None:
+    """The triple quote left open at the end of ``text`` (``start``: the one open before it).
+
+    Counts ``\"\"\"`` and ``\'\'\'`` in order, the open kind closing only on its own kind; good
+    enough to tell a docstring from code (a triple quote inside a one-line string fools it).
+    """
+    quote = start
+    for match in _TRIPLE.finditer(text):
+        if quote is None:
+            quote = match.group()
+        elif match.group() == quote:
+            quote = None
+    return quote

@@ -87,14 +87,14 @@ def test_members_include_workspace_bases_and_workspace_modules(table, workspace)
 
 def test_names_in_scope_follow_python_scoping(table, workspace):
     shapes = str(workspace / "pkg" / "shapes.py")
-    inside_parse = table.names_in_scope(shapes, 40, 8)  # body of parse_shape
+    inside_parse = table.visible_names(shapes, 40, 8)  # body of parse_shape
     assert {"text", "match", "size", "Square", "UNIT", "json", "regex", "len"} <= inside_parse
-    in_method = table.names_in_scope(shapes, 16, 8)  # body of Shape.area
+    in_method = table.visible_names(shapes, 16, 8)  # body of Shape.area
     assert "self" in in_method and "sides" not in in_method  # class names are not visible in methods
-    in_class_body = table.names_in_scope(shapes, 12, 4)
+    in_class_body = table.visible_names(shapes, 12, 4)
     assert "sides" in in_class_body
     assert "len" in PYTHON_BUILTINS
-    go = table.names_in_scope(str(workspace / "gosrc" / "main.go"), 19, 4)
+    go = table.visible_names(str(workspace / "gosrc" / "main.go"), 19, 4)
     assert {"s", "verbose", "Server", "NewServer", "fmt", "str"} <= go and "len" not in go
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.gate.collect import Collector, block_case, kept_text, length_options, read_rows, recompute
+from glm5_lsp.gate.collect import Collector, block_case, length_options, read_rows, recompute
+from glm5_lsp.gate.features import kept_text
 from glm5_lsp.gate.labels import edit_similarity, label
 from glm5_lsp.memory.heldout import cursor_cases
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.backends import factory
+from glm5_lsp.pipeline import session as factory  # the front ends take the backend factory from here
 from glm5_lsp.cli import main
 
 _spec = importlib.util.spec_from_file_location(

@@ -20,15 +20,13 @@ from glm5_lsp.pipeline import (
     FixRegion,
     Pipeline,
     PipelineSettings,
-    cut_at_block_end,
     fix_region,
-    infer_multiline,
     keeps_enough,
-    plain_prompt,
-    strip_special_tokens,
-    strip_suffix_overlap,
+    wants_multiline,
     working_lines,
 )
+from glm5_lsp.pipeline.core import plain_prompt
+from glm5_lsp.postprocess import cut_at_block_end, strip_special_tokens, strip_suffix_overlap
 from glm5_lsp.repair.loop import RepairSettings, RepairTarget
 from glm5_lsp.repair.monitor import MonitorSettings
 from glm5_lsp.spans import Prompt
@@ -236,9 +234,10 @@ def test_the_pipeline_applies_the_shared_rules() -> None:
 
 
 def test_multiline_is_inferred_from_the_cursor_line() -> None:
-    assert infer_multiline("def f():\n    ", "\n")
-    assert not infer_multiline("x = ", "\n")
-    assert not infer_multiline("    ", "return x\n")
+    """One policy for every front end (``pipeline.wants_multiline``): a fresh block body is several lines."""
+    assert wants_multiline("def f():\n    \n", len("def f():\n    "), "python")
+    assert not wants_multiline("x = \n", len("x = "), "python")
+    assert not wants_multiline("    return x\n", len("    "), "python")
 
 
 def test_plain_prompt_windows_and_marks_the_current_block() -> None:
@@ -523,7 +522,7 @@ def test_unhurried_loads_what_the_monitor_needs_before_a_python_request(tiny_che
     """Batch and evaluation set ``unhurried``: jedi reads the document (its imports, its parse) before
     the request, with no deadline; only where the decoding monitor will run, and a jedi failure there
     does not fail the request."""
-    import glm5_lsp.pipeline as pipeline_module
+    import glm5_lsp.pipeline.core as pipeline_module
     from glm5_lsp.backends.local import LocalBackend
 
     calls: list[tuple[str, str]] = []

@@ -193,7 +193,7 @@ def test_tree_sitter_reparses_two_far_edits_exactly() -> None:
 
     from tree_sitter import Parser
 
-    from glm5_lsp.checks.providers.tree_sitter import RecentTrees
+    from glm5_lsp.context.trees import RecentTrees
     from glm5_lsp.languages import tree_sitter_language
 
     source = Path(textwrap.__file__).read_text()

@@ -31,17 +31,8 @@ import pytest
 from glm5_lsp.backends.base import BackendError, CompletionRequest
 from glm5_lsp.backends.local import LocalBackend
 from glm5_lsp.backends.openai_http import OpenAIHTTPBackend
-from glm5_lsp.serve_model import (
-    BindError,
-    Detokenizer,
-    RuntimeScorer,
-    TokenScore,
-    add_arguments,
-    bind_socket,
-    create_app,
-    fit_to_text,
-    serve_in_thread,
-)
+from glm5_lsp.backends.scoring import Detokenizer, RuntimeScorer, TokenScore, fit_to_text
+from glm5_lsp.serve_model import BindError, add_arguments, bind_socket, create_app, serve_in_thread
 from glm5_lsp.spans import Prompt
 
 ROOT = Path(__file__).parents[1]

@@ -10,16 +10,17 @@ from typing import Any
 import pytest
 from lsprotocol import types
 
+from glm5_lsp.checks.edits import check_edit, diagnose
+from glm5_lsp.context.syntax import empty_bodies, wants_multiline
 from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.indentation import indent_unit
 from glm5_lsp.lru import LRUCache
+from glm5_lsp.pipeline.core import tidy_for_document
 from glm5_lsp.postprocess import tidy
 from glm5_lsp.server import convert
-from glm5_lsp.server.checks import check_edit, diagnose
 from glm5_lsp.server.jobs import Supersession
 from glm5_lsp.server.loader import Engine
-from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.settings import parse_settings
-from glm5_lsp.server.syntax import empty_bodies, wants_multiline
 from glm5_lsp.textdiff import diff_region
 
 DATA = Path(__file__).resolve().parent / "data" / "server"
@@ -32,21 +33,21 @@ def _cases(name: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("case", _cases("postprocess_cases.json"), ids=lambda c: c["why"])
 def test_clean_completion(case: dict[str, Any]) -> None:
-    got = clean_completion(case["completion"], case["prefix"], case["suffix"], multiline=case["multiline"],
-                           unit=case.get("unit", "    "), language=case.get("language"))
+    got = tidy_for_document(case["completion"], case["prefix"], case["suffix"], multiline=case["multiline"],
+                            unit=case.get("unit", "    "), language=case.get("language"))
     assert got == case["expected"]
 
 
 @pytest.mark.parametrize("case", _cases("postprocess_cases.json"), ids=lambda c: c["why"])
 def test_post_processing_is_idempotent(case: dict[str, Any]) -> None:
-    """The server runs the shared rules again on the pipeline's answer: they must change nothing."""
+    """Text the rules passed passes them again unchanged (a typed-through suggestion is re-cut by them)."""
     args = case["prefix"], case["suffix"]
     once = tidy(case["completion"], *args, multiline=case["multiline"], language=case.get("language"))
     assert tidy(once, *args, multiline=case["multiline"], language=case.get("language")) == once
-    cleaned = clean_completion(case["completion"], *args, multiline=case["multiline"], unit=case.get("unit", "    "),
-                               language=case.get("language"))
-    assert clean_completion(cleaned, *args, multiline=case["multiline"], unit=case.get("unit", "    "),
-                            language=case.get("language")) == cleaned
+    cleaned = tidy_for_document(case["completion"], *args, multiline=case["multiline"], unit=case.get("unit", "    "),
+                                language=case.get("language"))
+    assert tidy_for_document(cleaned, *args, multiline=case["multiline"], unit=case.get("unit", "    "),
+                             language=case.get("language")) == cleaned
 
 
 @pytest.mark.parametrize("case", _cases("multiline_cases.json"), ids=lambda c: c["why"])
@@ -231,7 +232,7 @@ def test_a_single_line_prompt_gets_half_the_budget(setting: int, context: int, t
 
 def test_warming_an_opened_file_indexes_the_packages_it_imports(tmp_path: Path) -> None:
     from glm5_lsp.context import ContextEngine
-    from glm5_lsp.server.loader import SharedContext
+    from glm5_lsp.pipeline.session import SharedContext
 
     def make(root: str | None) -> ContextEngine:
         return ContextEngine(workspace_root=root, cache_dir=tmp_path / "cache")

@@ -23,6 +23,7 @@ from glm5_lsp.context.sources import DEFAULT_MAX_BYTES, read_source
 from glm5_lsp.context.summary import SymbolInfo
 from glm5_lsp.context.symbols import IndexStats, SymbolTable
 from glm5_lsp.context.tokens import TokenCounter
+from glm5_lsp.pynames.scope import names_in_scope
 from glm5_lsp.spans import Prompt
 from glm5_lsp.textdiff import diff_regions, line_col
 
@@ -186,8 +187,12 @@ class ContextEngine:
         match = _RECEIVER.search(before)
         if match:
             names = self.symbols.members(match.group(1).replace(" ", ""), doc.path)
+        elif doc.language == "python":  # read from the text as it is (``pynames.scope``): no parse needed
+            typed = _TYPED.search(doc.text, max(0, offset - 200), offset)
+            start = offset - (len(typed.group()) if typed else 0)
+            names = sorted(names_in_scope(doc.text[:start], doc.text[offset:]))
         else:
-            names = sorted(self.symbols.names_in_scope(doc.path, line, col))
+            names = sorted(self.symbols.visible_names(doc.path, line, col))
         summary = self.symbols.files.get(doc.path)
         defined = {s.name: s for s in summary.symbols} if summary is not None else {}
         return [defined.get(n) or SymbolInfo(n, n, "name", n, doc.path, line, line) for n in names]
@@ -211,6 +216,7 @@ class ContextEngine:
 
 
 _RECEIVER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*\.\s*[A-Za-z0-9_]*$")
+_TYPED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # the word being typed at the cursor
 
 
 def _diff_edits(doc: Document, new: str) -> list[Edit]:

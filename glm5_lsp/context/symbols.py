@@ -283,8 +283,10 @@ class SymbolTable:
                         names |= self._class_members(found, depth + 1)
         return names
 
-    def names_in_scope(self, path: str, line: int, col: int = 0) -> set[str]:
-        """Names visible at ``(line, col)`` of ``path``: enclosing scopes, top level, imports, builtins.
+    def visible_names(self, path: str, line: int, col: int = 0) -> set[str]:
+        """Names visible at ``(line, col)`` of ``path`` by its symbol summary: enclosing scopes, top
+        level, imports, builtins. (For the languages ``pynames`` does not read: Python's names in
+        scope come from ``pynames.scope.names_in_scope``, which reads the text as typed.)
 
         Python rule: names bound in a class body are visible in the class body itself but not
         inside its methods (those reach them through ``self``/the class).

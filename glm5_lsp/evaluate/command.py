@@ -13,13 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from glm5_lsp.backends.base import BackendError
-from glm5_lsp.backends.factory import add_backend_arguments, backend_from_args
 from glm5_lsp.evaluate.datasets import NAMES, SUBSETS, DatasetError, load_problems
 from glm5_lsp.evaluate.report import build_report, markdown_table, write_report
 from glm5_lsp.evaluate.runner import evaluate
 from glm5_lsp.evaluate.sandbox import SandboxLimits, SandboxUnavailable, require_isolation
 from glm5_lsp.pipeline import Pipeline, PipelineSettings
+from glm5_lsp.pipeline.session import BackendError, add_backend_arguments, backend_from_args
 
 
 def _ks(text: str) -> list[int]:
@@ -95,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     context = None
     if args.context:
-        from glm5_lsp.context.engine import ContextEngine
+        from glm5_lsp.pipeline.session import context_engine
 
-        context = ContextEngine()
+        context = context_engine()
     result = evaluate(problems, Pipeline(backend, settings, context=context), n_samples=args.n_samples, limits=limits,
                       test_workers=args.test_workers, progress=not args.no_progress)
     model = str(getattr(backend, "model_path", None) or getattr(backend, "model", "?"))

@@ -79,13 +79,6 @@ def length_options(text: str, truth: str) -> dict[str, float]:
             for name in LENGTH_OPTIONS}
 
 
-def kept_text(text: str, option: str) -> str:
-    """``text`` cut to a length option."""
-    lines = text.rstrip("\n").split("\n")
-    count = {"line": 1, "lines2": 2, "lines3": 3}.get(option, len(lines))
-    return "\n".join(lines[:count])
-
-
 def _json_features(values: dict[str, float]) -> dict[str, float | None]:
     return {k: (None if isinstance(v, float) and math.isnan(v) else round(v, 6)) for k, v in values.items()}
 

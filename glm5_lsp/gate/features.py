@@ -151,7 +151,7 @@ def request_info(document: str, offset: int, *, language: str, multiline: bool, 
                  healing: bool = True, max_scan_lines: int = 200) -> RequestInfo:
     """The request's facts at character ``offset`` of ``document``: cheap text reads, a few hundred
     lines at most. ``healing``: whether the pipeline heals the typed word (its backend supports it)."""
-    from glm5_lsp.pipeline import partial_word
+    from glm5_lsp.healing import partial_word
 
     line_start = document.rfind("\n", 0, offset) + 1
     line_end = document.find("\n", offset)
@@ -439,3 +439,10 @@ def vector(values: Mapping[str, float], names: Sequence[str]) -> list[float]:
         value = values.get(name, NAN)
         out.append(NAN if value is None else float(value))
     return out
+
+
+def kept_text(text: str, option: str) -> str:
+    """``text`` cut to a length option."""
+    lines = text.rstrip("\n").split("\n")
+    count = {"line": 1, "lines2": 2, "lines3": 3}.get(option, len(lines))
+    return "\n".join(lines[:count])

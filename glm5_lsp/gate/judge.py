@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from glm5_lsp.gate.booster import Gate, load_gate, model_fingerprint
-from glm5_lsp.gate.collect import kept_text
 from glm5_lsp.gate.drift import DriftMonitor, DriftReport
-from glm5_lsp.gate.features import features, request_info
+from glm5_lsp.gate.features import features, kept_text, request_info
 from glm5_lsp.gate.stats import DecodeRecorder
 
 log = logging.getLogger(__name__)

@@ -79,8 +79,8 @@ class StepStats:
 
 
 @dataclass
-class _Block:
-    """What one forward call recorded, one entry per layer in each list. A lean block (``decode.py``)
+class _ForwardRecord:
+    """What one forward call recorded, one entry per layer in each list. A lean step (``lean.py``)
     records one row in each entry's row shape; a general one records its ``rows`` rows stacked first."""
 
     rows: int
@@ -110,9 +110,9 @@ class StatsProbe:
 
     def __init__(self, scaling: float = 1.0) -> None:
         self.scaling = scaling  # routed_scaling_factor: moe_top_weight is reported before it
-        self.blocks: list[_Block] = []
+        self.blocks: list[_ForwardRecord] = []
         self.rows = slice(0, 1)  # the rows of this call's queries that are recorded
-        self._current: _Block | None = None
+        self._current: _ForwardRecord | None = None
         self._cache = None
         self._topk = 0
         self._key_scale = 1.0  # the indexer's score scale (head_dim ** -0.5)
@@ -144,7 +144,7 @@ class StatsProbe:
         else:
             self._roles[start:end] = self._one_hot(step.role_ids[0])
         self._filled = max(self._filled, end)
-        self._current = _Block(self.rows.stop - self.rows.start, lean, kend=start + self.rows.start + 1)
+        self._current = _ForwardRecord(self.rows.stop - self.rows.start, lean, kend=start + self.rows.start + 1)
 
     def _one_hot(self, roles: torch.Tensor) -> torch.Tensor:
         return (roles.to("cpu")[:, None] == self._role_ids[None, :]).float()

@@ -24,8 +24,7 @@ from collections import Counter
 
 from glm5_lsp.postprocess import ends_in_code
 from glm5_lsp.pynames.scope import scope_at
-from glm5_lsp.pysource import piece, top_level_pieces
-from glm5_lsp.repair.monitor import STAR_IMPORT, open_triple_quote
+from glm5_lsp.pysource import STAR_IMPORT, open_triple_quote, piece, top_level_pieces
 
 NEAR = 3000  # characters on each side of the cursor counted as "near"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

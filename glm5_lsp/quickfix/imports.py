@@ -38,6 +38,7 @@ from pathlib import Path
 
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.postprocess import bracket_depth
+from glm5_lsp.pysource import HEADER_LINE
 from glm5_lsp.quickfix.edits import Edit
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,7 @@ _PLATFORM_TWINS = frozenset({"ntpath", "nturl2path", "genericpath", "macpath", "
 # C modules never imported to read their names (importing them changes the terminal or the process).
 _NOT_IMPORTED = frozenset({"readline", "curses", "tkinter", "_tkinter", "antigravity", "this"})
 
-_DEFINED = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z]\w*)|^([A-Za-z]\w*)[ \t]*(?::[^=\n]*)?=(?!=)",
-                      re.MULTILINE)
+_ASSIGNED = re.compile(r"^([A-Za-z]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.MULTILINE)  # a module-level name bound
 _ALL = re.compile(r"^__all__[ \t]*(?::[^=\n]*)?=[ \t]*[\[(]", re.MULTILINE)
 _QUOTED_NAME = re.compile(r"""['"]([A-Za-z_]\w*)['"]""")
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
@@ -152,7 +152,8 @@ def public_names(source: str) -> set[str]:
             names = set()  # computed (``[n for n in globals() ...]``, ``a + b``): read the definitions
         if names:
             return names
-    return {a or b for a, b in _DEFINED.findall(source) if not (a or b).startswith("_")}
+    defined = {m.group("name") for m in HEADER_LINE.finditer(source) if not m.group("indent")}
+    return {name for name in defined | set(_ASSIGNED.findall(source)) if not name.startswith("_")}
 
 
 def _imports_of(source: str, counts: Counter[tuple[str, str]], modules: Counter[str], own: str = "") -> None:

@@ -58,7 +58,7 @@ from glm5_lsp.postprocess import IDENTIFIER_CHARS, ends_in_code, open_brackets
 from glm5_lsp.pynames.jedi import script as jedi_script
 from glm5_lsp.pynames.members import self_attributes
 from glm5_lsp.pynames.scope import MODULE_ATTRIBUTES, scope_at
-from glm5_lsp.pysource import HEADER_LINE, piece, top_level_pieces
+from glm5_lsp.pysource import HEADER_LINE, STAR_IMPORT, open_triple_quote, piece, top_level_pieces
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,6 @@ _DOT_NAME = re.compile(r"\.(?=[A-Za-z_])")
 _BINDS = re.compile(r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|[,:]")  # what may follow a name being bound
 _ASSIGNS = re.compile(r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|,")  # the same but an annotation (``x: int``)
 _TRAILING_WORD = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_]*$")  # a free name being typed
-STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+\*", re.MULTILINE)  # ``from x import *``
 # Regexes anchored at the end still scan from the start of the string: they get this much of the
 # text (a receiver or a partial name longer than that is not one anybody writes).
 TAIL_CHARS = 512
@@ -299,22 +298,6 @@ def _in_comment_or_string(text: str) -> bool:
     return not ends_in_code(text[text.rfind("\n") + 1:], "python")
 
 
-_TRIPLE = re.compile(r"\"\"\"|\'\'\'")
-
-
-def open_triple_quote(text: str, start: str | None = None) -> str | None:
-    """The triple quote left open at the end of ``text`` (``start``: the one open before it).
-
-    Counts ``\"\"\"`` and ``\'\'\'`` in order, the open kind closing only on its own kind; good
-    enough to tell a docstring from code (a triple quote inside a one-line string fools it).
-    """
-    quote = start
-    for match in _TRIPLE.finditer(text):
-        if quote is None:
-            quote = match.group()
-        elif match.group() == quote:
-            quote = None
-    return quote
 
 
 class NameMonitor:
@@ -581,7 +564,7 @@ class NameMonitor:
 
 
 class JediAttributes:
-    """Python attribute names after a dot, from ``jedi.Script(code).complete(line, col)``.
+    """Python attribute names after a dot, from jedi's completions at the end of the text (``pynames.jedi.script``).
 
     The completion position is the end of the given text (the document up to the cursor plus what
     has been generated); the code after the cursor is not needed to name a receiver's attributes.

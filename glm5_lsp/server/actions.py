@@ -21,11 +21,8 @@ from typing import Any
 
 from lsprotocol import types
 
-from glm5_lsp.server.checks import check_edit, diagnose
-from glm5_lsp.server.syntax import empty_bodies
-from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.lru import LRUCache
-from glm5_lsp.pipeline import PipelineResult
+from glm5_lsp.pipeline import PipelineResult, check_edit, diagnose, empty_bodies
 from glm5_lsp.server import convert
 from glm5_lsp.server.progress import WorkProgress
 from glm5_lsp.server.state import Glm5Server, Target
@@ -317,8 +314,7 @@ async def resolve_body(ls: Glm5Server, action: types.CodeAction, target: Target,
         ls.supersession.finish((target.uri, "body"), token)
     if result is None or token.cancelled:
         return action
-    body = clean_completion(result.text, document[:start], document[start:], multiline=True,
-                            unit=indent_unit(target.text), language=target.language)
+    body = result.text  # post-processed in the pipeline, re-indented to the file's unit
     if not body.strip() or not target.view.contiguous(start, end):
         return action
     verdict = await asyncio.to_thread(check_edit, target.text, start, end, body, path=target.path,

@@ -8,10 +8,9 @@ from typing import Any
 
 from lsprotocol import types
 
-from glm5_lsp.pipeline import PipelineResult
+from glm5_lsp.pipeline import PipelineResult, diagnose
 from glm5_lsp.server import convert
 from glm5_lsp.server.actions import FIX_TITLE, resolve_fix
-from glm5_lsp.server.checks import diagnose
 from glm5_lsp.server.jobs import CancelToken
 from glm5_lsp.server.state import Glm5Server
 

@@ -13,7 +13,7 @@ import time
 
 from lsprotocol import types
 
-from glm5_lsp.server.symbols import Name, names_at, word_before
+from glm5_lsp.pipeline.names import Name, names_at, word_before
 from glm5_lsp.server import convert, ranking
 from glm5_lsp.server.state import Glm5Server, log
 

@@ -74,8 +74,6 @@ class AttentionSettings:
     indent_flow: float = field(default=0.5, metadata=_range(0.0, 1.0))
 
 
-DEFAULT_CONTEXT_TOKENS = 1024  # the prompt budget when the model does not say what it was trained at
-MIN_CONTEXT_TOKENS = 64
 
 
 @dataclass

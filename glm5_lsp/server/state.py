@@ -33,21 +33,25 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from glm5_lsp import __version__
-from glm5_lsp.backends.base import BackendError, BackendUnavailable
 from glm5_lsp.languages import detect_language, supported_languages
 from glm5_lsp.lru import LRUCache
-from glm5_lsp.pipeline import Pipeline, PipelineResult
-from glm5_lsp.pynames.jedi import warm_jedi
-from glm5_lsp.server import convert, syntax
-from glm5_lsp.server.checks import check_edit, diagnose
+from glm5_lsp.pipeline import (
+    BackendError,
+    BackendUnavailable,
+    Pipeline,
+    PipelineResult,
+    diagnose,
+    forget_trees,
+    wants_multiline,
+    warm,
+)
+from glm5_lsp.server import convert
 from glm5_lsp.server.heap import IdleSettler, freeze_survivors, release_memory
 from glm5_lsp.server.jobs import CancelToken, Supersession
 from glm5_lsp.server.loader import Engine
-from glm5_lsp.server.postprocess import clean_completion, indent_unit
 from glm5_lsp.server.progress import ClientLogHandler, WorkProgress
 from glm5_lsp.server.protocol import Glm5Protocol, strict_converter
 from glm5_lsp.server.settings import Settings, parse_settings
-from glm5_lsp.server.syntax import wants_multiline
 from glm5_lsp.server.text import SyncedDocument, View, document_view
 from glm5_lsp.server.transport import FramingError, MessageReader, ThreadedStreamReader
 from glm5_lsp.server.typed_through import TypedThrough
@@ -387,7 +391,6 @@ class Glm5Server(LanguageServer):
         as_you_type = kind in ("inline", "completion")
         budget = self.settings.budgets.completion_ms / 1000 if as_you_type else None
         deadline = None if budget is None else started + budget + ANSWER_GRACE_S
-        last = None if budget is None else started + budget + JUDGING_GRACE_S  # once the worker has it
         key = (hashlib.sha1(target.text.encode("utf-8", "surrogatepass")).hexdigest(), target.offset, multiline,
                target.language)
         token = self.supersession.begin((target.uri, kind))  # even a cache hit makes older requests stale
@@ -438,7 +441,7 @@ class Glm5Server(LanguageServer):
             log.info("completion dropped: no candidate passed the checks in %d round(s)", result.rounds)
             text = ""
         else:
-            text = await self.cleaned(target, result, multiline, last)
+            text = result.text  # post-processed (re-indented to the file's unit) and checked once, in the pipeline
         log.debug("%s completion at %s:%d: %.0f ms (waited %.0f ms for the model worker, "
                   "pipeline %.0f of %.0f ms there, %d round(s)%s)%s", kind, target.path, target.offset,
                   (time.perf_counter() - started) * 1000, (picked_up[0] - started) * 1000, result.seconds * 1000,
@@ -448,26 +451,6 @@ class Glm5Server(LanguageServer):
             self.cache.put(key, text)
         self.typed_through.remember(shown, target.text, target.offset, text)
         return text
-
-    async def cleaned(self, target: Target, result: PipelineResult, multiline: bool,
-                      deadline: float | None = None) -> str:
-        """Post-process the pipeline's text; what changed is checked again before it is offered (by
-        ``deadline``: else the pipeline's own checked text is)."""
-        text = clean_completion(result.text, target.text[: target.offset], target.text[target.offset:],
-                                multiline=multiline, unit=indent_unit(target.text), language=target.language)
-        if not text or text == result.text:
-            return text
-        check = asyncio.ensure_future(asyncio.to_thread(check_edit, target.text, target.offset, target.offset, text,
-                                                        path=target.path, language=target.language))
-        done, _ = await asyncio.wait({check}, timeout=None if deadline is None else max(0.0, deadline - time.perf_counter()))
-        if not done:
-            log.debug("the post-processed completion could not be checked in time; keeping the checked one")
-            return result.text if result.clean else ""
-        verdict = check.result()
-        if verdict.ok:
-            return text
-        log.info("post-processed completion rejected (%s); keeping the checked one", verdict.reason())
-        return result.text if result.clean else ""
 
     def multiline_for(self, target: Target) -> bool:
         policy = self.settings.completion.lines
@@ -548,10 +531,8 @@ class Glm5Server(LanguageServer):
         # (its trees, its caches) stayed in the heap after the document closed, 8 MB a document.
         if target.language == "python" and self.engine.monitors_names and not target.view.windowed \
                 and self.document(uri) is not None:
-            try:  # the decoding monitor's jedi lookups then fit in a request's time from the first one
-                await asyncio.to_thread(warm_jedi, target.text, target.path)
-            except Exception:
-                log.exception("jedi could not read %s", uri)
+            # the decoding monitor's jedi lookups then fit in a request's time from the first one
+            await asyncio.to_thread(warm, target.text, target.path)
         del target
         if self.document(uri) is None:  # closed while it was warmed: let that go too
             self._release(uri)
@@ -582,7 +563,7 @@ class Glm5Server(LanguageServer):
         def release() -> None:
             if context is not None:
                 context.close_document(path)
-            syntax.forget_trees()
+            forget_trees()
             forget_jedi_parse(path)
             release_memory()
 

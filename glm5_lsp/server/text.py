@@ -28,7 +28,8 @@ from typing import Any
 from lsprotocol import types
 from pygls.workspace import TextDocument, Workspace
 
-LINE_BREAK = re.compile(r"\r\n|\r|\n")
+from glm5_lsp.positions import LINE_BREAK
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 CHUNK_CHARS = 1 << 14
 UTF8, UTF16, UTF32 = "utf-8", "utf-16", "utf-32"

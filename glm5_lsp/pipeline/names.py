@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from glm5_lsp.pynames.jedi import script as jedi_script
+
 log = logging.getLogger(__name__)
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -61,14 +63,10 @@ def _filter(names: list[Name], typed: str) -> list[Name]:
 
 
 def _jedi_names(text: str, offset: int, path: str | None) -> list[Name] | None:
-    try:
-        import jedi
-    except ImportError:
-        return None
     line = text.count("\n", 0, offset) + 1
     column = offset - (text.rfind("\n", 0, offset) + 1)
     try:
-        script = jedi.Script(code=text, path=path)
+        script = jedi_script(text, path=path)
         completions = script.complete(line, column)
     except Exception:  # jedi raises on some malformed input; the buffer fallback still answers
         log.debug("jedi completion failed", exc_info=True)

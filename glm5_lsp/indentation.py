@@ -1,17 +1,15 @@
-"""Clean a completion before an editor sees it: the server's part of post-processing.
+"""The document's indentation unit, and multi-line text re-expressed in it.
 
-The rules every front end shares (special tokens, suffix repeats, bracket balance, spacing) live in
-:mod:`glm5_lsp.postprocess` and already ran in the pipeline; :func:`clean_completion` runs them
-again (they are idempotent, so a pipeline answer passes unchanged, and raw text is made safe) and
-adds the one thing that is the editor's business: indentation re-expressed in the file's unit.
+A model writes four spaces where the file uses two, or a tab: the pipeline re-indents multi-line
+text to the document's unit (``PipelineSettings.reindent``, on for the editor) before the text is
+judged, so what is checked is what is inserted.
 """
 
 from __future__ import annotations
 
 import math
 
-from glm5_lsp.postprocess import tidy
-from glm5_lsp.server.text import LINE_BREAK
+from glm5_lsp.positions import LINE_BREAK
 
 
 def indent_unit(document: str) -> str:
@@ -74,11 +72,3 @@ def reindent(text: str, unit: str) -> str:
         else:
             out.append(unit * levels + " " * extra + body)
     return "\n".join(out)
-
-
-def clean_completion(text: str, prefix: str, suffix: str, *, multiline: bool, unit: str,
-                     language: str | None = None) -> str:
-    """The shared :func:`~glm5_lsp.postprocess.tidy` plus re-indentation for multi-line text;
-    returns "" when nothing useful is left."""
-    text = tidy(text, prefix, suffix, multiline=multiline, language=language)
-    return reindent(text, unit) if multiline else text

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import tree_sitter
 
-from glm5_lsp.checks.providers.tree_sitter import RecentTrees
+from glm5_lsp.context.trees import RecentTrees
 from glm5_lsp.languages import tree_sitter_language
 
 _PY_BLOCK_OPENER = re.compile(

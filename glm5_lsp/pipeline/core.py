@@ -25,7 +25,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from glm5_lsp.backends.base import Backend, BackendError, Completion, CompletionRequest
+from glm5_lsp.context.syntax import wants_multiline
 from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.healing import partial_word
+from glm5_lsp.indentation import indent_unit, reindent
 from glm5_lsp.languages import detect_language
 from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and benchmarks import them from here)
     SPECIAL_TOKENS,
@@ -44,6 +47,16 @@ from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.quickfix import Fix, QuickFixer
 from glm5_lsp.quickfix import warm as warm_quick_fixes
 from glm5_lsp.quickfix.rank import ranked as ranked_fixes
+from glm5_lsp.repair.fix_region import (  # noqa: F401 (FixRegion, fix_region: re-exported)
+    FixRegion,
+    error_spans,
+    first_diagnostic_line,
+    fix_header,
+    fix_region,
+    keeps_enough,
+    line_of,
+    working_lines,
+)
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
 from glm5_lsp.repair.monitor import MonitorSettings
 from glm5_lsp.repair.standard import standard_loop
@@ -98,6 +111,9 @@ class PipelineSettings:
     # 0.2 s the first lookup of a kind of object (``self.items.`` on a list) is cut off, and the
     # model writes after the dot unchecked. The server warms each document when it opens instead.
     unhurried: bool = False
+    # Multi-line text re-expressed in the document's indentation unit (``glm5_lsp.indentation``)
+    # before it is judged: what an editor inserts. Off for batch and eval, which keep the model's own.
+    reindent: bool = False
 
 
 @dataclass
@@ -148,13 +164,6 @@ class SerializedContext:
 # --------------------------------------------------------------------------------------------
 # Request shape (the post-processing rules themselves live in glm5_lsp.postprocess)
 # --------------------------------------------------------------------------------------------
-
-
-def infer_multiline(prefix: str, suffix: str) -> bool:
-    """Multi-line when the cursor sits on an otherwise empty line (e.g. a fresh block body)."""
-    before = prefix.rsplit("\n", 1)[-1]
-    after = suffix.split("\n", 1)[0]
-    return not before.strip() and not after.strip()
 
 
 def guess_language(path: str | None, default: str = "python") -> str:
@@ -313,7 +322,7 @@ class Pipeline:
         language = language or guess_language(path)
         before, after = text[:offset], text[offset:]
         if multiline is None:
-            multiline = infer_multiline(before, after)
+            multiline = wants_multiline(text, offset, language)
         whole_lines = (not before or before.endswith("\n")) and after[:1] not in ("", "\n", "\r")
         heal = partial_word(before, after) if self._can_heal() else ""
         # The candidate replaces the word typed at the cursor in the document as it is, so it is judged
@@ -433,7 +442,7 @@ class Pipeline:
             hints = [diagnostic_dict(d) for d in fixer.checks.diagnose(base)[0]
                      if d.severity in severities and d.source != QUICK_NAMES_SOURCE]
             if given is not None:  # the caller's own hints (a test that fails) still hold; lines moved if the code did
-                hints += [d for d in given if base == code or _line_of(d) is None]
+                hints += [d for d in given if base == code or line_of(d) is None]
             result = self._model_fix(base, hints or (given or []), path=path, language=language, on_text=on_text,
                                      should_cancel=should_cancel, time_budget_s=left)
             if result.clean:
@@ -507,11 +516,11 @@ class Pipeline:
         passes the checks (and ``return_unclean`` is off) the input comes back unchanged.
         """
         runner = self.repair.runner_for(language)
-        region = fix_region(code, _first_line(found), language)
+        region = fix_region(code, first_diagnostic_line(found), language)
         shown = code[region.block_start:region.block_end]
         shift, height = code.count("\n", 0, region.block_start), shown.count("\n") + 1
-        local = [d if _line_of(d) is None else {**d, "line": d["line"] - shift} for d in found]
-        local = [d for d in local if _line_of(d) is None or 0 <= d["line"] < height]  # the block's own
+        local = [d if line_of(d) is None else {**d, "line": d["line"] - shift} for d in found]
+        local = [d for d in local if line_of(d) is None or 0 <= d["line"] < height]  # the block's own
         header = fix_header(shown, local, language)
         prefix = header + code[region.block_start:region.start]
         old_body = code[region.start:region.end]
@@ -552,7 +561,9 @@ class Pipeline:
         else:
             text = first_line(text)
         document, start = task.target.document, task.target.start
-        text = tidy(text, document[:start], task.suffix, multiline=task.multiline, language=task.target.language)
+        unit = indent_unit(document) if task.multiline and self.settings.reindent else None
+        text = tidy_for_document(text, document[:start], task.suffix, multiline=task.multiline,
+                                 language=task.target.language, unit=unit)
         return task.wrap(text) if task.wrap is not None else text
 
     def _run(self, task: _Task, *, on_text: Callable[[str], None] | None,
@@ -586,26 +597,6 @@ class Pipeline:
             seconds=time.perf_counter() - started, finish_reason="cancelled" if cancelled else backend.finish_reason,
             finished_word=repaired.finished_word,
         )
-
-
-MAX_HEALED_CHARS = 32
-
-
-def partial_word(before: str, after: str) -> str:
-    """The identifier the cursor ends (``va`` in ``f(a, va|)``), or "" when there is none to heal.
-
-    Not when the word goes on after the cursor (``va|lue``: the model would have to write around
-    it), nor for a long one (nothing to gain), nor after a digit (``1e|``).
-    """
-    if after[:1].isalnum() or after[:1] == "_":
-        return ""
-    word = trailing_identifier(before[-(MAX_HEALED_CHARS + 1):])
-    if not word or len(word) > MAX_HEALED_CHARS:
-        return ""
-    start = len(before) - len(word)
-    if start > 0 and (before[start - 1].isalnum() or before[start - 1] == "_"):
-        return ""  # the word began further back than the window (or after a digit)
-    return word
 
 
 def _skipping(count: int, on_text: Callable[[str], None]) -> Callable[[str], None]:
@@ -687,86 +678,6 @@ def instruction_header(instruction: str, language: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-_BLOCK_HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)\b")
-# A line that does nothing: what a body "fixed" by removing it is left with.
-_EMPTY_LINE = re.compile(r"^\s*(?:pass|\.\.\.|return(?:\s+None)?;?)?\s*(?:#.*|//.*)?$")
-
-
-@dataclass
-class FixRegion:
-    """Where a fix rewrites the code: the model is shown ``code[block_start:start]`` (the block's
-    header) and writes ``code[start:end]``; ``code[block_start:block_end]`` is the block it sees as
-    buggy."""
-
-    block_start: int
-    start: int
-    end: int
-    block_end: int
-
-
-def fix_region(code: str, line: int | None, language: str = "python") -> FixRegion:
-    """The part of ``code`` a fix rewrites, for a problem at 0-based ``line`` (None: unknown).
-
-    Python: the innermost ``def``/``class`` whose block holds ``line`` (the first top-level one when
-    ``line`` is None); its body is rewritten, or its header and body when ``line`` is in the header
-    (a missing colon, a broken signature). Outside every block, and in other languages: the whole code.
-    """
-    whole = FixRegion(0, 0, len(code.rstrip()), len(code))
-    if language != "python":
-        return whole
-    lines = code.split("\n")
-    starts = _line_starts(lines)
-    best: tuple[int, int, int, int] | None = None  # header line, header end line, last body line, indent
-    for h, text in enumerate(lines):
-        if line is not None and h > line:
-            break  # a block that starts after the line cannot hold it
-        match = _BLOCK_HEADER.match(text)
-        if match is None:
-            continue
-        indent = len(match.group(1))
-        if line is None and indent:
-            continue
-        header_end = h
-        depth = 0
-        for k in range(h, min(len(lines), h + 50)):  # a signature may span lines: to where its brackets close
-            depth += bracket_depth(lines[k], language)
-            header_end = k
-            if depth <= 0:
-                break
-        last = header_end
-        for k in range(header_end + 1, len(lines)):
-            if lines[k].strip():
-                if len(lines[k]) - len(lines[k].lstrip()) <= indent:
-                    break
-                last = k
-        if line is None:
-            best = (h, header_end, last, indent)
-            break
-        if h <= line <= max(last, header_end) and (best is None or h > best[0]):
-            best = (h, header_end, last, indent)
-    if best is None:
-        return whole
-    h, header_end, last, indent = best
-    block_start, block_end = starts[h], starts[last] + len(lines[last])
-    if line is not None and line <= header_end:
-        return FixRegion(block_start, block_start + indent, block_end, block_end)
-    body_start = min(starts[header_end + 1], len(code))
-    return FixRegion(block_start, body_start, max(body_start, block_end), block_end)
-
-
-def working_lines(text: str) -> int:
-    """Lines of ``text`` that do something: not blank, not only a comment, ``pass``, ``...`` or a bare
-    ``return``. Code made of those alone compiles, so the checkers pass it, and a small model writes it."""
-    return sum(1 for line in text.splitlines() if not _EMPTY_LINE.match(line))
-
-
-def keeps_enough(old: str, new: str) -> bool:
-    """Whether ``new`` is a fix of ``old`` rather than its removal: code of two or more working lines
-    may not become none. (A shorter rewrite is fine: a performance hint's fix turns a four-line loop
-    into one ``return``.)"""
-    return working_lines(old) < 2 or working_lines(new) > 0
-
-
 QUICK_FIX_SECONDS = 2.0  # the model-free fixes' share of a fix's time, at most
 MIN_MODEL_FIX_S = 1.0  # below this much time left, a fix does not start the model
 MODEL_FIX_TITLE = "Fix with GLM-5"
@@ -777,7 +688,7 @@ def _asked_lines(diagnostics: list[dict[str, Any]] | None) -> list[int] | None:
     """The lines the caller's diagnostics name (where the user asked for a fix), or None."""
     if not diagnostics:
         return None
-    lines = [line for line in map(_line_of, diagnostics) if line is not None and line >= 0]
+    lines = [line for line in map(line_of, diagnostics) if line is not None and line >= 0]
     return lines or None
 
 
@@ -785,46 +696,29 @@ def _blocking_count(diagnostics: list[dict[str, Any]], severities: tuple[str, ..
     return sum(1 for d in diagnostics if d.get("severity") in severities)
 
 
-def _line_of(item: dict[str, Any]) -> int | None:
-    """A diagnostic's 0-based ``line``, if it names one (an int, not a bool)."""
-    line = item.get("line")
-    return line if isinstance(line, int) and not isinstance(line, bool) else None
+def idle_result(task: dict[str, Any], result: PipelineResult) -> str | None:
+    """Why a result the checkers passed does no work (None when it does, or was not clean anyway).
+
+    The checks pass text that is only comments, ``pass``, ``...`` or a bare ``return``: for a
+    completion or a generated body that is no answer, and a fix that turns working code into such
+    text removed it rather than fixing it (:func:`working_lines`, :func:`keeps_enough`).
+    """
+    if not result.clean:
+        return None
+    if task.get("kind") == "fix":
+        code = task.get("code") if isinstance(task.get("code"), str) else ""
+        if working_lines(result.text) == 0 or not keeps_enough(code, result.text):
+            return "the fixed code does nothing: only comments, pass, ... or a bare return are left"
+        return None
+    if working_lines(result.text) == 0:
+        return "the text does nothing: it is empty or only comments, pass, ... or a bare return"
+    return None
 
 
-def _line_starts(lines: list[str]) -> list[int]:
-    """The offset where each of ``lines`` (a text split at line breaks) starts, and one past the end."""
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line) + 1)
-    return starts
-
-
-def _first_line(diagnostics: list[dict[str, Any]]) -> int | None:
-    """The 0-based line of the first diagnostic that names one."""
-    return next((line for line in map(_line_of, diagnostics) if line is not None and line >= 0), None)
-
-
-def error_spans(code: str, diagnostics: list[dict[str, Any]], offset: int = 0) -> list[Span]:
-    """``error_context`` spans over the lines the diagnostics point at (0-based ``line``)."""
-    lines = code.split("\n")
-    starts = _line_starts(lines)
-    spans = []
-    marked: set[int] = set()
-    for item in diagnostics:
-        line = _line_of(item)
-        if line is not None and 0 <= line < len(lines) and line not in marked:
-            marked.add(line)
-            spans.append(Span(offset + starts[line], offset + starts[line] + len(lines[line]), "error_context"))
-    return spans
-
-
-def fix_header(code: str, diagnostics: list[dict[str, Any]], language: str) -> str:
-    """The buggy code shown to the model, with the diagnostics as comments and a "fixed" marker."""
-    marker = "#" if language == "python" else "//"
-    lines = [f"{marker} Buggy version:", code.rstrip("\n")]
-    for item in diagnostics[:8]:
-        line = _line_of(item)
-        where = "somewhere" if line is None else f"line {line + 1}"
-        lines.append(f"{marker} {where}: {item.get('message', '')}")
-    lines.append(f"{marker} Fixed version:")
-    return "\n".join(lines) + "\n"
+def tidy_for_document(text: str, prefix: str, suffix: str, *, multiline: bool, language: str | None = None,
+                      unit: str | None = None) -> str:
+    """The shared rules (:func:`~glm5_lsp.postprocess.tidy`: suffix repeats, brackets, spacing), then
+    multi-line text re-expressed in the document's indentation ``unit`` (None: as the model wrote it).
+    Idempotent: a text it returns passes through it unchanged."""
+    text = tidy(text, prefix, suffix, multiline=multiline, language=language)
+    return reindent(text, unit) if multiline and unit else text
