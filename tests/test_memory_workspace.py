@@ -175,3 +175,15 @@ def test_a_missing_folder_is_a_clear_error_and_keeps_what_was_indexed(tokenizer,
     with pytest.raises(ValueError, match="not a folder"):
         memory.index_folder(workspace / "missing")
     assert memory.documents() == before
+
+
+def test_documents_edited_while_the_folder_is_read_keep_the_editors_text(tokenizer, workspace: Path) -> None:
+    memory = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False))
+    helper, main = as_key(workspace / "shapes" / "helper.py"), as_key(workspace / "shapes" / "main.py")
+    memory.update(helper, HELPER.replace('label="scaled"', 'label="opened"'))  # the editor opened it first
+    memory.update(main, MAIN.replace('label="grown"', 'label="typed"'))  # and is typing here now
+    memory.index_folder(workspace)  # the first build ends after both
+    assert memory_says(memory, tokenizer, "point.y * factor, la") == 'bel="opened")'
+    assert memory_says(memory, tokenizer, "point.y * 2, la") == 'bel="typed")'
+    assert memory.documents() == sorted([helper, main])
+    assert memory.text_of(main) == MAIN.replace('label="grown"', 'label="typed"')

@@ -140,10 +140,7 @@ class WorkspaceMemory:
         if progress is not None:
             progress("indexing the workspace", 0.6)
         base = SuffixIndex.build(docs, self.dtype)
-        with self._lock:
-            self.root = root
-            self.base, self.frozen, self.recent, self.hot, self._hot_key = base, [], None, None, None
-            self._edited.clear()
+        self._rebase(root, base)
         self.stats.build_seconds = round(time.perf_counter() - started, 3)
         use_libraries = self.settings.libraries if libraries is None else libraries
         if use_libraries or self.settings.stdlib:
@@ -153,6 +150,18 @@ class WorkspaceMemory:
         if progress is not None:
             progress("memory ready", 1.0)
         return self.stats
+
+    def _rebase(self, root: Path, base: SuffixIndex) -> None:
+        """``base`` becomes the workspace's shard. The documents edited meanwhile (opened in the
+        editor while the folder was read: their text is the editor's, not the disk's) stay as they
+        read now: dead in the new base, the one being edited still hot, the others in ``recent``."""
+        with self._lock:
+            for key in self._edited:
+                base.kill(key)
+            others = [(k, doc.ids) for k, doc in self._edited.items() if k != self._hot_key]
+            self.root = root
+            self.base, self.frozen = base, []
+            self.recent = SuffixIndex.build(others, self.dtype) if others else None
 
     def load_libraries(self, texts: Iterable[str], local: Iterable[str] = (), progress: Progress | None = None,
                        distributions: bool = True) -> None:
