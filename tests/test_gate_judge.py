@@ -51,10 +51,14 @@ def test_the_threshold_decides_and_a_rejected_candidate_gets_a_strategy(gate: Ga
     assert always.drift is not None and always.drift.samples == pytest.approx(1.0)
 
 
-def test_a_multi_line_candidate_is_cut_to_the_length_heads_choice(gate: Gate) -> None:
-    judge = CompletionGate(gate, min_quality=0.0)
+def test_a_multi_line_candidate_is_cut_to_the_length_heads_choice_only_when_asked(gate: Gate) -> None:
     document = "def f(x):\n    "
     text = "y = x + 1\n    z = y * 2\n    w = z\n    return w"
+    # by default the fixed multi-line policy stands (the head measured no better): the whole block
+    kept = CompletionGate(gate, min_quality=0.0).judge(result(text), document, len(document), language="python",
+                                                       multiline=True)
+    assert kept.show and kept.text == text and kept.length is None
+    judge = CompletionGate(gate, min_quality=0.0, use_length=True)
     verdict = judge.judge(result(text), document, len(document), language="python", multiline=True)
     assert verdict.length in ("line", "lines2", "lines3", "block")
     assert text.startswith(verdict.text) and verdict.text

@@ -91,6 +91,14 @@ FEATURES: tuple[str, ...] = (
     # the runtime's internals, once it hands them out
     *_internal_names(),
 )
+_INTERNAL = frozenset(_internal_names())
+
+
+def internal_feature(name: str) -> bool:
+    """Whether feature ``name`` reads the runtime's internals (``DecodeStats.per_layer``/``per_step``)."""
+    return name in _INTERNAL
+
+
 CATEGORICAL: tuple[str, ...] = ("language", "trigger", "line_kind", "finish_reason", "ending", "before_word",
                                 "word_kind")
 

@@ -2,15 +2,19 @@
 for each candidate the pipeline returns.
 
     gate = CompletionGate.for_model(model_dir, path=settings_path or None, min_quality=setting_or_None)
-    gate.install(pipeline)                      # once: the decoding observer in front of the monitor
+    pipeline.install_gate(gate)                 # once: the decoding observer in front of the monitor
     ...
-    gate.begin()                                # on the worker thread, before each request
-    result = pipeline.complete(text, offset, ...)
-    verdict = gate.judge(result, text, offset, language=..., multiline=..., trigger="automatic")
-    verdict.show, verdict.text, verdict.score, verdict.strategy, verdict.features
+    result = pipeline.complete(text, offset, ..., gated=True, trigger="automatic")
+    result.text, result.score, result.features, result.withheld
+
+The pipeline calls ``begin`` before the request and ``judge`` after its checks (``Pipeline.complete``
+with ``gated``); front ends never call the gate themselves.
 
 Without a trained gate for the model (``for_model`` finds none) every candidate is shown as before
-(``score`` None) and nothing else changes.
+(``score`` None) and nothing else changes. The length head is not used by default (``use_length``):
+on held-out code it is no better than the fixed multi-line policy (BENCHMARKS.md, "The gate").
+A gate trained for other weights (``stale``) still decides, with a warning at load, and its
+features' drift is watched as usual.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from typing import Any
 
 from glm5_lsp.gate.booster import Gate, load_gate, model_fingerprint
 from glm5_lsp.gate.drift import DriftMonitor, DriftReport
-from glm5_lsp.gate.features import features, kept_text, request_info
-from glm5_lsp.gate.stats import DecodeRecorder
+from glm5_lsp.gate.features import features, internal_feature, kept_text, request_info
+from glm5_lsp.gate.stats import DecodeRecorder, DecodeStats
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +50,11 @@ class CompletionGate:
     ``begin`` and ``judge`` for one request run on the same thread."""
 
     def __init__(self, gate: Gate | None, *, min_quality: float | None = None, healing: bool = True,
-                 drift_every: int = DRIFT_EVERY) -> None:
+                 drift_every: int = DRIFT_EVERY, use_length: bool = False) -> None:
         self.gate = gate
+        # The length head cuts multi-line candidates only when asked: measured on held-out code it is no
+        # better than showing the whole block (the fixed multi-line policy), so that policy stays.
+        self.use_length = use_length
         self.threshold = (gate.threshold if gate is not None else 0.0) if min_quality is None else min_quality
         self.healing = healing
         self.recorder: DecodeRecorder | None = None
@@ -88,29 +95,54 @@ class CompletionGate:
         self.recorder = DecodeRecorder(strings)
         self.recorder.install(pipeline)
 
+    @property
+    def wants_internals(self) -> bool:
+        """Whether a head reads the runtime's internals (DSA, the router, the hidden state): only then is
+        the backend asked for them (``CompletionRequest.step_stats``), which costs a little a step."""
+        if self.gate is None:
+            return False
+        heads = [h for h in (self.gate.quality, self.gate.length_head, self.gate.strategy_head) if h is not None]
+        return any(internal_feature(name) for head in heads for name in head.features)
+
     def begin(self) -> None:
         if self.recorder is not None:
             self.recorder.begin()
 
     def judge(self, result: Any, document: str, offset: int, *, language: str, multiline: bool,
-              trigger: str | None = None) -> Verdict:
+              trigger: str | None = None, internals: Any = None, count: bool = True) -> Verdict:
+        """The verdict on ``result`` (its ``text`` goes in at character ``offset`` of ``document``).
+        ``internals``: the runtime's per-step statistics of the candidate's generation
+        (``Completion.stats``, where the backend was asked for them). ``count``: add its features to
+        the drift counts."""
         text = result.text or ""
         if self.gate is None or not text.strip():
             return Verdict(show=bool(text.strip()), text=text)
-        stats = self.recorder.last() if self.recorder is not None else None
-        info = request_info(document, offset, language=language, multiline=multiline, trigger=trigger,
-                            healing=self.healing)
-        values = features(result, info, stats)
+        values = self.features(result, document, offset, language=language, multiline=multiline, trigger=trigger,
+                               internals=internals)
         score = self.gate.score(values)
-        self._count(values)
+        if count:
+            self._count(values)
         if score < self.threshold:
             return Verdict(show=False, text="", score=score, strategy=self.gate.strategy(values), features=values)
         length = None
-        if multiline and "\n" in text.strip("\n") and self.gate.length_head is not None:
+        if self.use_length and multiline and "\n" in text.strip("\n") and self.gate.length_head is not None:
             length = self.gate.length(values)
             if length is not None:
                 text = kept_text(text, length)
         return Verdict(show=True, text=text, score=score, length=length, features=values)
+
+    def features(self, result: Any, document: str, offset: int, *, language: str, multiline: bool,
+                 trigger: str | None = None, internals: Any = None) -> dict[str, float]:
+        """The candidate's features: the request, the result, the last generation's statistics (the
+        observer's, with the runtime's ``internals`` where given)."""
+        stats = self.recorder.last() if self.recorder is not None else None
+        if internals is not None and getattr(internals, "per_layer", None) is not None:
+            stats = stats if stats is not None else DecodeStats()
+            stats.per_layer = dict(internals.per_layer)
+            stats.per_step = dict(getattr(internals, "per_step", None) or {})
+        info = request_info(document, offset, language=language, multiline=multiline, trigger=trigger,
+                            healing=self.healing)
+        return features(result, info, stats)
 
     def _count(self, values: dict[str, float]) -> None:
         if self.drift is None:

@@ -30,6 +30,7 @@ from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.healing import partial_word
 from glm5_lsp.indentation import indent_unit, reindent
 from glm5_lsp.languages import detect_language
+from glm5_lsp.pipeline.gating import finished_word, judged
 from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and benchmarks import them from here)
     SPECIAL_TOKENS,
     block_indent,
@@ -136,6 +137,12 @@ class PipelineResult:
     seconds: float = 0.0
     finish_reason: str = "stop"
     finished_word: bool = False  # no generated candidate was clean: the typed word finished from the names around it
+    # An as-you-type completion judged by the gate (``complete(gated=True)``, ``pipeline/gating.py``): its
+    # P(kept) (None: no gate), the features it read (for the acceptance log), and why the text is empty
+    # when the gate withheld the candidate ("" otherwise).
+    score: float | None = None
+    features: dict[str, float] = field(default_factory=dict)
+    withheld: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -276,6 +283,7 @@ class Pipeline:
         self.context = context
         self._repair = repair
         self._repair_lock = threading.Lock()
+        self.gate: Any = None  # a ``glm5_lsp.gate.CompletionGate`` once :meth:`install_gate` ran
 
     @property
     def repair(self) -> RepairLoop:
@@ -310,11 +318,16 @@ class Pipeline:
         on_text: Callable[[str], None] | None = None,
         should_cancel: Callable[[], bool] | None = None,
         time_budget_s: float | None = None,
+        gated: bool = False,
+        trigger: str | None = None,
     ) -> PipelineResult:
         """The text to insert at character ``offset`` of the document ``text``.
 
         ``time_budget_s`` replaces the repair loop's for this request (as-you-type completions are
         worth less the later they come); it counts from this call, the prompt's building included.
+        ``gated``: an as-you-type completion, judged by the installed gate after the checks (empty,
+        with ``withheld`` saying why, below ``completion.minQuality``); ``trigger`` ("automatic" or
+        "invoked") is one of the gate's features.
         """
         started = time.perf_counter()
         if not 0 <= offset <= len(text):
@@ -347,13 +360,26 @@ class Pipeline:
             task.time_budget_s = max(1e-3, time_budget_s - (time.perf_counter() - started))
         if whole_lines:
             task.wrap = _end_line  # the cursor starts a line before existing code: the answer is whole lines
+        gate = self.gate if gated else None
+        if gate is not None:
+            gate.begin()
         result = self._run(task, on_text=on_text, should_cancel=should_cancel)
         if heal:  # what goes in at the cursor: the candidate less the word already typed
             result.text = result.text[len(heal):] if result.text.startswith(heal) else ""
+        if gate is not None:
+            result = judged(gate, result, target.document, target.end, language=language, multiline=multiline,
+                            trigger=trigger, heal=heal, unclean_shown=settings.repair.return_unclean,
+                            finish=lambda: finished_word(self.repair, target, heal))
         return result
 
     def _can_heal(self) -> bool:
         return self.settings.token_healing and bool(getattr(self.backend, "supports_forced_prefix", False))
+
+    def install_gate(self, gate: Any) -> None:
+        """Judge as-you-type completions (``complete(gated=True)``) with ``gate``, a
+        ``glm5_lsp.gate.CompletionGate``: its decoding observer goes in front of the monitor now."""
+        gate.install(self)
+        self.gate = gate
 
     def generate(
         self,

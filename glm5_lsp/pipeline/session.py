@@ -32,6 +32,8 @@ from glm5_lsp.backends.factory import (  # noqa: F401 (front ends take these fro
 )
 from glm5_lsp.backends.local import LocalBackend  # noqa: F401
 from glm5_lsp.backends.scoring import LOGPROB_FLOOR, RuntimeScorer, TokenScore, fit_to_text  # noqa: F401
+from glm5_lsp.gate.acceptance import AcceptanceLog, SuggestionTracker  # noqa: F401 (front ends take these from here)
+from glm5_lsp.gate.judge import CompletionGate
 from glm5_lsp.pipeline.core import Pipeline, PipelineSettings
 from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.spans import Prompt
@@ -163,6 +165,11 @@ def open_session(
     symbol_tokens: int | None = None,
     warm_names: bool = False,
     progress: ProgressFn | None = None,
+    # The completion gate: installed (``Pipeline.install_gate``) from the model's folder or ``gate_path``;
+    # ``min_quality`` None is the gate's own threshold (gate.json). No gate found: every candidate shown.
+    gate: bool = False,
+    gate_path: str = "",
+    min_quality: float | None = None,
 ) -> Session:
     """Create and load the backend, size the prompts to it, build the context engine for ``root``
     and the pipeline over them. ``warm_names``: load jedi's builtins now (the decoding monitor's
@@ -185,6 +192,9 @@ def open_session(
     context = SharedContext(make(root), make)
     line_budget = line_context_budget(line_context_tokens, budget, getattr(backend, "index_topk", None))
     pipeline = Pipeline(backend, settings=replace(settings, line_context_tokens=line_budget), context=context)
+    if gate:
+        pipeline.install_gate(CompletionGate.for_model(getattr(backend, "model_path", None), path=gate_path or None,
+                                                       min_quality=min_quality))
     if warm_names:
         report("warming jedi up", 90)
         started = time.perf_counter()
