@@ -121,3 +121,53 @@ def test_contradicting_model_settings_are_shown_as_the_reason_it_could_not_load(
         assert server.finish() == 0
     finally:
         server.close()
+
+
+# ---- a real engine: the embedded model exported to GGUF in llama.cpp's llama-server ------------
+
+REAL_PREFIX = "import os\n\n\ndef read_lines(path):\n    with open(path) as handle:\n        return "
+REAL_SUFFIX = "\n\n\ndef count(path):\n    return len(read_lines(path))\n"
+
+
+@pytest.fixture(scope="module")
+def llama_served(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from llama_server import find_llama_server, llama_server
+
+    from glm5_lsp.gguf_export import export
+    from glm5_lsp.model import default_model_path
+
+    binary = find_llama_server()
+    if binary is None:
+        pytest.skip("no llama-server: set $GLM5_LLAMA_SERVER, put it on PATH, or run scripts/build_llama_server.sh")
+    folder = tmp_path_factory.mktemp("gguf")
+    log = folder / "server.log"
+    with llama_server(binary, export(default_model_path(), folder / "glm5-code-tiny.gguf"), log=log) as url:
+        yield url, log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", [{"backend": "llamacpp"}, {"backend": "openai", "name": "glm5-code-tiny"}],
+                         ids=["infill", "v1-completions"])
+def test_the_editor_completes_through_a_real_llama_server(llama_served: Any, model: dict[str, Any],
+                                                          tmp_path: Path) -> None:
+    url, log = llama_served
+    server = RawServer(stderr_path=tmp_path / "stderr.txt")
+    try:
+        server.initialize({"model": {**model, "url": url if model["backend"] == "llamacpp" else url + "/v1"},
+                           "completion": {"debounceMs": 0},
+                           "budgets": {"completionMs": 30000, "requestTimeoutMs": 30000}})
+        server.wait_ready()
+        uri = "file:///tmp/glm5_served/lines.py"
+        server.open(uri, REAL_PREFIX + REAL_SUFFIX)
+        before = log.read_text(errors="replace").count("total time =")  # one per task llama-server ran
+        reply = server.call("textDocument/inlineCompletion", {
+            "textDocument": {"uri": uri}, "position": {"line": 5, "character": 15}, "context": {"triggerKind": 1}},
+            timeout=60)
+        assert "result" in reply, reply
+        served = log.read_text(errors="replace")
+        assert served.count("total time =") > before, served[-2000:]  # the model ran in llama.cpp
+        items = reply["result"]["items"]
+        assert items and items[0]["insertText"].strip(), (reply, server.log_lines()[-8:])
+        assert server.finish() == 0
+    finally:
+        server.close()
