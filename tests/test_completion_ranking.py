@@ -19,7 +19,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from glm5_lsp.server.ranking import cursor_kind, occurrences, rank, truncated
+from glm5_lsp.server.ranking import attribute_words, cursor_kind, occurrences, rank, truncated
 
 DATA = Path(__file__).resolve().parent / "data" / "server"
 REPO = Path(__file__).resolve().parents[1]
@@ -85,6 +85,18 @@ def test_a_truncated_name_is_recognised() -> None:
     assert not truncated("_split_lines", [], seen)
     assert not truncated("_split_lines(text)", [], seen)
     assert not truncated("brand_new_name", [], seen)  # a name nothing else begins with is not cut
+
+
+def test_attribute_words_are_what_the_code_reads_after_a_dot() -> None:
+    text = "self.save_pkcs1()\nx = key . n\ny = 1.5\n'a.not_this'  # b.nor_this\n"
+    assert attribute_words(text) == {"save_pkcs1", "n"}
+
+
+def test_a_tier_ranks_the_finders_answers_before_the_files_words() -> None:
+    text = "obj.sample()\nobj.sample()\nobj.sa"
+    ranked = rank(["save", "sample"], text, len(text), "sa", tier=lambda n: 0 if n == "save" else 1)
+    assert ranked == ["save", "sample"]
+    assert rank(["save", "sample"], text, len(text), "sa")[0] == "sample"  # without tiers: the file's use wins
 
 
 def test_occurrences_skip_strings_and_comments() -> None:
@@ -193,3 +205,10 @@ async def test_the_models_line_is_its_own_item_first(client: LanguageClient) -> 
     items = await _complete(client, "line.py", ARGPARSE_LIKE + "\n\ndef wrap(group):\n    return format_he")
     assert items[0].detail == "GLM-5" and items[0].label == "format_help(group)"
     assert [item.label for item in items[1:]] == ["format_help"]
+
+
+@ASYNC
+async def test_after_a_dot_jedi_cannot_type_the_files_own_attributes_are_offered(client: LanguageClient) -> None:
+    text = "def dump(key):\n    data = key.save_pkcs1(format='PEM')\n    return key.sa"
+    items = await _complete(client, "attr_words.py", text)
+    assert "save_pkcs1" in [item.label for item in items][:5]

@@ -84,12 +84,19 @@ def _open(client: LanguageClient, name: str, text: str, version: int = 1) -> str
     return uri
 
 
-async def _actions(client: LanguageClient, uri: str, line: int) -> list[types.CodeAction]:
+async def _actions(client: LanguageClient, uri: str, line: int, tries: int = 8) -> list[types.CodeAction]:
+    """The actions on ``line``; asked again (up to ``tries`` times) while only the model's is there:
+    on a loaded machine the model-free fixes' 300 ms may run out on a first request, whose jedi and
+    import-index warm-ups the next ones no longer pay (an empty answer is not kept)."""
     at = types.Position(line, 0)
-    found = await client.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
-        context=types.CodeActionContext(diagnostics=[])))
-    return [a for a in found or [] if isinstance(a, types.CodeAction)]
+    for _ in range(tries):
+        found = await client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
+            context=types.CodeActionContext(diagnostics=[])))
+        actions = [a for a in found or [] if isinstance(a, types.CodeAction)]
+        if any(a.title != "Fix with GLM-5" for a in actions):
+            break
+    return actions
 
 
 def apply(text: str, edits: list[types.TextEdit]) -> str:
@@ -161,7 +168,7 @@ async def test_a_resolve_for_a_changed_document_edits_nothing(client: LanguageCl
 @ASYNC
 async def test_a_clean_line_gets_no_fix(client: LanguageClient) -> None:
     uri = _open(client, "clean_action.py", "def f(obj):\n    return obj\n")
-    assert [a.title for a in await _actions(client, uri, 1) if a.kind == types.CodeActionKind.QuickFix] == []
+    assert [a.title for a in await _actions(client, uri, 1, tries=1) if a.kind == types.CodeActionKind.QuickFix] == []
 
 
 @ASYNC

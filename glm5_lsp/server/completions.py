@@ -13,10 +13,12 @@ import time
 
 from lsprotocol import types
 
+from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.pipeline.names import Name, names_at, word_before
 from glm5_lsp.server import convert, ranking
 from glm5_lsp.server.state import Glm5Server, log
 
+JEDI_LIST_S = 0.5  # jedi's time for the list after a dot or an import, at least (else the completion budget)
 _COMPLETION_KINDS = {
     "function": types.CompletionItemKind.Function,
     "class": types.CompletionItemKind.Class,
@@ -67,19 +69,30 @@ def register(server: Glm5Server) -> None:
         line_before = target.text[target.text.rfind("\n", 0, target.offset) + 1:target.offset]
         where = ranking.cursor_kind(line_before)
 
-        def find_names() -> tuple[list[Name], dict[str, list[int]]]:
+        jedi_s = max(JEDI_LIST_S, ls.settings.budgets.completion_ms / 1000)
+
+        def find_names() -> tuple[list[Name], dict[str, list[int]], int]:
+            """The names, the document's occurrences, and how many of the names are the finder's
+            (the rest are the document's own words, ranked after them after a dot)."""
             found: list[Name] = []
+            typed = word_before(target.text, target.offset)
             if target.language == "python" and where != "name":  # jedi knows modules and members
-                found = names_at(target.text, target.offset, path=target.path, language=target.language,
-                                 context=None)
-            if not found:
+                try:  # a first inference of a type can take seconds: the list does not wait for it
+                    found = call_with_timeout(lambda: names_at(
+                        target.text, target.offset, path=target.path, language=target.language, context=None), jedi_s)
+                except TimeoutError:
+                    log.debug("jedi did not list the names at %s:%d in %.1f s", target.path, target.offset, jedi_s)
+            if not found and where not in ("import", "from-import"):
                 found = names_at(target.text, target.offset, path=target.path, language=target.language,
                                  context=context)
             seen = ranking.occurrences(target.text)
+            listed = len(found)
             if where == "name":  # then the document's own words: a name defined further on, a parameter
-                found = found + ranking.document_words(seen, word_before(target.text, target.offset),
-                                                       {n.name for n in found}, Name)
-            return found, seen
+                found = found + ranking.document_words(seen, typed, {n.name for n in found}, Name)
+            elif where == "attribute":  # the attributes the file's code reads
+                words = {w: seen[w] for w in ranking.attribute_words(target.text) if w in seen}
+                found = found + ranking.document_words(words, typed, {n.name for n in found}, Name)
+            return found, seen, listed
 
         names_job = asyncio.to_thread(find_names)
         model_job = ls.completion_text(target, multiline=False, kind="completion", received=received)
@@ -91,10 +104,12 @@ def register(server: Glm5Server) -> None:
             line = ""
         if isinstance(listed, BaseException):
             raise listed
-        found, seen = listed
+        found, seen, finder = listed
         typed = word_before(target.text, target.offset)
+        own = {id(n) for n in found[:finder]}
         names = ranking.rank([n for n in found if n.name != typed], target.text, target.offset, typed,
-                             name=lambda n: n.name, seen=seen)
+                             name=lambda n: n.name, seen=seen,
+                             tier=(lambda n: 0 if id(n) in own else 1) if where == "attribute" else None)
         word_range = convert.lsp_range(target.view, target.offset - len(typed), target.offset)
         items: list[types.CompletionItem] = []
         labels = {n.name for n in names}

@@ -76,9 +76,10 @@ def _match(name: str, typed: str) -> int:
 
 
 def rank(items: Sequence[T], text: str, offset: int, typed: str, *, name: Callable[[T], str] = str,
-         seen: dict[str, list[int]] | None = None) -> list[T]:
+         seen: dict[str, list[int]] | None = None, tier: Callable[[T], int] | None = None) -> list[T]:
     """``items`` best first for a cursor at ``offset`` of ``text`` with ``typed`` before it, each
-    label once. ``seen``: :func:`occurrences` of ``text`` when the caller has them."""
+    label once. ``seen``: :func:`occurrences` of ``text`` when the caller has them. ``tier``: a
+    rank that comes right after the prefix match (jedi's attributes before the file's words)."""
     seen = occurrences(text) if seen is None else seen
     cursor_line = text.count("\n", 0, offset)
     counts = {key: len(lines) for key, lines in seen.items()}
@@ -96,7 +97,9 @@ def rank(items: Sequence[T], text: str, offset: int, typed: str, *, name: Callab
     keyed = []
     for index, item in enumerate(items):
         label = name(item)
-        keyed.append(((_match(label, typed), _visibility(label, typed), -document_score(label), index), label, item))
+        level = tier(item) if tier is not None else 0
+        keyed.append(((_match(label, typed), level, _visibility(label, typed), -document_score(label), index),
+                      label, item))
     keyed.sort(key=lambda entry: entry[0])
     out: list[T] = []
     labels: set[str] = set()
@@ -130,6 +133,13 @@ def document_words(seen: dict[str, list[int]], typed: str, listed: set[str], mak
         if word != typed and len(word) > 1 and word not in listed and word.lower().startswith(wanted):
             out.append(make(word, "text"))
     return out
+
+
+def attribute_words(text: str) -> set[str]:
+    """The identifiers ``text`` reads after a dot (``x.name``), outside strings and comments: the
+    attributes its code uses, offered after jedi's when the receiver's type is unknown to it."""
+    blanked = _SKIP.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    return set(re.findall(r"(?<![\d\s])\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)", blanked))
 
 
 def starts_known(label: str, names: Iterable[str], seen: dict[str, list[int]]) -> bool:
