@@ -41,7 +41,7 @@ from glm5_lsp.checks.providers import DiagnosticRunner, PyflakesProvider, Python
 from glm5_lsp.evaluate.sandbox import SandboxLimits, run_program
 from glm5_lsp.pipeline import PYTHON_BODY_STOPS
 from glm5_lsp.postprocess import cut_at_block_end, strip_special_tokens, strip_suffix_overlap
-from glm5_lsp.repair.loop import RepairSettings, RepairTarget
+from glm5_lsp.repair.loop import LoopTask, RepairSettings, RepairTarget
 from glm5_lsp.repair.standard import standard_loop
 from glm5_lsp.spans import Prompt, Span
 
@@ -144,12 +144,12 @@ def run_config(backend: Backend, token_strings: list[str], tasks: list[Task], na
     metric = DiagnosticRunner([PythonCompileProvider(), PyflakesProvider()], timeout_s=30)
     outcomes: list[Outcome] = []
     for task in tasks:
-        loop = standard_loop(backend, settings, token_strings=token_strings, postprocess=task.postprocess)
+        loop = standard_loop(backend, settings, token_strings=token_strings)
         request = CompletionRequest(task.prompt, max_tokens=args.max_tokens, temperature=0.0, seed=0,
                                     stop=list(task.stop))
         target = RepairTarget(task.document, task.at, task.at, "task.py", "python")
         started = time.perf_counter()
-        result = loop.run(request, target)
+        result = loop.run(request, target, LoopTask(postprocess=task.postprocess))
         seconds = time.perf_counter() - started
         returned = result.text is not None and result.text.strip() != ""
         clean: bool | None = None

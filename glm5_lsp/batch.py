@@ -54,6 +54,7 @@ from typing import Any
 from tqdm import tqdm
 
 from glm5_lsp.pipeline import Pipeline, PipelineResult, PipelineSettings, idle_result
+from glm5_lsp.pipeline.session import capabilities
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +313,7 @@ def _init_process(pipeline_factory: Callable[[], Pipeline], torch_threads: int |
         torch.set_num_threads(torch_threads)
     try:  # load the model now, in every worker at once; a failure is reported by each task instead
         holder["pipeline"] = pipeline = pipeline_factory()
-        load = getattr(pipeline.backend, "load", None)
+        load = capabilities(pipeline.backend).load
         if load is not None:
             load()
     except Exception:

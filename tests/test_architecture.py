@@ -123,3 +123,45 @@ def _defining(pattern: str) -> list[str]:
 )
 def test_one_definition(what: str, pattern: str, where: list[str]) -> None:
     assert _defining(pattern) == where, what
+
+
+# -- one post-processing pass and one check per completion -------------------------------------
+
+def test_a_completion_is_post_processed_once_and_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline post-processes a candidate once and judges it once; the server adds neither
+    (it used to run the rules again, re-indent and judge the text a second time)."""
+    import importlib.util
+
+    from glm5_lsp.pipeline import Pipeline, PipelineSettings
+    from glm5_lsp.pipeline import core as pipeline_core
+    from glm5_lsp.repair import loop as repair_loop
+
+    spec = importlib.util.spec_from_file_location("scripted_backend", ROOT / "tests" / "data" / "batch" / "scripted_backend.py")
+    assert spec and spec.loader
+    scripted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scripted)
+
+    counts = {"postprocess": 0, "judge": 0}
+    postprocess, judge = pipeline_core.Pipeline.postprocess, repair_loop.judge
+
+    def counted_postprocess(self, text, task):
+        counts["postprocess"] += 1
+        return postprocess(self, text, task)
+
+    def counted_judge(*args, **kwargs):
+        counts["judge"] += 1
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline_core.Pipeline, "postprocess", counted_postprocess)
+    monkeypatch.setattr(repair_loop, "judge", counted_judge)
+    document = "def area(r):\n    return \n"
+    offset = document.index("return ") + len("return ")
+    pipeline = Pipeline(scripted.ScriptedBackend("3.14 * r * r"), settings=PipelineSettings(reindent=True))
+    result = pipeline.complete(document, offset, path="area.py", language="python")
+    assert result.clean and result.text == "3.14 * r * r"
+    assert counts == {"postprocess": 1, "judge": 1}
+
+    from glm5_lsp.server import state
+
+    assert not any(hasattr(state, name) for name in ("check_edit", "clean_completion", "tidy")), \
+        "the server's completion path post-processes or checks the pipeline's text again"

@@ -13,7 +13,7 @@ import pytest
 
 from glm5_lsp.backends.base import CompletionRequest
 from glm5_lsp.backends.local import LocalBackend
-from glm5_lsp.repair.loop import RepairSettings, RepairTarget
+from glm5_lsp.repair.loop import LoopTask, RepairSettings, RepairTarget
 from glm5_lsp.repair.monitor import JediAttributes, MonitorSettings, python_monitor_factory
 from glm5_lsp.repair.standard import standard_loop
 from glm5_lsp.spans import Prompt
@@ -52,10 +52,10 @@ def test_the_loop_on_the_runtime_returns_only_clean_candidates(backend: LocalBac
     document = "def double(x):\n    return \n"
     at = document.index("return ") + len("return ")
     loop = standard_loop(backend, RepairSettings(max_rounds=2, time_budget_s=60),
-                         token_strings=backend.tokenizer.token_strings(),
-                         postprocess=lambda text: text.split("\n")[0])
+                         token_strings=backend.tokenizer.token_strings())
     result = loop.run(CompletionRequest(Prompt(document[:at], document[at:]), max_tokens=8),
-                      RepairTarget(document, at, at, "d.py", "python"))
+                      RepairTarget(document, at, at, "d.py", "python"),
+                      LoopTask(postprocess=lambda text: text.split("\n")[0]))
     assert 1 <= result.rounds <= 2 and result.candidates_tried == len(result.candidates) == result.rounds
     assert result.tokens > 0 and result.seconds > 0
     if result.text is None:

@@ -84,11 +84,72 @@ class Completion:
 
 
 class Backend(Protocol):
-    name: str
-    supports_internals: bool
+    """What every backend has. What only some have is read through :func:`capabilities`, never probed
+    elsewhere."""
 
-    def load(self) -> None:
-        """Get ready before the first request (load weights, check the server); may raise BackendError."""
-        ...
+    name: str
+    supports_internals: bool  # per-step logits (logits processors, step statistics): the in-process runtime
 
     def complete(self, request: CompletionRequest) -> Completion: ...
+
+
+class Tokenizing(Protocol):
+    """A backend that tokenizes as its model does (the in-process runtime)."""
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+
+class DecodingProcessor(Protocol):
+    """A logits processor (``CompletionRequest.logits_processor``): called at each step with the
+    ids so far and the logits, it returns the logits to sample from. The repair loop also tells it
+    the healed word it must accept as a name (``expect_word``) and how long its lookups may still
+    take (``time_left``, seconds), where it has them."""
+
+    def __call__(self, token_ids: Sequence[int], logits: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The optional parts of a backend, declared in one place (a backend or a test double that lacks
+    one gets its default):
+
+    - ``load``: get ready before the first request (load weights, check the server); may raise
+      :class:`BackendError`;
+    - ``forced_prefix``: it honours ``CompletionRequest.forced_prefix`` (token healing);
+    - ``tokenizer``: the model's tokenizer, where it runs in this process;
+    - ``trained_context``: the context length the model was trained at (the prompt budget follows it);
+    - ``index_topk``: DSA's top-k (a single-line prompt is kept within it).
+    """
+
+    load: Callable[[], None] | None = None
+    forced_prefix: bool = False
+    tokenizer: Any = None
+    trained_context: int | None = None
+    index_topk: int | None = None
+
+
+def capabilities(backend: Any, *, with_tokenizer: bool = False) -> Capabilities:
+    """``backend``'s optional parts (see :class:`Capabilities`). ``with_tokenizer`` reads the
+    tokenizer too (it may load the model: a :class:`BackendError` then propagates)."""
+    load = getattr(backend, "load", None)
+    return Capabilities(
+        load=load if callable(load) else None,
+        forced_prefix=bool(getattr(backend, "supports_forced_prefix", False)),
+        tokenizer=getattr(backend, "tokenizer", None) if with_tokenizer else None,
+        trained_context=getattr(backend, "trained_context", None),
+        index_topk=getattr(backend, "index_topk", None),
+    )
+
+
+def expect_word(processor: Any, word: str) -> None:
+    """Tell a decoding processor the healed word it must accept as a name, where it listens."""
+    listen = getattr(processor, "expect_word", None)
+    if callable(listen):
+        listen(word)
+
+
+def set_time_left(processor: Any, time_left: Callable[[], float]) -> None:
+    """Give a decoding processor the request's remaining time, where it bounds its lookups by it."""
+    if processor is not None and hasattr(processor, "time_left"):
+        processor.time_left = time_left

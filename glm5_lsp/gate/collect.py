@@ -31,6 +31,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from glm5_lsp.backends.base import capabilities
 from glm5_lsp.gate.booster import LENGTH_OPTIONS
 from glm5_lsp.gate.features import features, request_info
 from glm5_lsp.gate.labels import edit_similarity, first_line, label
@@ -113,7 +114,7 @@ class Collector:
             raise RuntimeError(f"the pipeline did not load: {engine.error}")
         self.pipeline = engine.pipeline
         backend = self.pipeline.backend
-        self.healing = self.pipeline.settings.token_healing and bool(getattr(backend, "supports_forced_prefix", False))
+        self.healing = self.pipeline.settings.token_healing and capabilities(backend).forced_prefix
         self.recorder = DecodeRecorder(backend.tokenizer.token_strings())
         template = self.pipeline.repair
         self.recorder.install(self.pipeline)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glm5_lsp.backends.base import capabilities
 from glm5_lsp.gate.booster import Gate, load_gate, model_fingerprint
 from glm5_lsp.gate.drift import DriftMonitor, DriftReport
 from glm5_lsp.gate.features import features, internal_feature, kept_text, request_info
@@ -88,12 +89,17 @@ class CompletionGate:
         """Put the decoding observer in front of the pipeline's monitor (a local model only: a served one
         gives no logits, and its candidates are judged on the rest)."""
         backend = pipeline.backend
-        self.healing = pipeline.settings.token_healing and bool(getattr(backend, "supports_forced_prefix", False))
+        self.healing = pipeline.settings.token_healing and capabilities(backend).forced_prefix
         if self.gate is None or not getattr(backend, "supports_internals", False):
             return
         strings: Sequence[str] = backend.tokenizer.token_strings()
         self.recorder = DecodeRecorder(strings)
         self.recorder.install(pipeline)
+
+    def set_min_quality(self, min_quality: float | None) -> None:
+        """The threshold from now on; None: the gate's own (gate.json)."""
+        own = self.gate.threshold if self.gate is not None else 0.0
+        self.threshold = own if min_quality is None else min_quality
 
     @property
     def wants_internals(self) -> bool:

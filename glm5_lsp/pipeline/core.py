@@ -16,15 +16,16 @@ Diagnostics in results are ``repair.Diagnostic`` as dicts: 0-based ``line``/``co
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from glm5_lsp.backends.base import Backend, BackendError, Completion, CompletionRequest
+from glm5_lsp.backends.base import Backend, BackendError, CompletionRequest, capabilities
 from glm5_lsp.context.syntax import wants_multiline
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.healing import partial_word
@@ -58,9 +59,10 @@ from glm5_lsp.repair.fix_region import (  # noqa: F401 (FixRegion, fix_region: r
     line_of,
     working_lines,
 )
-from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
+from glm5_lsp.repair.loop import LoopTask, RepairLoop, RepairSettings, RepairTarget
 from glm5_lsp.repair.monitor import MonitorSettings
 from glm5_lsp.repair.standard import standard_loop
+from glm5_lsp.repair.stream import BlockWatch
 from glm5_lsp.spans import Prompt, Span
 
 log = logging.getLogger(__name__)
@@ -212,56 +214,6 @@ class _Task:
         return self.target.document[self.target.end:]
 
 
-class _BlockStop:
-    """A backend wrapper that ends a multi-line generation once the streamed text leaves the block.
-
-    Per call: the text streams through ``on_text``; once :func:`cut_at_block_end` would cut it, the
-    generation is cancelled (and reported as a normal ``stop``). So is a generation caught in a loop
-    (:func:`~glm5_lsp.postprocess.repetition_start`: ``_to_to_to_to_to``), its text cut where the
-    repetition began. It also totals prompt and completion tokens over the repair loop's rounds.
-    """
-
-    def __init__(self, backend: Backend, task: _Task, on_text: Callable[[str], None] | None) -> None:
-        self.backend = backend
-        self.name = backend.name
-        self.supports_internals = backend.supports_internals
-        self.task = task
-        self.on_text = on_text
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.finish_reason = "stop"
-
-    def complete(self, request: CompletionRequest) -> Completion:
-        task, streamed, done = self.task, [], [False]
-        outer_cancel = request.should_cancel
-
-        def watch(piece: str) -> None:
-            streamed.append(piece)
-            if self.on_text is not None:
-                self.on_text(piece)
-            if done[0]:
-                return
-            text = strip_special_tokens("".join(streamed))
-            if repetition_start(text) is not None:
-                done[0] = True  # stuck: the rest would be more of the same
-            elif task.multiline and "\n" in text.lstrip("\n"):
-                done[0] = len(cut_at_block_end(text, task.block_prefix, task.target.language)) < len(text.rstrip())
-
-        def cancel() -> bool:
-            return done[0] or bool(outer_cancel and outer_cancel())
-
-        completion = self.backend.complete(replace(request, on_text=watch, should_cancel=cancel))
-        if done[0] and completion.finish_reason == "cancelled":
-            completion = replace(completion, finish_reason="stop")
-        stuck = repetition_start(completion.text)
-        if stuck is not None:
-            completion = replace(completion, text=completion.text[:stuck], finish_reason="stop")
-        self.prompt_tokens += completion.prompt_tokens
-        self.completion_tokens += completion.completion_tokens
-        self.finish_reason = completion.finish_reason
-        return completion
-
-
 class Pipeline:
     """Context -> backend -> post-processing -> repair loop, one request at a time per call.
 
@@ -298,12 +250,13 @@ class Pipeline:
         return self._repair
 
     def _token_strings(self) -> list[str] | None:
-        if not self.backend.supports_internals or not hasattr(self.backend, "tokenizer"):
+        if not self.backend.supports_internals:
             return None  # the monitor needs logits: only the in-process runtime has them
         try:
-            return list(self.backend.tokenizer.token_strings())
+            tokenizer = capabilities(self.backend, with_tokenizer=True).tokenizer
         except BackendError:
             return None  # the model will not load: the request reports that itself
+        return None if tokenizer is None else list(tokenizer.token_strings())
 
     # ---- public requests -----------------------------------------------------------------
 
@@ -373,7 +326,7 @@ class Pipeline:
         return result
 
     def _can_heal(self) -> bool:
-        return self.settings.token_healing and bool(getattr(self.backend, "supports_forced_prefix", False))
+        return self.settings.token_healing and capabilities(self.backend).forced_prefix
 
     def install_gate(self, gate: Any) -> None:
         """Judge as-you-type completions (``complete(gated=True)``) with ``gate``, a
@@ -596,34 +549,28 @@ class Pipeline:
              should_cancel: Callable[[], bool] | None) -> PipelineResult:
         started = time.perf_counter()
         settings = self.settings
-        backend = _BlockStop(self.backend, task, on_text)
-        template = self.repair
-        loop_settings = replace(template.settings, max_truncations=task.truncations)
-        if task.time_budget_s is not None:
-            loop_settings = replace(loop_settings, time_budget_s=task.time_budget_s)
-        if settings.unhurried and template.monitor_factory is not None and loop_settings.monitor_on(task.target.language):
+        loop = self.repair
+        if settings.unhurried and loop.monitor_factory is not None and loop.settings.monitor_on(task.target.language):
             _warm_names(task.target)
-        loop = RepairLoop(backend, loop_settings,
-                          template.runner_for(task.target.language),
-                          rewriters=template.rewriters, penalties=template.penalties,
-                          monitor_factory=template.monitor_factory, postprocess=lambda text: self.postprocess(text, task),
-                          finisher=template.finisher, word_check=template.word_check)
         request = CompletionRequest(
             prompt=task.prompt, max_tokens=task.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
             seed=settings.seed, stop=list(task.stop), use_attention_policy=settings.use_attention_policy,
             should_cancel=should_cancel, forced_prefix=task.forced_prefix, min_token_prob=task.min_token_prob,
         )
-        repaired = loop.run(request, task.target)
+        repaired = loop.run(request, task.target, LoopTask(
+            postprocess=functools.partial(self.postprocess, task=task),
+            watch=BlockWatch(task.multiline, task.block_prefix, task.target.language, on_text),
+            max_truncations=task.truncations, time_budget_s=task.time_budget_s,
+        ))
         cancelled = should_cancel is not None and should_cancel()
         return PipelineResult(
             text=repaired.text or "", clean=repaired.clean,
             diagnostics_before=[diagnostic_dict(d) for d in repaired.diagnostics_before],
             diagnostics_after=[diagnostic_dict(d) for d in repaired.diagnostics_after], rounds=repaired.rounds,
-            prompt_tokens=backend.prompt_tokens, completion_tokens=backend.completion_tokens,
-            seconds=time.perf_counter() - started, finish_reason="cancelled" if cancelled else backend.finish_reason,
+            prompt_tokens=repaired.prompt_tokens, completion_tokens=repaired.tokens,
+            seconds=time.perf_counter() - started, finish_reason="cancelled" if cancelled else repaired.finish_reason,
             finished_word=repaired.finished_word,
         )
-
 
 def _skipping(count: int, on_text: Callable[[str], None]) -> Callable[[str], None]:
     """``on_text`` without the first ``count`` streamed characters (the healed word, already typed)."""

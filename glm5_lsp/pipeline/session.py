@@ -23,6 +23,7 @@ from glm5_lsp.backends.base import (  # noqa: F401 (front ends take these from h
     BackendUnavailable,
     Completion,
     CompletionRequest,
+    capabilities,
 )
 from glm5_lsp.backends.factory import (  # noqa: F401 (front ends take these from here)
     add_backend_arguments,
@@ -177,11 +178,13 @@ def open_session(
     report = progress or (lambda message, percent: None)
     report(f"creating the {kind} backend", 5)
     backend = create_backend(kind, **options)
-    if callable(getattr(backend, "load", None)):
+    able = capabilities(backend)
+    if able.load is not None:
         report("loading the model weights", 20)
-        backend.load()
+        able.load()
+        able = capabilities(backend)  # what loading learnt (the trained context, DSA's top-k)
     report("preparing the context engine", 80)
-    budget = context_budget(context_tokens, getattr(backend, "trained_context", None), settings.multiline_max_tokens)
+    budget = context_budget(context_tokens, able.trained_context, settings.multiline_max_tokens)
     log.info("prompt budget: %d tokens", budget)
     engine_options = {k: v for k, v in (("api_doc_tokens", api_doc_tokens), ("symbol_tokens", symbol_tokens))
                       if v is not None}
@@ -190,7 +193,7 @@ def open_session(
         return context_engine(workspace, token_budget=budget, **engine_options)
 
     context = SharedContext(make(root), make)
-    line_budget = line_context_budget(line_context_tokens, budget, getattr(backend, "index_topk", None))
+    line_budget = line_context_budget(line_context_tokens, budget, able.index_topk)
     pipeline = Pipeline(backend, settings=replace(settings, line_context_tokens=line_budget), context=context)
     if gate:
         pipeline.install_gate(CompletionGate.for_model(getattr(backend, "model_path", None), path=gate_path or None,

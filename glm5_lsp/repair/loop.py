@@ -25,19 +25,28 @@ diagnostics attached. The model is reached only through ``Backend.complete``.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from glm5_lsp.backends.base import Backend, BackendError, CompletionRequest, LogitsProcessor
+from glm5_lsp.backends.base import (
+    Backend,
+    BackendError,
+    CompletionRequest,
+    LogitsProcessor,
+    expect_word,
+    set_time_left,
+)
 from glm5_lsp.checks.introduced import Judgement, Splice, judge
 from glm5_lsp.checks.providers import DiagnosticRunner, default_runner
 from glm5_lsp.checks.providers.runner import in_background
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.postprocess import trailing_identifier
 from glm5_lsp.repair.repair_prompt import RepairContext, build_repair_prompt, hint_lines
+from glm5_lsp.repair.stream import BlockWatch
 from glm5_lsp.repair.truncate import cut_points
 from glm5_lsp.spans import Prompt
 
@@ -95,6 +104,7 @@ class Candidate:
     empty: bool = False
     truncated: bool = False  # a prefix of a generated candidate (``truncate.cut_points``)
     finished_word: bool = False  # not generated: the typed word finished from the names around it
+    remembered: bool = False  # not generated: the workspace memory's continuation (``alternative``)
 
     def mean_logprob(self) -> float:
         return -math.inf if self.logprob is None else self.logprob / max(self.tokens, 1)
@@ -106,6 +116,18 @@ class Candidate:
         empty = reject_empty and self.empty
         unclean = bool(self.blocking) or empty
         return (int(unclean), int(empty), len(self.blocking), self.penalty, -self.mean_logprob())
+
+
+@dataclass
+class LoopTask:
+    """What one request adds to the loop's rules: how a raw completion becomes a candidate
+    (``postprocess``), how its stream is watched (``watch``: :class:`~glm5_lsp.repair.stream.BlockWatch`),
+    and its own limits (None: the loop's settings)."""
+
+    postprocess: Callable[[str], str] | None = None
+    watch: BlockWatch | None = None
+    max_truncations: int | None = None
+    time_budget_s: float | None = None
 
 
 @dataclass
@@ -121,6 +143,8 @@ class RepairResult:
     skipped_providers: list[str] = field(default_factory=list)
     candidates: list[Candidate] = field(default_factory=list)
     finished_word: bool = False  # the text is the typed word finished from the names around it
+    prompt_tokens: int = 0  # over every round
+    finish_reason: str = "stop"  # the last generation's
 
 
 Rewriter = Callable[[str, RepairTarget], "str | None"]  # a fixed candidate, or None for no change
@@ -128,6 +152,11 @@ WordFinisher = Callable[[str, str, str, str], "list[str]"]  # (before the word, 
 WordCheck = Callable[[str, str, str, str, str], str | None]  # (before, typed, text, after, language) -> unknown word
 Penalty = Callable[[str, RepairTarget], int]
 MonitorFactory = Callable[[RepairTarget], "LogitsProcessor | None"]
+# The workspace memory's processor around the monitor (which may be None): (target, monitor) -> processor
+MemoryFactory = Callable[[RepairTarget, "LogitsProcessor | None"], "LogitsProcessor | None"]
+# A candidate that needs no model (the workspace memory's continuation, for a served model that gives
+# no logits to mix it into): (request, target) -> text, or None
+Alternative = Callable[[CompletionRequest, RepairTarget], "str | None"]
 
 
 def _empty(text: str, forced: str) -> bool:
@@ -145,23 +174,26 @@ def _typed_word(forced_prefix: str, target: RepairTarget) -> tuple[str, int]:
 
 
 class RepairLoop:
-    """Regenerate-before-returning for one backend; reusable across requests."""
+    """Regenerate-before-returning for one backend: a set of rules built once and run per request
+    (:meth:`run` takes what the request adds, a :class:`LoopTask`); it keeps no request's state."""
 
     def __init__(self, backend: Backend, settings: RepairSettings | None = None,
                  runner: DiagnosticRunner | None = None, *, rewriters: Sequence[Rewriter] = (),
                  penalties: Sequence[Penalty] = (), monitor_factory: MonitorFactory | None = None,
-                 postprocess: Callable[[str], str] | None = None, finisher: WordFinisher | None = None,
-                 word_check: WordCheck | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 finisher: WordFinisher | None = None,
+                 word_check: WordCheck | None = None, clock: Callable[[], float] = time.monotonic,
+                 memory_factory: MemoryFactory | None = None, alternative: Alternative | None = None) -> None:
         self.backend = backend
         self.settings = settings or RepairSettings()
         self._runner = runner
         self.rewriters = list(rewriters)
         self.penalties = list(penalties)
         self.monitor_factory = monitor_factory
-        self.postprocess = postprocess
         self.finisher = finisher
         self.word_check = word_check
         self.clock = clock
+        self.memory_factory = memory_factory  # mixing before the monitor (in-process model)
+        self.alternative = alternative  # the memory's continuation, judged after the first candidate
         self._runners: dict[str, DiagnosticRunner] = {}  # per language, kept: providers keep recent parses
 
     def runner_for(self, language: str) -> DiagnosticRunner:
@@ -173,7 +205,18 @@ class RepairLoop:
             self._runners[language] = runner
         return runner
 
-    def run(self, request: CompletionRequest, target: RepairTarget) -> RepairResult:
+    def run(self, request: CompletionRequest, target: RepairTarget, task: LoopTask | None = None) -> RepairResult:
+        """The best candidate for ``request`` at ``target`` under the loop's rules and ``task``'s."""
+        task = task or LoopTask()
+        overrides = {k: v for k, v in (("max_truncations", task.max_truncations),
+                                       ("time_budget_s", task.time_budget_s)) if v is not None}
+        if overrides:  # this request's limits: the same rules over other settings
+            rules = copy.copy(self)
+            rules.settings = replace(self.settings, **overrides)
+            return rules._run(request, target, task)
+        return self._run(request, target, task)
+
+    def _run(self, request: CompletionRequest, target: RepairTarget, task: LoopTask) -> RepairResult:
         settings = self.settings
         started = self.clock()
         deadline = started + settings.time_budget_s
@@ -184,14 +227,17 @@ class RepairLoop:
         baseline_job = in_background(runner.diagnose, target.document, target.path, target.language,
                                      name="repair-baseline")
         candidates: list[Candidate] = []
-        tokens = 0
+        tokens = prompt_tokens = 0
+        finish_reason = "stop"
         current = request
         finishing_tried = False  # the word finisher (``_finish_word``) is asked once at most
         for round_no in range(1, settings.max_rounds + 1):
             if round_no > 1 and (self.clock() >= deadline or (request.should_cancel and request.should_cancel())):
                 break  # out of time, or the caller cancelled (a newer keystroke): no further round
             try:
-                completion = self.backend.complete(self._prepare(current, target, deadline))
+                prepared = self._prepare(current, target, deadline)
+                completion = (task.watch.complete(self.backend, prepared) if task.watch is not None
+                              else self.backend.complete(prepared))
             except BackendError:
                 if not candidates:
                     raise
@@ -203,7 +249,9 @@ class RepairLoop:
                 before = baseline.diagnostics
                 skipped = list(baseline.skipped)
             tokens += completion.completion_tokens
-            text = self.postprocess(completion.text) if self.postprocess else completion.text
+            prompt_tokens += completion.prompt_tokens
+            finish_reason = completion.finish_reason
+            text = task.postprocess(completion.text) if task.postprocess else completion.text
             text, verdict = self._judge_with_rewrites(text, target, runner, before, baseline.skipped)
             skipped += [s for s in verdict.skipped if s not in skipped]
             blocking = (verdict.blocking(settings.blocking_severities)
@@ -214,6 +262,14 @@ class RepairLoop:
             candidates.append(candidate)
             if not candidate.rank(settings.reject_empty)[0]:
                 break
+            if round_no == 1 and self.alternative is not None and settings.max_truncations > 0:
+                # The memory's continuation (a served model's extra candidate): one check, where
+                # another round costs a generation.
+                remembered = self._alternative(request, target, runner, before, baseline.skipped, task)
+                if remembered is not None:
+                    candidates.append(remembered)
+                    if not remembered.rank(settings.reject_empty)[0]:
+                        break
             if self.finisher is not None and blocking and all(d.source == WORD_CHECK_SOURCE for d in blocking):
                 break  # only the typed word is wrong: its finished form is cheaper than another generation
             shorter = self._shorten(candidate, target, runner, before, baseline.skipped, request.forced_prefix,
@@ -234,7 +290,9 @@ class RepairLoop:
             finished = self._finish_word(request, target, runner, before, baseline.skipped, deadline)
             if finished is not None:
                 candidates.append(finished)
-        return self._result(candidates, before, skipped, started, tokens)
+        result = self._result(candidates, before, skipped, started, tokens)
+        result.prompt_tokens, result.finish_reason = prompt_tokens, finish_reason
+        return result
 
     # ---- steps ------------------------------------------------------------------------------
 
@@ -246,12 +304,16 @@ class RepairLoop:
             return self.clock() >= deadline or bool(outer and outer())
 
         processor = request.logits_processor
-        if processor is None and self.monitor_factory is not None and self.settings.monitor_on(target.language):
-            processor = self.monitor_factory(target)
-            if processor is not None and request.forced_prefix and hasattr(processor, "expect_word"):
-                processor.expect_word(request.forced_prefix)  # the healed word is checked as a name too
-            if processor is not None and hasattr(processor, "time_left"):  # its lookups end by the deadline
-                processor.time_left = lambda: deadline - self.clock()
+        if processor is None:
+            if self.monitor_factory is not None and self.settings.monitor_on(target.language):
+                processor = self.monitor_factory(target)
+                if processor is not None and request.forced_prefix:
+                    expect_word(processor, request.forced_prefix)  # the healed word is checked as a name too
+                set_time_left(processor, lambda: deadline - self.clock())  # its lookups end by the deadline
+            if self.memory_factory is not None and self.settings.max_truncations > 0:
+                # Completions only (a fix or a body must not copy the code it replaces): the
+                # memory's mixing first, then the monitor (``memory.mixing``).
+                processor = self.memory_factory(target, processor)
         # The same deadline as an instant of time.monotonic() (the loop's clock may be a test's), for
         # backends that wait on a server: their retries and the circuit breaker go by it.
         until = time.monotonic() + max(0.0, deadline - self.clock())
@@ -304,6 +366,27 @@ class RepairLoop:
                              max(1, round(candidate.tokens * share)), sum(p(text, target) for p in self.penalties),
                              truncated=True)
         return None
+
+    def _alternative(self, request: CompletionRequest, target: RepairTarget, runner: DiagnosticRunner,
+                     before: list[Diagnostic], before_skipped: list[str], task: LoopTask) -> Candidate | None:
+        """The model-free candidate (``alternative``), post-processed and judged like the model's;
+        None when there is none."""
+        assert self.alternative is not None
+        try:
+            text = self.alternative(request, target)
+        except Exception:  # the memory must never cost the user the model's answer
+            log.exception("the memory's candidate failed")
+            return None
+        if not text:
+            return None
+        text = task.postprocess(text) if task.postprocess else text
+        if _empty(text, request.forced_prefix):
+            return None
+        text, verdict = self._judge_with_rewrites(text, target, runner, before, before_skipped)
+        blocking = (verdict.blocking(self.settings.blocking_severities)
+                    or self._word_problem(text, request.forced_prefix, target))
+        return Candidate(text, 1, verdict.introduced, blocking, None, 0,
+                         sum(p(text, target) for p in self.penalties), remembered=True)
 
     def _finish_word(self, request: CompletionRequest, target: RepairTarget, runner: DiagnosticRunner,
                      before: list[Diagnostic], before_skipped: list[str], deadline: float) -> Candidate | None:

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from glm5_lsp.backends.base import Backend
 from glm5_lsp.checks.providers import DiagnosticRunner
@@ -36,7 +36,7 @@ from glm5_lsp.repair.style import StyleConsistency
 def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,
                   token_strings: Sequence[str] | None = None, known_exceptions: KnownExceptions | None = None,
                   monitor_settings: MonitorSettings | None = None, runner: DiagnosticRunner | None = None,
-                  postprocess: Callable[[str], str] | None = None, style: bool = True,
+                  style: bool = True,
                   exception_fill: bool = True) -> RepairLoop:
     """A repair loop with the style, exception-template and monitor rules attached (see above)."""
     rewriters = []
@@ -50,5 +50,5 @@ def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,
         rewriters.append(exception_rewriter(known))
     factory = python_monitor_factory(token_strings, monitor_settings) if token_strings is not None else None
     return RepairLoop(backend, settings, runner, rewriters=rewriters, penalties=penalties,
-                      monitor_factory=factory, postprocess=postprocess, finisher=finishing_words,
+                      monitor_factory=factory, finisher=finishing_words,
                       word_check=unknown_word)
