@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from glm5_lsp.pipeline import session as factory  # the front ends take the backend factory from here
 from glm5_lsp.cli import main
+from glm5_lsp.pipeline import session as factory  # the front ends take the backend factory from here
 
 _spec = importlib.util.spec_from_file_location(
     "scripted_backend", Path(__file__).parent / "data" / "batch" / "scripted_backend.py")
