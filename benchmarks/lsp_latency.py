@@ -12,6 +12,11 @@ not measured. glm5-lsp runs with its default settings and the default model unle
     python benchmarks/lsp_latency.py --settings '{"repair": {"monitor": false, "maxRounds": 1}}'
     python benchmarks/lsp_latency.py --typing 4   # and then 4 keystrokes typed at each position
     python benchmarks/lsp_latency.py --details requests.jsonl   # every measured request's answer and time
+    python benchmarks/lsp_latency.py --versus /tmp/before   # and a second glm5-lsp from another checkout
+
+``--versus DIR`` runs a second glm5-lsp from the checkout in DIR (``git worktree add DIR REV``) on the
+same positions in the same run, one request after the other like the rest: a change measured
+before and after on the same noisy machine.
 
 Besides latency and the share of non-empty answers, "right word" is the share of requests whose
 answer finishes the cut identifier exactly as the file has it: for glm5-lsp the inline text starts
@@ -172,7 +177,7 @@ class Server:
         ``word`` among its items."""
         position = types.Position(line=line, character=column)
         document = types.TextDocumentIdentifier(uri=uri)
-        if self.name == "glm5-lsp":
+        if self.name.startswith("glm5-lsp"):
             result = await self.client.text_document_inline_completion_async(types.InlineCompletionParams(
                 context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
                 text_document=document, position=position))
@@ -240,18 +245,24 @@ async def main(args: argparse.Namespace) -> int:
     ours = Server("glm5-lsp", [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads", str(args.threads)], env, options)
     jedi_command = [sys.executable, "-c", "from jedi_language_server.cli import cli; cli()"]
     jedi = Server("jedi-language-server", jedi_command, env, None)
-    tallies = {ours.name: Tally(), jedi.name: Tally()}
+    servers = [ours, jedi]
+    if args.versus:
+        other = Path(args.versus).resolve()
+        servers.insert(1, Server(f"glm5-lsp@{other.name}", [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads",
+                                                            str(args.threads)], {**env, "PYTHONPATH": str(other)}, options))
+    tallies = {server.name: Tally() for server in servers}
     details: list[dict[str, Any]] | None = [] if args.details else None
     rng = random.Random(args.seed)
     print(f"files: {', '.join(args.files)} (stdlib {STDLIB}); {args.positions} positions each; "
           f"timeout {args.timeout}s; model: {args.model or 'default'}; settings: {args.settings or 'defaults'}; "
           f"torch threads for glm5-lsp: {args.threads}; keystrokes typed after each position: {args.typing}")
-    await ours.start(root)
-    await jedi.start(root)
+    for server in servers:
+        await server.start(root)
     try:
-        if not await _model_ready(ours, args.load_timeout):
-            print("glm5-lsp did not load its model (is there a default model? pass --model PATH)")
-            return 2
+        for server in servers:
+            if server.name.startswith("glm5-lsp") and not await _model_ready(server, args.load_timeout):
+                print(f"{server.name} did not load its model (is there a default model? pass --model PATH)")
+                return 2
         for name in args.files:
             text = (STDLIB / name).read_text(encoding="utf-8")
             path = root / name.replace("/", "_")
@@ -259,7 +270,7 @@ async def main(args: argparse.Namespace) -> int:
             uri = path.as_uri()
             cases = cursor_cases(text, args.positions + args.warmup, rng)
             print(f"  {name}: {text.count(chr(10)) + 1} lines")
-            for server in (ours, jedi):
+            for server in servers:
                 server.open(uri, text)
             lines = text.split("\n")
             for index, (document, line, column) in enumerate(cases):
@@ -269,15 +280,15 @@ async def main(args: argparse.Namespace) -> int:
                 for typed in range(len(rest) + 1 if args.typing else 1):
                     edited = document if not typed else "\n".join(
                         lines[:line] + [lines[line][:column + typed]] + lines[line + 1:])
-                    for server in (ours, jedi):
+                    for server in servers:
                         server.replace(uri, edited)
                         tally = tallies[server.name] if index >= args.warmup else None
                         typed_chars = column + typed - word_start(lines[line], column)
                         await measure(server, uri, line, column + typed, (word, typed_chars), tally, args.timeout,
                                       details)
     finally:
-        await ours.stop()
-        await jedi.stop()
+        for server in servers:
+            await server.stop()
         shutil.rmtree(root, ignore_errors=True)
     if details is not None:
         Path(args.details).write_text("".join(json.dumps(row) + "\n" for row in details), encoding="utf-8")
@@ -290,6 +301,9 @@ async def main(args: argparse.Namespace) -> int:
         print(tally.row(name))
     ratio = tallies[ours.name].p50() / tallies[jedi.name].p50()
     print(f"\nglm5-lsp p50 / jedi-language-server p50 = {ratio:.2f}")
+    for name, tally in tallies.items():
+        if name.startswith("glm5-lsp@"):
+            print(f"glm5-lsp p50 / {name} p50 = {tallies[ours.name].p50() / tally.p50():.2f}")
     return 0
 
 
@@ -322,6 +336,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--typing", type=int, default=0,
                         help="after each position, type the line's next N characters, a request per keystroke")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--versus", default="", help="a second checkout whose glm5-lsp is measured beside this one")
     parser.add_argument("--details", default="", help="write each measured request (answer, ms) to this JSON-lines file")
     return parser.parse_args(argv)
 

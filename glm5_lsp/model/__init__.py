@@ -1,4 +1,50 @@
-"""The GLM-5 (``glm_moe_dsa``) runtime: our own PyTorch implementation; ``transformers`` is only its test oracle."""
+"""The GLM-5 (``glm_moe_dsa``) runtime: our own PyTorch implementation; ``transformers`` is only its test oracle.
+
+Files in the order a request flows: ``config.py`` (Hugging Face field names) -> ``glm5.py`` (the
+whole transformer) -> ``attention.py`` (kernels) -> ``lean.py`` (the one-token CPU step and the
+short-prompt prefill) -> ``kv_cache.py`` -> ``generate.py``; ``policy.py`` (roles -> selection
+rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and out), ``tokenizer.py``.
+
+- **MLA in two forms.** Prefill chunks that attend to everything expand per-head K/V once and call
+  PyTorch's fused SDPA. Everything else uses the *absorbed* form: ``W_uk`` folded into the queries,
+  so MLA is multi-query attention over the cached latent ``[c_kv ; k_rope]`` (160 floats per token in
+  the benchmark model) and ``W_uv`` is applied after attention. The cache stores only latents.
+- **DSA selection** runs per chunk of 128 queries (``Indexer.select``): ReLU scores of the indexer
+  heads, weighted per query, causal, top-k. A chunk whose keys all fit the budget keeps them all
+  (no scoring). Shared layers reuse the previous full layer's ``Selection`` list.
+- **Sparse attention gathers.** For a selecting chunk, each query's selected latents are gathered
+  (16 queries at a time, so the copy stays in cache) and attended with two small batched matmuls;
+  the work is proportional to top-k, not to the context. A chunk whose every row has at least top-k
+  causal keys cannot select a missing key (``Selection.all_valid``), so its gather needs no mask.
+  ``reference=True`` computes the same thing as a dense masked softmax (``eager_attention``), which the
+  tests compare against.
+- **Decoding** (``T <= 4`` tokens per call) runs a fused path: one matmul for every projection that
+  reads the hidden state, one for every projection that reads the query latent, one RoPE call for
+  every rotary slice. The fused weights are cached and rebuilt if any source weight changes.
+- **One token of one sequence on the CPU** (plain fp32 decoding, no forced error-context key: what
+  the editor runs thousands of times; while a context fits the top-k budget no key is forced, since
+  every key is kept anyway, so error-context roles do not keep a short repair prompt off this path) leaves the module tree for ``lean.py``'s ``decode_one``, called
+  by the generator (``generate.cached_forward``) when ``lean.applies``. On a small model a step is bound by per-operation overhead,
+  so it is the same arithmetic in fewer operations: no module calls, the fused projections above,
+  RMSNorm scaled by one vector norm, no causal mask (every cached key is causal for the newest
+  query), the indexer and the absorbed attention as 2-D products on cached contiguous ``W_uk``/``W_uv``,
+  the router read once as Python floats. It writes the same cache entries and selects the same keys
+  as the general path, so decoding may switch paths at any token (``tests/test_model_decode.py``
+  checks logits, key sets and caches; ``model.lean_decode = False`` turns it off).
+- **A short prompt of one sequence** (2-512 tokens, every query seeing all its causal keys: the
+  context fits the top-k budget, or attention is dense) takes ``lean.py``'s ``prefill_dense`` when
+  the generator asks for the last position only (``last_only``): the same fused projections, one
+  masked absorbed attention over all keys, no indexer scoring (the selection would be every key,
+  so the policy's biases and forced keys change nothing), the indexer's keys still cached. The
+  editor's prompts are mostly shorter than the embedded model's 128 keys. Up to 64 tokens the
+  routed experts run as one padded batch (two batched products) instead of a loop over experts.
+  Tested against the general path like ``decode_one``; ``model.lean_decode = False`` turns both off.
+- **Prefix reuse.** ``Generator`` keeps one ``KVCache``; a new prompt reuses the longest prefix whose
+  token ids *and* roles match (roles steer selection, so they shape the cached latents too).
+- **Training** (``forward_train``) uses the dense masked kernels so the indexer's KL target (the main
+  attention, summed over heads and normalised) is available: stages ``dense``, ``indexer_warmup``
+  (everything but the indexers frozen by the trainer), ``sparse``.
+"""
 
 from glm5_lsp.model.config import ConfigError, GlmMoeDsaConfig
 from glm5_lsp.model.generate import Generation, GenerationConfig, Generator, cached_forward
