@@ -454,6 +454,9 @@ def _ends_in_string(text: str, language: str | None) -> bool:
             return end.value == "string"
 
 
+_DANGLING = re.compile(r"[\s,+\-*/%=<>&|^~.:@]+$")
+
+
 def close_line_brackets(text: str, prefix: str, suffix: str, language: str | None = None) -> str:
     """A bracket the user opened on the cursor's line is not left open by ``text``.
 
@@ -482,7 +485,10 @@ def close_line_brackets(text: str, prefix: str, suffix: str, language: str | Non
     still = open_brackets(line_before + text, language)
     if still[: len(mine)] != mine:
         return text
-    return text.rstrip(" ,") + "".join(OPENERS[b] for b in reversed(still[: len(mine)]))
+    text = _DANGLING.sub("", text)  # an operator or a comma with nothing after it is no argument
+    if not text.strip():
+        return ""
+    return text + "".join(OPENERS[b] for b in reversed(still[: len(mine)]))
 
 
 def strip_suffix_overlap(text: str, suffix: str, at_line_start: bool = False, language: str | None = None) -> str:

@@ -108,6 +108,9 @@ def test_a_generated_body_takes_the_blocks_indentation(text: str, expected: str)
     ("    if f(x", " and g(y)", "", " and g(y))"),
     ("    x = 1", "  # fine", "", "  # fine"),  # nothing open: a comment is fine
     ("    x = f(", "# only a comment", "", ""),
+    ("    end = _w(", "s, end +", "", "s, end)"),  # the dangling operator is cut before the closer
+    ("    end = _w(", "s, ", "", "s)"),
+    ("    end = _w(", "s.", "", "s)"),
 ])
 def test_a_bracket_the_user_opened_on_the_line_is_not_left_open(before: str, text: str, rest: str,
                                                                  expected: str) -> None:
