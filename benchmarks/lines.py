@@ -6,14 +6,14 @@ workspace folder. Cursors are seeded two characters into an identifier of a code
 that line cut off and the lines below kept (``glm5_lsp.memory.heldout``). At each cursor, one after
 the other (never concurrently):
 
-- **model** : ``glm5-lsp serve`` (a subprocess, this repository's code, default settings) asked for
-  an inline completion over LSP after a ``didChange`` to the cut document;
+- **model** : ``glm5-lsp serve`` (a subprocess, this repository's code) with the workspace memory
+  turned off (``memory.enabled`` false), everything else at its defaults, asked for an inline
+  completion over LSP after a ``didChange`` to the cut document;
 - **memory**: the memory's own greedy longest-match continuation (no model), the memory holding the
   workspace, the libraries it imports and the standard library, the cursor's line excluded;
-- **mixed** : the server's own pipeline (``server.engine.Engine``: the same settings, context engine,
-  repair loop, decoding monitor, token healing and 450 ms budget), called in this process with the
-  memory's processor wrapped around the decoding monitor (``mixing first, then the monitor``).
-  Not through LSP yet: the server does not build a memory until it is wired (see ARCHITECTURE);
+- **mixed** : what ships: ``glm5-lsp serve`` with its default settings (the memory on: built for the
+  workspace folder when the server starts, mixed into decoding around the decoding monitor, drafts
+  on), asked the same way, once its memory is built;
 - **copy**  : the most frequent rest among the workspace's other lines that start with the typed
   line (indentation aside);
 - **jedi**  : jedi-language-server's first completion item (a word only: no rest of line).
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 from lsp_latency import Server, _model_ready, finishes_word
 
@@ -120,53 +120,6 @@ def copy_baseline(case: Case, lines_by_file: dict[Path, list[str]]) -> str:
     return counts.most_common(1)[0][0] if counts else ""
 
 
-class Mixed:
-    """The server's pipeline in this process, the memory's processor around its decoding monitor."""
-
-    def __init__(self, root: Path, memory: Any, tokenizer: Any, drafts: bool) -> None:
-        import torch
-
-        from glm5_lsp.memory.mixing import DraftSettings, ProcessorFactory
-        from glm5_lsp.memory.workspace import as_key
-        from glm5_lsp.server.loader import Engine
-        from glm5_lsp.server.settings import Settings
-
-        torch.set_num_threads(1)  # as ``glm5-lsp serve --threads 1`` (its default) runs the model
-        self.settings = Settings()
-        engine = Engine(self.settings, str(root))
-        engine.load()
-        if engine.pipeline is None or engine.context is None:
-            raise RuntimeError(f"the pipeline did not load: {engine.error}")
-        engine.context.reindex(str(root))  # as the server does once it is initialized
-        self.engine = engine
-        self.pipeline = engine.pipeline
-        self.pipeline.backend.drafts = drafts
-        factory = ProcessorFactory(memory, tokenizer, drafts=DraftSettings(enabled=drafts))
-        template = self.pipeline.repair
-        inner = template.monitor_factory
-
-        def with_memory(target: Any) -> Any:
-            monitor = inner(target) if inner is not None else None
-            return factory(as_key(target.path), target.document, target.start, then=monitor)
-
-        template.monitor_factory = with_memory
-
-    def open(self, path: Path, text: str) -> None:
-        """What the server does when a document opens: the context engine learns it, its imports'
-        API docs are indexed, jedi parses it."""
-        from glm5_lsp.pynames.jedi import warm_jedi
-
-        assert self.engine.context is not None
-        self.engine.context.open_document(str(path), text, "python")
-        self.engine.context.warm(str(path))
-        warm_jedi(text, str(path))
-
-    def complete(self, case: Case) -> str:
-        result = self.pipeline.complete(case.document, case.offset, path=str(case.path), language="python",
-                                        multiline=False, time_budget_s=self.settings.budgets.completion_ms / 1000)
-        return result.text if result.clean or self.settings.repair.return_unclean else ""
-
-
 async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, tallies: dict[str, Tally],
                       details: list[dict]) -> None:
     from glm5_lsp.memory.mixing import continuation_text
@@ -183,19 +136,27 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
           f"{len(cases)} cursors", flush=True)
     lines_by_file = {p: p.read_text(encoding="utf-8").split("\n") for p in root.rglob("*.py")}
     originals = {c.path: c.path.read_text(encoding="utf-8") for c in cases}
-    mixed = Mixed(root, memory, tokenizer, drafts=not args.no_drafts) if "mixed" in args.systems else None
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    serve = [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads", "1"]
     servers = {}
     if "model" in args.systems:
-        servers["model"] = Server("glm5-lsp", [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads", "1"], env, {})
+        servers["model"] = Server("glm5-lsp", serve, env, {"memory": {"enabled": False}})
+    if "mixed" in args.systems:  # what ships: the default settings
+        options = json.loads(args.mixed_options) if args.mixed_options else {}
+        if args.no_drafts:
+            options.setdefault("memory", {})["drafts"] = False
+        servers["mixed"] = Server("glm5-lsp", serve, env, options)
     if "jedi" in args.systems:
         servers["jedi"] = Server("jedi-language-server",
                                  [sys.executable, "-c", "from jedi_language_server.cli import cli; cli()"], env, None)
     for server in servers.values():
         await server.start(root)
     try:
-        if "model" in servers and not await _model_ready(servers["model"], args.load_timeout):
-            raise RuntimeError("glm5-lsp serve did not get ready")
+        for key in ("model", "mixed"):
+            if key in servers and not await _model_ready(servers[key], args.load_timeout):
+                raise RuntimeError(f"glm5-lsp serve ({key}) did not get ready")
+        if "mixed" in servers and not await _memory_ready(servers["mixed"], args.load_timeout):
+            raise RuntimeError("glm5-lsp serve did not build its workspace memory")
         opened: set[Path] = set()
         for number, case in enumerate(cases):
             warming = number < args.warmup  # asked, not counted: each system's first requests start things up
@@ -208,8 +169,6 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
                 for server in servers.values():
                     server.open(uri, originals[case.path])
                 memory.update(as_key(case.path), originals[case.path])
-                if mixed is not None:
-                    mixed.open(case.path, originals[case.path])
                 await asyncio.sleep(args.settle)  # the servers' own warm-up of a document they open
             tally = {k: Tally() for k in SYSTEMS} if warming else tallies
             for key, server in servers.items():
@@ -230,10 +189,6 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
                 started = time.perf_counter()
                 answer = continuation_text(memory, tokenizer, as_key(case.path), case.document, case.offset)
                 row["memory"] = tally["memory"].add(answer, case, time.perf_counter() - started)
-            if mixed is not None:
-                started = time.perf_counter()
-                answer = mixed.complete(case)
-                row["mixed"] = tally["mixed"].add(answer, case, time.perf_counter() - started)
             if "copy" in args.systems:
                 started = time.perf_counter()
                 answer = copy_baseline(case, lines_by_file)
@@ -250,6 +205,21 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
     finally:
         for server in servers.values():
             await server.stop()
+
+
+async def _memory_ready(server: Server, seconds: float) -> bool:
+    """Wait until glm5-lsp's workspace memory is built (its log line)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for message in server.logs:
+            if "workspace memory:" in message:
+                print(f"  {server.name}: {message.split(': ', 1)[-1]}", flush=True)
+                return True
+            if "workspace memory of" in message and "could not be built" in message:
+                print(f"  {server.name}: {message}", flush=True)
+                return False
+        await asyncio.sleep(0.2)
+    return False
 
 
 def weights_commit() -> str:
@@ -286,6 +256,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("--load-timeout", type=float, default=300.0)
     parser.add_argument("--no-drafts", action="store_true", help="the mixed run without drafts")
+    parser.add_argument("--mixed-options", default="", help="initializationOptions (JSON) of the mixed server "
+                        "(default: none, what ships); for tuning on --fit packages only")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds after a document opens before its first request")
     parser.add_argument("--details", default="", help="write each cursor's answers to this JSON-lines file")
     parser.add_argument("--fit", action="store_true", help="allow BENCHMARK_FIT packages (for tuning; never report them)")
@@ -315,8 +287,8 @@ async def main(args: argparse.Namespace) -> int:
     print()
     print("| system | shown | exact rest of line | right word | edit similarity | precision | p50 ms | p95 ms |")
     print("|---|---|---|---|---|---|---|---|")
-    labels = {"model": "model alone (glm5-lsp serve, LSP)", "memory": "memory alone (no model)",
-              "mixed": "model + memory (server pipeline, in process)", "copy": "copy baseline",
+    labels = {"model": "model alone (glm5-lsp serve, memory.enabled false)", "memory": "memory alone (no model)",
+              "mixed": "model + memory (glm5-lsp serve, defaults: what ships)", "copy": "copy baseline",
               "jedi": "jedi-language-server (first item, word)"}
     for name in SYSTEMS:
         if name in args.systems:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # Role names, in the order of their integer ids in ``glm5_lsp.model.policy.Role``.
-ROLE_NAMES: tuple[str, ...] = ("code", "current_block", "api_doc", "symbol", "indent", "error_context")
+ROLE_NAMES: tuple[str, ...] = ("code", "current_block", "api_doc", "symbol", "indent", "error_context", "snippet")
 
 
 @dataclass(frozen=True)

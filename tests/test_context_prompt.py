@@ -121,7 +121,7 @@ def test_index_cli_prints_what_it_indexed(tmp_path, capsys):
     shutil.copytree(WS, root)
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    args = parser.parse_args([str(root), "--cache-dir", str(tmp_path / "cache")])
+    args = parser.parse_args([str(root), "--cache-dir", str(tmp_path / "cache"), "--no-memory"])
     assert cli.run(args) == 0
     out = capsys.readouterr().out
     assert "source files: 13" in out and "skipped 1" in out and "API docs:" in out and "json" in out

@@ -55,7 +55,7 @@ def test_global_sparsity_shrinks_the_budget(model, ids) -> None:
 
 @pytest.mark.parametrize(
     ("knob", "role", "span"),
-    [("api_focus", Role.API_DOC, (0, 30)), ("indent_flow", Role.INDENT, (20, 50))],
+    [("api_focus", Role.API_DOC, (0, 30)), ("api_focus", Role.SNIPPET, (0, 30)), ("indent_flow", Role.INDENT, (20, 50))],
 )
 def test_role_knobs_pull_their_tokens_in(model, ids, knob, role, span) -> None:
     roles = roles_with(**{role.name.lower(): span})

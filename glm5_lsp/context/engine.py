@@ -15,10 +15,11 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from glm5_lsp.context.apidocs import ApiDocIndex, ApiDocStats, installed_imports
 from glm5_lsp.context.documents import Document, DocumentStore, Edit
-from glm5_lsp.context.prompt import build_prompt
+from glm5_lsp.context.prompt import build_prompt, snippet_room
 from glm5_lsp.context.sources import DEFAULT_MAX_BYTES, read_source
 from glm5_lsp.context.summary import SymbolInfo
 from glm5_lsp.context.symbols import IndexStats, SymbolTable
@@ -45,11 +46,17 @@ class ContextEngine:
         token_budget: int = 1024,
         api_doc_tokens: int | None = None,
         symbol_tokens: int | None = None,
+        snippet_tokens: int | None = None,
+        memory: Any = None,
     ) -> None:
+        """``memory``: the workspace memory (``pipeline.memory.SessionMemory``: its ``snippets``),
+        whose windows of recently edited files and longest match join the other open files'
+        snippets, within ``snippet_tokens`` (and the snippets' share of the budget)."""
         self.cache_dir = cache_dir
         self.max_file_bytes = max_file_bytes
         self.token_budget = token_budget
-        self.limits = {"api": api_doc_tokens, "symbols": symbol_tokens}
+        self.limits = {"api": api_doc_tokens, "symbols": symbol_tokens, "others": snippet_tokens}
+        self.memory = memory
         self.documents = DocumentStore()
         self._counters: dict[int, TokenCounter] = {}
         self._set_root(workspace_root)
@@ -169,9 +176,24 @@ class ContextEngine:
                 self._counters.clear()
             counter = self._counters[id(count_tokens)] = TokenCounter(count_tokens)
         others = [d for d in self.documents if d.path != doc.path]
-        return build_prompt(doc, offset, budget_tokens or self.token_budget, symbols=self.symbols,
+        budget = budget_tokens or self.token_budget
+        return build_prompt(doc, offset, budget, symbols=self.symbols,
                             apidocs=self.apidocs, other_docs=others, error_lines=error_lines,
-                            count_tokens=counter, limits=self.limits)
+                            count_tokens=counter, limits=self.limits,
+                            remembered=self._remembered(doc, offset, budget))
+
+    def _remembered(self, doc: Document, offset: int, budget: int) -> list[tuple[str, str]]:
+        """The workspace memory's snippets for the cursor, ``(path, text)``, when the prompt has
+        room for one (``snippet_room``)."""
+        room = snippet_room(budget, self.limits)
+        if self.memory is None or room <= 0 or doc.path.startswith("<"):
+            return []
+        try:
+            found = self.memory.snippets(doc.path, doc.text, offset, max_chars=room * 3)
+        except Exception:  # the memory is an aid: the prompt is built without it
+            log.exception("the workspace memory's snippets failed")
+            return []
+        return [(s.key, s.text) for s in found]
 
     def names_at(self, text: str | None, offset: int, *, path: str | os.PathLike[str] | None = None,
                  language: str | None = None) -> list[SymbolInfo]:

@@ -2,12 +2,17 @@
 
 Layout (what changes least comes first, so the runtime's cached prefix survives keystrokes)::
 
-    <comment> other open files      snippets most similar to the code at the cursor   (role code)
+    <comment> other files           snippets most similar to the code at the cursor   (role snippet)
     <comment> symbols               the symbol summary                                (role symbol)
     <comment> api                   API-doc chunks, best one last (nearest the code)  (role api_doc)
     <comment> flagged lines         error lines outside the code window               (role error_context)
     code before the cursor          | prefix
     code after the cursor           | suffix (fill-in-the-middle)
+
+The snippets are the workspace memory's (``remembered``: windows of recently edited files and the
+text around the memory's longest match of the cursor's context, when the engine has a memory), then
+windows of the other open files; at most ``SHARES["others"]`` of the budget and ``limits["others"]``
+(``budgets.snippetTokens``), none where that leaves less than ``MIN_SNIPPET_TOKENS``.
 
 Every header line is a line comment of the document's language. Budget priorities: the code window
 is sized first with at least ``CODE_SHARE`` of the budget (the code around the cursor is never
@@ -41,10 +46,11 @@ if TYPE_CHECKING:
     from glm5_lsp.context.symbols import SymbolTable
 
 CODE_SHARE = 0.5
-SHARES = {"others": 0.10, "symbols": 0.15, "api": 0.15, "errors": 0.25}
+SHARES = {"others": 0.20, "symbols": 0.15, "api": 0.15, "errors": 0.25}
 BEFORE_SHARE = 0.75  # of the code budget, for the text before the cursor
 INDENT_ABOVE, INDENT_BELOW = 24, 8
 SNIPPET_LINES = 12
+MIN_SNIPPET_TOKENS = 24  # less room than this for snippets: none (a header line and a few code lines)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 
 
@@ -68,6 +74,7 @@ def build_prompt(
     error_lines: Iterable[int] = (),
     count_tokens: Callable[[str], int] | TokenCounter | None = None,
     limits: dict[str, int | None] | None = None,
+    remembered: Sequence[tuple[str, str]] = (),
 ) -> Prompt:
     """The prompt for a cursor at string ``offset`` of ``doc``, within ``budget_tokens``.
 
@@ -89,9 +96,9 @@ def build_prompt(
 
     # 2. Header parts, each within its share.
     sections: list[tuple[str, list[str]]] = []
-    others = _snippets(doc, line, other_docs, caps["others"], count, marker)
+    others = _snippets(doc, line, other_docs, snippet_room(budget_tokens, limits), count, marker, remembered)
     if others:
-        sections.append(("code", others))
+        sections.append(("snippet", others))
     if symbols is not None:
         lines = symbols.render(doc.path, line, caps["symbols"], count,
                                skip_lines=(window.first, window.last))
@@ -245,13 +252,35 @@ def _api_lines(doc, offset, symbols, apidocs, budget, count, marker) -> list[str
     return lines
 
 
-def _snippets(doc, line, other_docs, budget, count, marker) -> list[str]:
-    """Windows of other open files sharing the most identifiers with the code around the cursor."""
-    if budget <= 0 or not other_docs:
+def snippet_room(budget_tokens: int, limits: dict[str, int | None] | None = None) -> int:
+    """The tokens a prompt of ``budget_tokens`` gives snippets (0 below ``MIN_SNIPPET_TOKENS``)."""
+    room = int(budget_tokens * SHARES["others"])
+    cap = (limits or {}).get("others")
+    if cap is not None:
+        room = min(room, cap)
+    return room if room >= MIN_SNIPPET_TOKENS else 0
+
+
+def _snippets(doc, line, other_docs, budget, count, marker, remembered=()) -> list[str]:
+    """The memory's snippets (``remembered``, best first), then windows of other open files sharing
+    the most identifiers with the code around the cursor, within ``budget``."""
+    if budget <= 0:
         return []
+    out: list[str] = []
+    left = budget
+    for path, text in remembered:
+        block = [f"{marker}{_display(path, doc.path)}"] + [marker + t for t in text.strip("\n").split("\n")]
+        cost = sum(count.cached(t) + 1 for t in block)
+        if cost <= left:
+            out += block
+            left -= cost
+    shown = {path for path, _ in remembered}
+    other_docs = [d for d in other_docs if d.path not in shown]
+    if not other_docs:
+        return out
     near = set(_IDENT.findall(doc.text[doc.line_starts[max(0, line - SNIPPET_LINES)] : doc.line_starts[line]]))
     if not near:
-        return []
+        return out
     scored: list[tuple[float, str, int, list[str]]] = []
     for other in other_docs:
         if other.path == doc.path:
@@ -261,8 +290,6 @@ def _snippets(doc, line, other_docs, budget, count, marker) -> list[str]:
             if score > 0:
                 scored.append((-score, other.path, first, lines))
     scored.sort()
-    out: list[str] = []
-    left = budget
     for _, path, first, lines in scored[:4]:
         block = [f"{marker}{_display(path, doc.path)}:{first + 1}"] + [marker + t for t in lines]
         cost = sum(count.cached(t) + 1 for t in block)

@@ -10,7 +10,7 @@ ARCHITECTURE.md, "Attention policy"):
 - ``syntax_aware`` switches the soft role biases below on or off (error context is separate).
 - Soft biases are added to a key's indexer score before top-k, in units of that query row's
   standard deviation of scores (so they mean the same on any checkpoint):
-  ``api_doc`` keys get ``BIAS_SCALE * api_focus``, ``symbol`` keys half of that,
+  ``api_doc`` keys get ``BIAS_SCALE * api_focus``, ``symbol`` and ``snippet`` keys half of that,
   ``indent`` keys ``BIAS_SCALE * indent_flow``, ``current_block`` keys ``BIAS_SCALE * CURRENT_BLOCK_BIAS``.
 - ``error_context`` e > 0 forces full attention on ``error_context`` tokens: as keys they are added
   to every later query's selected set (outside the top-k budget, never dropped), and as queries they
@@ -36,6 +36,7 @@ class Role(IntEnum):
     SYMBOL = 3
     INDENT = 4
     ERROR_CONTEXT = 5
+    SNIPPET = 6  # chunks of other files like the code at the cursor (the workspace memory's too)
 
 
 assert [r.name.lower() for r in Role] == list(ROLE_NAMES)
@@ -113,6 +114,7 @@ def _role_bias(c: AttentionConfig) -> torch.Tensor:
     if c.syntax_aware:
         bias[Role.API_DOC] = BIAS_SCALE * c.api_focus
         bias[Role.SYMBOL] = BIAS_SCALE * c.api_focus / 2
+        bias[Role.SNIPPET] = BIAS_SCALE * c.api_focus / 2  # other code's facts, as the symbol summary
         bias[Role.INDENT] = BIAS_SCALE * c.indent_flow
         bias[Role.CURRENT_BLOCK] = BIAS_SCALE * CURRENT_BLOCK_BIAS
     return bias

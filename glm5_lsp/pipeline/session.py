@@ -36,6 +36,7 @@ from glm5_lsp.backends.scoring import LOGPROB_FLOOR, RuntimeScorer, TokenScore, 
 from glm5_lsp.gate.acceptance import AcceptanceLog, SuggestionTracker  # noqa: F401 (front ends take these from here)
 from glm5_lsp.gate.judge import CompletionGate
 from glm5_lsp.pipeline.core import Pipeline, PipelineSettings
+from glm5_lsp.pipeline.memory import MemorySettings, SessionMemory
 from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.spans import Prompt
 
@@ -152,6 +153,7 @@ class Session:
     pipeline: Pipeline
     context: SharedContext | None
     context_tokens: int  # the prompt budget in use
+    memory: SessionMemory | None = None  # the workspace memory (not indexed yet: ``memory.index(root)``)
 
 
 def open_session(
@@ -164,6 +166,7 @@ def open_session(
     line_context_tokens: int = 0,
     api_doc_tokens: int | None = None,
     symbol_tokens: int | None = None,
+    snippet_tokens: int | None = None,
     warm_names: bool = False,
     progress: ProgressFn | None = None,
     # The completion gate: installed (``Pipeline.install_gate``) from the model's folder or ``gate_path``;
@@ -171,10 +174,16 @@ def open_session(
     gate: bool = False,
     gate_path: str = "",
     min_quality: float | None = None,
+    memory: MemorySettings | None = None,
+    drafts: bool = True,
 ) -> Session:
     """Create and load the backend, size the prompts to it, build the context engine for ``root``
     and the pipeline over them. ``warm_names``: load jedi's builtins now (the decoding monitor's
-    first lookup needs them). Raises what the backend raises (a missing checkpoint, a bad URL)."""
+    first lookup needs them). ``memory``: the workspace memory's settings (None or not ``enabled``:
+    none), built empty here, in the model's tokens (a served model's: the embedded model's), for
+    the front end to index (``session.memory.index(root, progress)``, slow: off its event loop);
+    ``drafts``: the in-process model verifies the memory's drafts. Raises what the backend raises
+    (a missing checkpoint, a bad URL)."""
     report = progress or (lambda message, percent: None)
     report(f"creating the {kind} backend", 5)
     backend = create_backend(kind, **options)
@@ -186,15 +195,22 @@ def open_session(
     report("preparing the context engine", 80)
     budget = context_budget(context_tokens, able.trained_context, settings.multiline_max_tokens)
     log.info("prompt budget: %d tokens", budget)
-    engine_options = {k: v for k, v in (("api_doc_tokens", api_doc_tokens), ("symbol_tokens", symbol_tokens))
-                      if v is not None}
+    engine_options = {k: v for k, v in (("api_doc_tokens", api_doc_tokens), ("symbol_tokens", symbol_tokens),
+                                        ("snippet_tokens", snippet_tokens)) if v is not None}
+    workspace_memory = None
+    if memory is not None and memory.enabled:
+        report("preparing the workspace memory", 85)
+        workspace_memory = SessionMemory(memory_tokenizer(backend), memory, drafts=drafts)
+        if hasattr(backend, "drafts"):
+            backend.drafts = drafts
 
     def make(workspace: str | None) -> ContextEngine:
-        return context_engine(workspace, token_budget=budget, **engine_options)
+        return context_engine(workspace, token_budget=budget, memory=workspace_memory, **engine_options)
 
     context = SharedContext(make(root), make)
     line_budget = line_context_budget(line_context_tokens, budget, able.index_topk)
-    pipeline = Pipeline(backend, settings=replace(settings, line_context_tokens=line_budget), context=context)
+    pipeline = Pipeline(backend, settings=replace(settings, line_context_tokens=line_budget), context=context,
+                        memory=workspace_memory)
     if gate:
         pipeline.install_gate(CompletionGate.for_model(getattr(backend, "model_path", None), path=gate_path or None,
                                                        min_quality=min_quality))
@@ -203,4 +219,16 @@ def open_session(
         started = time.perf_counter()
         warm_jedi("")  # Python's builtins
         log.debug("jedi's builtins loaded in %.0f ms", (time.perf_counter() - started) * 1000)
-    return Session(pipeline=pipeline, context=context, context_tokens=budget)
+    return Session(pipeline=pipeline, context=context, context_tokens=budget, memory=workspace_memory)
+
+
+def memory_tokenizer(backend: Any) -> Any:
+    """The tokenizer the workspace memory holds its ids in: the in-process model's (its logits are
+    what the memory is mixed into), else the embedded model's (a served model's continuation is
+    decoded back to text, so any tokenizer matches; this one ships)."""
+    tokenizer = capabilities(backend, with_tokenizer=True).tokenizer if backend.supports_internals else None
+    if tokenizer is None:
+        from glm5_lsp.model import default_model_path, load_tokenizer
+
+        tokenizer = load_tokenizer(default_model_path())
+    return tokenizer

@@ -105,6 +105,7 @@ class Candidate:
     truncated: bool = False  # a prefix of a generated candidate (``truncate.cut_points``)
     finished_word: bool = False  # not generated: the typed word finished from the names around it
     remembered: bool = False  # not generated: the workspace memory's continuation (``alternative``)
+    vouched: bool = False  # the model and the workspace memory agree on it (``extension``)
 
     def mean_logprob(self) -> float:
         return -math.inf if self.logprob is None else self.logprob / max(self.tokens, 1)
@@ -143,6 +144,7 @@ class RepairResult:
     skipped_providers: list[str] = field(default_factory=list)
     candidates: list[Candidate] = field(default_factory=list)
     finished_word: bool = False  # the text is the typed word finished from the names around it
+    vouched: bool = False  # the model and the workspace memory agree on the text (``extension``)
     prompt_tokens: int = 0  # over every round
     finish_reason: str = "stop"  # the last generation's
 
@@ -182,7 +184,8 @@ class RepairLoop:
                  penalties: Sequence[Penalty] = (), monitor_factory: MonitorFactory | None = None,
                  finisher: WordFinisher | None = None,
                  word_check: WordCheck | None = None, clock: Callable[[], float] = time.monotonic,
-                 memory_factory: MemoryFactory | None = None, alternative: Alternative | None = None) -> None:
+                 memory_factory: MemoryFactory | None = None, alternative: Alternative | None = None,
+                 extension: Alternative | None = None) -> None:
         self.backend = backend
         self.settings = settings or RepairSettings()
         self._runner = runner
@@ -193,7 +196,8 @@ class RepairLoop:
         self.word_check = word_check
         self.clock = clock
         self.memory_factory = memory_factory  # mixing before the monitor (in-process model)
-        self.alternative = alternative  # the memory's continuation, judged after the first candidate
+        self.alternative = alternative  # the memory's continuation, judged after an unclean first candidate
+        self.extension = extension  # the memory's continuation, where it agrees with a clean first candidate
         self._runners: dict[str, DiagnosticRunner] = {}  # per language, kept: providers keep recent parses
 
     def runner_for(self, language: str) -> DiagnosticRunner:
@@ -261,6 +265,11 @@ class RepairLoop:
                                   empty=_empty(text, request.forced_prefix))
             candidates.append(candidate)
             if not candidate.rank(settings.reject_empty)[0]:
+                if round_no == 1 and self.extension is not None and settings.max_truncations > 0:
+                    longer = self._extend(candidate, completion.text, request, target, runner, before,
+                                          baseline.skipped, task)
+                    if longer is not None:
+                        candidates.insert(0, longer)  # equal in rank to the model's: the first one wins
                 break
             if round_no == 1 and self.alternative is not None and settings.max_truncations > 0:
                 # The memory's continuation (a served model's extra candidate): one check, where
@@ -367,6 +376,34 @@ class RepairLoop:
                              truncated=True)
         return None
 
+    def _extend(self, candidate: Candidate, written: str, request: CompletionRequest, target: RepairTarget,
+                runner: DiagnosticRunner, before: list[Diagnostic], before_skipped: list[str],
+                task: LoopTask) -> Candidate | None:
+        """Where the memory's continuation (``extension``) is what the model wrote (``written``, before
+        post-processing), the two agree (``candidate.vouched``); where it goes on from it (the model
+        stopped where it was unsure and the workspace says more), that longer text post-processed and
+        judged like any candidate: returned when clean."""
+        assert self.extension is not None
+        try:
+            remembered = self.extension(request, target) or ""
+        except Exception:  # the memory must never cost the user the model's answer
+            log.exception("the memory's continuation failed")
+            return None
+        written = written.split("\n", 1)[0] if "\n" in request.stop else written
+        if not written.strip() or not remembered.startswith(written):
+            return None
+        if remembered.rstrip() == written.rstrip():
+            candidate.vouched = True
+            return None
+        text = task.postprocess(remembered) if task.postprocess else remembered
+        if not text.startswith(candidate.text.rstrip(")]}\"' ")):
+            return None
+        text, verdict = self._judge_with_rewrites(text, target, runner, before, before_skipped)
+        if verdict.blocking(self.settings.blocking_severities) or self._word_problem(text, request.forced_prefix, target):
+            return None
+        return Candidate(text, candidate.round, verdict.introduced, [], candidate.logprob, candidate.tokens,
+                         sum(p(text, target) for p in self.penalties), remembered=True, vouched=True)
+
     def _alternative(self, request: CompletionRequest, target: RepairTarget, runner: DiagnosticRunner,
                      before: list[Diagnostic], before_skipped: list[str], task: LoopTask) -> Candidate | None:
         """The model-free candidate (``alternative``), post-processed and judged like the model's;
@@ -453,4 +490,5 @@ class RepairLoop:
             rounds=max((c.round for c in candidates), default=0), candidates_tried=len(candidates),
             seconds=self.clock() - started, tokens=tokens, skipped_providers=skipped, candidates=candidates,
             finished_word=returned is not None and returned.finished_word,
+            vouched=returned is not None and returned.vouched,
         )

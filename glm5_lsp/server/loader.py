@@ -16,7 +16,13 @@ from dataclasses import replace
 from typing import Any
 
 from glm5_lsp.pipeline import Pipeline, PipelineSettings, RepairSettings
-from glm5_lsp.pipeline.session import SharedContext, attention_config, open_session
+from glm5_lsp.pipeline.session import (
+    MemorySettings,
+    SessionMemory,
+    SharedContext,
+    attention_config,
+    open_session,
+)
 from glm5_lsp.pipeline.session import context_budget as session_budget
 from glm5_lsp.pipeline.session import line_context_budget as session_line_budget
 from glm5_lsp.server.heap import settle_heap
@@ -95,6 +101,7 @@ class Engine:
         self.root = root
         self.pipeline: Pipeline | None = None
         self.context: SharedContext | None = None
+        self.memory: SessionMemory | None = None  # the workspace memory, once loaded (indexed by the server)
         self.error: str | None = None
         self.load_seconds = 0.0
         self.context_tokens = 0  # the prompt budget in use, once loaded
@@ -123,8 +130,11 @@ class Engine:
                 kind, options, pipeline_settings(self.settings), root=self.root,
                 context_tokens=budgets.context_tokens, line_context_tokens=budgets.line_context_tokens,
                 api_doc_tokens=budgets.api_doc_tokens, symbol_tokens=budgets.symbol_tokens,
+                snippet_tokens=budgets.snippet_tokens,
                 warm_names=self.monitors_names, progress=progress,
+                memory=memory_settings(self.settings), drafts=self.settings.memory.drafts,
             )
+            self.memory = session.memory
             self.context_tokens = session.context_tokens
             self.context = session.context
             self.pipeline = session.pipeline
@@ -135,6 +145,13 @@ class Engine:
         except Exception as error:  # a missing checkpoint or a bad URL must not kill the server
             log.exception("model load failed")
             self.error = f"{type(error).__name__}: {error}"
+
+
+def memory_settings(settings: Settings) -> MemorySettings:
+    """The workspace memory's settings (``memory.*``) in the pipeline's terms."""
+    memory = settings.memory
+    return MemorySettings(enabled=memory.enabled, libraries=memory.libraries, stdlib=memory.stdlib,
+                          max_files=memory.max_files, max_library_tokens=memory.max_library_tokens)
 
 
 def context_budget(settings: Settings, trained_context: int | None) -> int:

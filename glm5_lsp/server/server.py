@@ -36,6 +36,7 @@ def build_server() -> Glm5Server:
         ls.attach_log_handler(ls.loop)
         log.info("glm5-lsp %s (python %s) started", __version__, sys.version.split()[0])
         ls.start_engine()
+        ls.loop.create_task(ls.watch_files(params))
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: Glm5Server, params: types.DidChangeConfigurationParams) -> None:
@@ -46,10 +47,25 @@ def build_server() -> Glm5Server:
         # The warm-up runs on its own: this handler (and the message, a 5 MB text perhaps) ends now.
         ls.schedule_diagnostics(params.text_document.uri)
         ls.warm_document(params.text_document.uri, params.text_document.language_id)
+        ls.remember_document(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: Glm5Server, params: types.DidChangeTextDocumentParams) -> None:
         ls.schedule_diagnostics(params.text_document.uri)
+        ls.remember_document(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: Glm5Server, params: types.DidSaveTextDocumentParams) -> None:
+        ls.remember_document(params.text_document.uri)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: Glm5Server, params: types.DidChangeWatchedFilesParams) -> None:
+        ls.files_changed(params.changes)
+
+    @server.feature(types.WORKSPACE_DID_RENAME_FILES, types.FileOperationRegistrationOptions(
+        filters=[types.FileOperationFilter(pattern=types.FileOperationPattern(glob="**/*"))]))
+    def did_rename_files(ls: Glm5Server, params: types.RenameFilesParams) -> None:
+        ls.files_renamed(params.files)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: Glm5Server, params: types.DidCloseTextDocumentParams) -> None:

@@ -89,6 +89,10 @@ class BudgetSettings:
     line_context_tokens: int = field(default=0, metadata=_range(0, 131072))
     api_doc_tokens: int = field(default=256, metadata=_range(0, 65536))
     symbol_tokens: int = field(default=256, metadata=_range(0, 65536))
+    # Snippets of other open or recently edited files most like the code at the cursor (and the
+    # workspace memory's longest match), their own role in the prompt; at most a fifth of a prompt,
+    # none below 24 tokens (so not in a single line's prompt at the default budgets).
+    snippet_tokens: int = field(default=128, metadata=_range(0, 65536))
     request_timeout_ms: int = field(default=5000, metadata=_range(50, 600000))
     # As-you-type completions (inline and list): no repair round starts after this, and the
     # generation running then is cut there (its text still judged); ghost text that comes later
@@ -126,6 +130,21 @@ class RepairSettings:
 
 
 @dataclass
+class MemorySettings:
+    """The workspace memory: the workspace's files and the libraries they import as the model's
+    token ids, whose longest matches are mixed into decoding and proposed as drafts."""
+
+    enabled: bool = True  # built for the workspace folder when the model loads; updated as documents change
+    libraries: bool = True  # the installed distributions the workspace imports (cached on disk, shared)
+    stdlib: bool = True  # and the standard library
+    max_files: int = field(default=5000, metadata=_range(0, 1_000_000))  # workspace files indexed, in path order
+    # library code held, in the model's tokens (about 6 bytes of memory a token)
+    max_library_tokens: int = field(default=16_000_000, metadata=_range(0, 500_000_000))
+    # the memory's long, confident continuations verified by the model in one pass (the same text, sooner)
+    drafts: bool = True
+
+
+@dataclass
 class FeatureSettings:
     """Which features are on."""
 
@@ -159,6 +178,7 @@ class Settings:
     repair: RepairSettings = field(default_factory=RepairSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
+    memory: MemorySettings = field(default_factory=MemorySettings)
     log_level: str = field(default="info", metadata=_choices("error", "warning", "info", "debug"))
 
 

@@ -45,6 +45,7 @@ from glm5_lsp.pipeline import (
     wants_multiline,
     warm,
 )
+from glm5_lsp.pipeline.memory import IndexCancelled
 from glm5_lsp.server import convert
 from glm5_lsp.server.heap import IdleSettler, freeze_survivors, release_memory
 from glm5_lsp.server.jobs import CancelToken, Supersession
@@ -66,6 +67,7 @@ DIAGNOSTICS_QUIET_S = 0.4  # the pause: this long without a completion running
 # on a loaded machine; cut at budget + 50 ms, 10-30% of the answers were lost). Later is dropped.
 ANSWER_GRACE_S = 0.05
 JUDGING_GRACE_S = 0.25
+MEMORY_DOCUMENT_CHARS = 1_000_000  # a larger open document stays out of the workspace memory
 T = TypeVar("T")
 
 _LOG_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
@@ -109,6 +111,8 @@ class Glm5Server(LanguageServer):
         self._windowed: set[str] = set()  # documents read as a window (logged once each)
         self.backend_down = False  # a BackendUnavailable was the last answer (shown to the user once)
         self.heap = IdleSettler(self._on_model_worker, self.supersession.busy)
+        self._remembering: set[str] = set()  # documents whose text is going into the memory now
+        self._remember_again: set[str] = set()  # ... and that changed again meanwhile
 
     protocol: Glm5Protocol
 
@@ -178,6 +182,8 @@ class Glm5Server(LanguageServer):
         """Cancel what runs; the model worker is let go without waiting for a job stuck in it."""
         self.supersession.cancel_all("exit")
         self.heap.cancel()
+        if self.engine.memory is not None:
+            self.engine.memory.cancel()
         for tasks in (self._diagnose_tasks, self._warm_tasks):
             for task in tasks.values():
                 task.cancel()
@@ -205,9 +211,10 @@ class Glm5Server(LanguageServer):
             )
             log.warning("invalid settings: %s", "; ".join(problems))
         # The multi-line budget also sets the prompt budget at load ("auto": the trained context less it).
-        reload = (new.model, new.attention, new.repair, new.budgets, new.completion.multiline_max_tokens) != (
+        reload = (new.model, new.attention, new.repair, new.budgets, new.completion.multiline_max_tokens,
+                  new.memory) != (
             self.settings.model, self.settings.attention, self.settings.repair, self.settings.budgets,
-            self.settings.completion.multiline_max_tokens,
+            self.settings.completion.multiline_max_tokens, self.settings.memory,
         )
         self.settings = new
         if not reload and self.engine is not None:
@@ -223,6 +230,8 @@ class Glm5Server(LanguageServer):
         """(Re)create the engine and load it on the model worker, reporting ``$/progress``."""
         assert self.loop is not None
         self.supersession.cancel_all("reload")
+        if self.engine.memory is not None:
+            self.engine.memory.cancel()  # the old engine's first build, if it still runs
         root = self.workspace.root_path
         engine = Engine(self.settings, root)
         self.engine = engine
@@ -245,8 +254,124 @@ class Glm5Server(LanguageServer):
             log.info("model ready (%s) in %.1fs", self.settings.model.backend, engine.load_seconds)
             if root and engine.context is not None:
                 await self.index_workspace(engine, root)
+            if engine.memory is not None:
+                for uri in list(self.workspace.text_documents):  # opened while the model loaded
+                    self.remember_document(uri)
+            if root and engine.memory is not None and self.engine is engine:
+                await self.index_memory(engine, root)
 
         self.loop.create_task(run())
+
+    async def index_memory(self, engine: Engine, root: str) -> dict[str, Any] | None:
+        """The workspace memory's first build of ``root`` (its files, the libraries they import),
+        in a thread of its own (a daemon: exiting never waits for it), reporting ``$/progress``.
+        Documents opened meanwhile keep the editor's text. None when it failed or was stopped."""
+        assert self.loop is not None and engine.memory is not None
+        memory = engine.memory
+        progress = WorkProgress(self, self.loop, "GLM-5: workspace memory")
+        await progress.begin(root)
+        started = time.perf_counter()
+        try:
+            stats = await in_daemon_thread(memory.index, root, progress.report,
+                                           lambda: self.engine is not engine or self.protocol.exit_code is not None)
+        except IndexCancelled:
+            progress.end("stopped")
+            return None
+        except Exception:  # an unreadable folder or library must not cost the user completions
+            log.exception("the workspace memory of %s could not be built", root)
+            progress.end("failed")
+            return None
+        self.cache.clear()  # answers from before the memory was there
+        progress.end(f"{stats['files']} files, {stats['tokens'] + stats['library_tokens']:,} tokens "
+                     f"in {time.perf_counter() - started:.1f}s")
+        return stats
+
+    # ---- the workspace memory's documents -----------------------------------------------------
+
+    def remember_document(self, uri: str) -> None:
+        """An opened, changed or saved document: its text goes into the workspace memory, off the
+        event loop (only the changed lines are re-tokenized), the latest text once per burst."""
+        memory = self.engine.memory
+        if memory is None or self.loop is None:
+            return
+        if uri in self._remembering:
+            self._remember_again.add(uri)
+            return
+        self._remembering.add(uri)
+
+        async def run() -> None:
+            try:
+                while True:
+                    self._remember_again.discard(uri)
+                    document = self.document(uri)
+                    if document is None or self.engine.memory is not memory:
+                        return
+                    path = to_fs_path(uri) or uri
+                    language = detect_language(path, document.language_id)
+                    text = document.source
+                    if len(text) <= MEMORY_DOCUMENT_CHARS and memory.applies(language) \
+                            and await asyncio.to_thread(memory.update, path, text):
+                        self.cache.clear()  # answers elsewhere may read what this document now says
+                    if uri not in self._remember_again:
+                        return
+            except Exception:  # the memory is an aid: a failure is logged, the document served anyway
+                log.exception("the workspace memory could not take %s", uri)
+            finally:
+                self._remembering.discard(uri)
+
+        self.loop.create_task(run())
+
+    def files_changed(self, changes: list[types.FileEvent]) -> None:
+        """``workspace/didChangeWatchedFiles``: a file created or changed outside the editor is read
+        again (an open document keeps the editor's text), a deleted one is forgotten."""
+        memory = self.engine.memory
+        if memory is None or self.loop is None:
+            return
+        work = []
+        for change in changes:
+            path = to_fs_path(change.uri) or change.uri
+            if change.type == types.FileChangeType.Deleted:
+                work.append((memory.remove, path))
+            elif self.document(change.uri) is None:
+                work.append((memory.refresh, path))
+        if work:
+            self.loop.create_task(self._memory_work(work))
+
+    def files_renamed(self, files: list[types.FileRename]) -> None:
+        """``workspace/didRenameFiles``: a file (or folder) moved keeps its text under the new name."""
+        memory = self.engine.memory
+        if memory is None or self.loop is None:
+            return
+        work = [(memory.rename, to_fs_path(f.old_uri) or f.old_uri, to_fs_path(f.new_uri) or f.new_uri) for f in files]
+        if work:
+            self.loop.create_task(self._memory_work(work))
+
+    async def watch_files(self, params: Any = None) -> None:
+        """Ask the client to report Python files changed outside the editor
+        (``workspace/didChangeWatchedFiles``), where it lets a server register that."""
+        workspace = self.client_capabilities.workspace if self.client_capabilities else None
+        watched = workspace.did_change_watched_files if workspace else None
+        if not (watched and watched.dynamic_registration):
+            return
+        options = types.DidChangeWatchedFilesRegistrationOptions(
+            watchers=[types.FileSystemWatcher(glob_pattern="**/*.{py,pyi}")])
+        try:
+            await self.client_register_capability_async(types.RegistrationParams(registrations=[
+                types.Registration(id="glm5-watched-files", method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                                   register_options=options)]))
+        except Exception:  # a client that refuses: files changed outside the editor are read when opened
+            log.debug("the client did not register the file watchers", exc_info=True)
+
+    async def _memory_work(self, work: list[tuple[Any, ...]]) -> None:
+        def run() -> None:
+            for fn, *args in work:
+                try:
+                    fn(*args)
+                except Exception:  # one unreadable file must not stop the others
+                    log.exception("the workspace memory could not follow %s", args[0])
+
+        await asyncio.to_thread(run)
+        self.cache.clear()
 
     async def index_workspace(self, engine: Engine, root: str) -> int:
         """Summarise the workspace and index the API docs it imports, reporting ``$/progress``."""
@@ -591,6 +716,32 @@ class Glm5Server(LanguageServer):
         package = logging.getLogger("glm5_lsp")
         package.addHandler(self._log_handler)
         package.setLevel(logging.DEBUG)  # each handler filters by its own level
+
+
+async def in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a daemon thread of its own, awaited: a long build the process need not
+    wait for when it exits (``asyncio.to_thread``'s pool is joined at exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as caught:  # noqa: BLE001 - handed to the awaiting coroutine
+            result, error = None, caught
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="glm5-memory-build", daemon=True).start()
+    return await future
 
 
 def forget_jedi_parse(path: str) -> None:

@@ -1,0 +1,194 @@
+"""The workspace memory as a session holds it: one per workspace root, reached by path.
+
+:class:`SessionMemory` wraps a :class:`~glm5_lsp.memory.WorkspaceMemory` for the front ends (which
+import only the pipeline): documents by path as the editor names them (``update`` on open, change and
+save; ``refresh`` for a file changed outside the editor, ``remove`` for one deleted, ``rename``), the
+first build of a folder (``index``, slow: the front end runs it off its event loop, with progress,
+and may cancel it), and what the pipeline asks of it per request:
+
+- with the in-process model, a logits processor that mixes the memory's next-token estimate into
+  the model's and proposes drafts (:meth:`processor`, wrapping the decoding monitor);
+- with a served model (no logits), the memory's own continuation, one more candidate the repair loop
+  judges like any other (:meth:`continuation`);
+- snippets for the prompt: the windows of other edited documents most like the code at the cursor,
+  and the text around the memory's longest match in another file (:meth:`snippets`).
+
+The memory indexes Python (its interpolation table was fitted on Python); a request in another
+language gets the monitor alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from glm5_lsp.memory import (
+    DraftSettings,
+    MemorySettings,
+    ProcessorFactory,
+    WorkspaceMemory,
+    as_key,
+    continuation_text,
+)
+from glm5_lsp.memory.snippets import Snippet, similar_snippets
+from glm5_lsp.memory.workspace import keys_under
+
+log = logging.getLogger(__name__)
+
+MEMORY_LANGUAGES = frozenset({"python"})
+SNIPPET_LINES = 8  # a prompt's snippet room is a tenth to a fifth of a few hundred tokens
+COMPACT_EVERY = 64  # documents moved out of ``hot``: then the edits are folded back into one shard
+
+
+class IndexCancelled(Exception):
+    """The first build was stopped (the server is shutting down, or a newer build began)."""
+
+
+class SessionMemory:
+    """See the module docstring. Thread-safe (the memory holds its own lock)."""
+
+    def __init__(self, tokenizer: Any, settings: MemorySettings | None = None, *, drafts: bool = True,
+                 cache_dir: Any = None) -> None:
+        self.settings = settings or MemorySettings()
+        self.tokenizer = tokenizer
+        self.memory = WorkspaceMemory(tokenizer, self.settings, cache_dir=cache_dir)
+        self.factory = ProcessorFactory(self.memory, tokenizer, drafts=DraftSettings(enabled=drafts))
+        self.root: str | None = None
+        self.indexed = False  # the first build of ``root`` has finished
+        self._builds = 0  # each ``index`` call's number: an older one still running stops
+        self._switches = 0
+        self._lock = threading.Lock()
+
+    # ---- the first build ----------------------------------------------------------------------
+
+    def index(self, root: str, progress: Callable[[str, int], None] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """Index the folder ``root`` (its files and, per the settings, the libraries they import):
+        the memory's stats as a dict. ``progress(message, percent)``; ``cancelled()`` polled at each
+        progress step (:class:`IndexCancelled` is raised then, the memory left as it was)."""
+        with self._lock:
+            self._builds += 1
+            number = self._builds
+
+        def step(message: str, fraction: float) -> None:
+            if number != self._builds or (cancelled is not None and cancelled()):
+                raise IndexCancelled(root)
+            if progress is not None:
+                progress(message, max(0, min(100, round(100 * fraction))))
+
+        started = time.perf_counter()
+        stats = self.memory.index_folder(root, progress=step)
+        self.root, self.indexed = str(root), True
+        log.info("workspace memory: %d files, %d tokens, %d library tokens (%s), %.0f MB, built in %.1f s",
+                 stats.files, stats.tokens, stats.library_tokens, ", ".join(stats.libraries) or "no libraries",
+                 stats.bytes / 1e6, time.perf_counter() - started)
+        return stats.to_dict()
+
+    def cancel(self) -> None:
+        """Stop a build that is running (at its next progress step)."""
+        with self._lock:
+            self._builds += 1
+
+    # ---- documents ----------------------------------------------------------------------------
+
+    def update(self, path: str | None, text: str) -> bool:
+        """The document at ``path`` now reads ``text``; False when the memory held that already."""
+        key = as_key(path)
+        before = self.memory._hot_key
+        changed = self.memory.update(key, text)
+        if changed and before is not None and before != key:
+            self._switches += 1
+            if self._switches % COMPACT_EVERY == 0:
+                self.memory.compact()
+        return changed
+
+    def refresh(self, path: str) -> bool:
+        """The file changed (or appeared, or went) outside the editor: read again from disk. A file
+        the memory does not index (not Python source) is left out."""
+        key = as_key(path)
+        if not key.endswith(self.settings.suffixes) and key not in self.memory:
+            return False
+        return self.memory.refresh(key)
+
+    def remove(self, path: str) -> bool:
+        """Forget a deleted file, or every file under a deleted folder."""
+        key = as_key(path)
+        if key in self.memory:
+            return self.memory.remove(key)
+        removed = [self.memory.remove(k) for k in keys_under(self.memory, key)]
+        return any(removed)
+
+    def rename(self, old: str, new: str) -> None:
+        """A file, or a folder and every file under it, moved: their text is kept under the new names."""
+        old_key, new_key = as_key(old), as_key(new)
+        if old_key in self.memory:
+            self.memory.rename(old_key, new_key)
+            return
+        for key in keys_under(self.memory, old_key):
+            self.memory.rename(key, new_key + key[len(old_key):])
+
+    def text_of(self, path: str) -> str | None:
+        return self.memory.text_of(as_key(path))
+
+    def __contains__(self, path: str) -> bool:
+        return as_key(path) in self.memory
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.memory.stats.to_dict()
+
+    # ---- per request --------------------------------------------------------------------------
+
+    def applies(self, language: str) -> bool:
+        return self.settings.enabled and language in MEMORY_LANGUAGES
+
+    def processor(self, path: str | None, document: str, prefix_end: int, then: Any = None) -> Any:
+        """The mixing processor for a request whose prompt's code ends at ``prefix_end`` of
+        ``document`` (the cursor, less a healed word), ``then`` (the decoding monitor) after it."""
+        return self.factory(as_key(path), document, prefix_end, then=then)
+
+    def continuation(self, path: str | None, document: str, offset: int, *, multiline: bool = False,
+                     max_tokens: int = 48) -> str:
+        """The memory's own continuation at ``offset`` (no model): to the line's end, or for a
+        multi-line request up to ``max_tokens`` ids (the pipeline's post-processing cuts the block)."""
+        return continuation_text(self.memory, self.tokenizer, as_key(path), document, offset,
+                                 max_tokens=max_tokens, stop="" if multiline else "\n")
+
+    def snippets(self, path: str | None, document: str, offset: int, max_chars: int) -> list[Snippet]:
+        if max_chars <= 0:
+            return []
+        return similar_snippets(self.memory, as_key(path), document, offset, max_chars=max_chars,
+                                window_lines=SNIPPET_LINES, stride=SNIPPET_LINES // 2)
+
+
+def wire_memory(loop: Any, backend: Any, memory: SessionMemory | None) -> None:
+    """Attach ``memory`` to a repair loop's rules for ``backend``: with the in-process model (it has
+    logits) the mixing processor around the decoding monitor; with a served model the memory's
+    continuation as one more candidate. None takes them off."""
+    loop.memory_factory = loop.alternative = loop.extension = None
+    if memory is None:
+        return
+
+    def continuation(request: Any, target: Any) -> str | None:
+        if not memory.applies(target.language):
+            return None
+        multiline = "\n" not in request.stop
+        # A healed word (``forced_prefix``) is typed already: the memory goes on after it.
+        text = memory.continuation(target.path, target.document, target.end, multiline=multiline,
+                                   max_tokens=min(request.max_tokens, 64))
+        return request.forced_prefix + text if text else None
+
+    if getattr(backend, "supports_internals", False):
+        def mixing(target: Any, monitor: Any) -> Any:
+            if not memory.applies(target.language):
+                return monitor
+            return memory.processor(target.path, target.document, target.start, then=monitor)
+
+        loop.memory_factory = mixing
+        loop.extension = continuation  # where the model stopped short of what the workspace says
+        return
+    loop.alternative = continuation
+

@@ -1,0 +1,267 @@
+"""The workspace memory wired into what the user gets: the pipeline mixes it into the in-process
+model's decoding (around the decoding monitor), offers its continuation as one more judged
+candidate for a served model, and follows documents as the editor and the disk change them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from glm5_lsp.backends.base import Completion, CompletionRequest
+from glm5_lsp.backends.local import LocalBackend
+from glm5_lsp.memory.mixing import COUNT_EDGES, LENGTH_EDGES, SHARE_EDGES, Interpolation, MemoryProcessor
+from glm5_lsp.model import default_model_path, load_tokenizer
+from glm5_lsp.pipeline import Pipeline, PipelineSettings, RepairSettings
+from glm5_lsp.pipeline.memory import IndexCancelled, MemorySettings, SessionMemory
+
+LIBRARY = '''def compute_total(items, discount=0.0, rounding="plain"):
+    return sum(items) * (1 - discount)
+
+
+def invoice(items):
+    return compute_total(items, discount=0.25, rounding="banker")
+'''
+TYPED = '''from billing import compute_total
+
+
+def quote(items):
+    return compute_total(items, dis'''
+DOCUMENT = TYPED + "\n"
+EXPECTED = 'count=0.25, rounding="banker")'
+
+
+def strong() -> Interpolation:
+    """The memory all but certain wherever it matches (what a long, unanimous match gets)."""
+    return Interpolation([[[0.97] * len(SHARE_EDGES) for _ in COUNT_EDGES] for _ in LENGTH_EDGES], "test")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "billing.py").write_text(LIBRARY, encoding="utf-8")
+    (root / "quote.py").write_text(DOCUMENT, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(default_model_path())
+
+
+def session_memory(tokenizer, root: Path | None = None) -> SessionMemory:
+    memory = SessionMemory(tokenizer, MemorySettings(libraries=False, stdlib=False))
+    if root is not None:
+        memory.index(str(root))
+    return memory
+
+
+@dataclass
+class Served:
+    """A served model (no logits): it answers the given text and records what it was asked."""
+
+    text: str
+    name: str = "served"
+    supports_internals: bool = False
+    requests: list[CompletionRequest] = field(default_factory=list)
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        self.requests.append(request)
+        return Completion(self.text, "stop", logprob=-1.0, completion_tokens=3)
+
+
+def settings() -> PipelineSettings:
+    return PipelineSettings(max_tokens=24, repair=RepairSettings(max_rounds=1, time_budget_s=30))
+
+
+def test_a_served_models_unclean_answer_gives_way_to_the_memorys_continuation(tokenizer, workspace: Path) -> None:
+    memory = session_memory(tokenizer, workspace)
+    path = str(workspace / "quote.py")
+    with_memory = Pipeline(Served("count=)))("), settings(), memory=memory)
+    result = with_memory.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False)
+    assert result.clean and result.text == EXPECTED
+    alone = Pipeline(Served("count=)))("), settings())
+    assert not alone.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False).clean
+
+
+def test_a_served_models_clean_answer_is_kept(tokenizer, workspace: Path) -> None:
+    memory = session_memory(tokenizer, workspace)
+    pipeline = Pipeline(Served("count=0.5)"), settings(), memory=memory)
+    result = pipeline.complete(DOCUMENT, len(TYPED), path=str(workspace / "quote.py"), language="python",
+                               multiline=False)
+    assert result.clean and result.text == "count=0.5)"
+
+
+def test_fixes_and_other_languages_never_get_the_memorys_candidate(tokenizer, workspace: Path) -> None:
+    memory = session_memory(tokenizer, workspace)
+    backend = Served("count=)))(")
+    pipeline = Pipeline(backend, settings(), memory=memory)
+    js = pipeline.complete(DOCUMENT, len(TYPED), path=str(workspace / "quote.js"), language="javascript",
+                           multiline=False)
+    assert js.text != EXPECTED
+    assert pipeline.repair.alternative is not None and pipeline.repair.memory_factory is None
+    pipeline.memory = None  # taken off again
+    assert pipeline.repair.alternative is None
+
+
+def test_the_in_process_model_decodes_with_the_memory_around_the_monitor(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    backend = LocalBackend(model_path=str(tiny_checkpoint))
+    backend.load()
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "billing.py").write_text(LIBRARY, encoding="utf-8")
+    memory = SessionMemory(backend.tokenizer, MemorySettings(libraries=False, stdlib=False))
+    memory.factory.interpolation = strong()
+    memory.index(str(root))
+    seen: list[object] = []
+    path = str(root / "quote.py")
+    pipeline = Pipeline(backend, settings(), memory=memory)
+    inner = pipeline.repair.memory_factory
+    assert inner is not None
+
+    def spy(target, monitor):
+        processor = inner(target, monitor)
+        seen.append(processor)
+        return processor
+
+    pipeline.repair.memory_factory = spy
+    result = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False)
+    assert result.text == EXPECTED  # the random model alone never writes this
+    processor = seen[0]
+    assert isinstance(processor, MemoryProcessor) and processor.mixed_steps > 0
+    assert processor.then is not None  # the decoding monitor runs after the mixing
+    alone = Pipeline(backend, settings()).complete(DOCUMENT, len(TYPED), path=path, language="python",
+                                                   multiline=False)
+    assert alone.text != EXPECTED
+
+
+def test_a_one_line_edit_is_in_the_memory(tokenizer, workspace: Path) -> None:
+    memory = session_memory(tokenizer, workspace)
+    path = str(workspace / "billing.py")
+    memory.update(path, LIBRARY.replace('rounding="banker"', 'rounding="bankers_rule"'))
+    typed = "    return compute_total(items, discount=0.25, roun"
+    assert memory.continuation(None, typed, len(typed)) == 'ding="bankers_rule")'
+
+
+def test_files_deleted_renamed_and_changed_outside_the_editor(tokenizer, workspace: Path) -> None:
+    memory = session_memory(tokenizer, workspace)
+    billing = workspace / "billing.py"
+    typed = "    return compute_total(items, discount=0.25, roun"
+    billing.write_text(LIBRARY.replace('"banker"', '"up"'), encoding="utf-8")
+    assert memory.refresh(str(billing))
+    assert memory.continuation(None, typed, len(typed)) == 'ding="up")'
+    moved = workspace / "pkg" / "money.py"
+    moved.parent.mkdir()
+    billing.rename(moved)
+    memory.rename(str(billing), str(moved))
+    assert str(moved) in memory and str(billing) not in memory
+    assert memory.continuation(None, typed, len(typed)) == 'ding="up")'
+    folder = workspace / "pkg"
+    memory.rename(str(folder), str(workspace / "lib"))  # a folder moved: every file under it
+    assert str(workspace / "lib" / "money.py") in memory
+    memory.remove(str(workspace / "lib"))  # a folder deleted
+    assert str(workspace / "lib" / "money.py") not in memory
+    assert memory.continuation(None, typed, len(typed)) == ""
+    (workspace / "notes.txt").write_text("not python\n", encoding="utf-8")
+    assert not memory.refresh(str(workspace / "notes.txt"))
+
+
+def test_a_build_can_be_stopped_and_reports_progress(tokenizer, workspace: Path) -> None:
+    memory = session_memory(tokenizer)
+    steps: list[tuple[str, int]] = []
+    stats = memory.index(str(workspace), progress=lambda message, percent: steps.append((message, percent)))
+    assert stats["files"] == 2 and steps[-1] == ("memory ready", 100)
+    assert all(0 <= p <= 100 for _, p in steps)
+    with pytest.raises(IndexCancelled):
+        memory.index(str(workspace), cancelled=lambda: True)
+    assert memory.stats["files"] == 2  # what it held is kept
+
+
+def test_snippets_of_recently_edited_files_are_their_own_role_in_the_prompt(tokenizer, workspace: Path) -> None:
+    from glm5_lsp.context import ContextEngine
+
+    memory = session_memory(tokenizer, workspace)
+    billing = str(workspace / "billing.py")
+    memory.update(billing, LIBRARY.replace("banker", "edited_in_the_editor"))  # edited, then closed
+    engine = ContextEngine(workspace_root=None, token_budget=512, memory=memory, snippet_tokens=128)
+    path = str(workspace / "quote.py")
+    prompt = engine.build_prompt(DOCUMENT, len(TYPED), path=path, language="python")
+    spans = [s for s in prompt.spans if s.role == "snippet"]
+    assert len(spans) == 1
+    shown = prompt.text()[spans[0].start:spans[0].end]
+    assert "billing.py" in shown and "edited_in_the_editor" in shown
+    assert prompt.prefix.endswith(TYPED.rsplit("\n", 1)[-1])  # the code still ends the prefix
+    small = engine.build_prompt(DOCUMENT, len(TYPED), path=path, language="python", budget_tokens=128)
+    assert not [s for s in small.spans if s.role == "snippet"]  # a line's prompt keeps its room for code
+    capped = ContextEngine(workspace_root=None, token_budget=512, memory=memory, snippet_tokens=0)
+    assert not [s for s in capped.build_prompt(DOCUMENT, len(TYPED), path=path, language="python").spans
+                if s.role == "snippet"]
+
+
+def test_glm5_lsp_index_builds_the_memory_ahead_of_time(workspace: Path, tmp_path: Path, capsys) -> None:
+    import argparse
+
+    from glm5_lsp.context import index_command
+
+    parser = argparse.ArgumentParser()
+    index_command.add_arguments(parser)
+    args = parser.parse_args([str(workspace), "--cache-dir", str(tmp_path / "cache"), "--no-packages"])
+    assert index_command.run(args) == 0
+    out = capsys.readouterr().out
+    assert "memory: 2 files" in out and "libraries: none" in out
+    assert index_command.run(parser.parse_args([str(workspace), "--cache-dir", str(tmp_path / "cache"),
+                                                "--no-packages", "--no-memory"])) == 0
+    assert "memory:" not in capsys.readouterr().out
+
+
+@dataclass
+class InProcess(Served):
+    """A model that gives logits (the memory is mixed in, and extends or vouches for its answers)."""
+
+    supports_internals: bool = True
+
+
+@pytest.mark.parametrize("answer, shown, vouched", [
+    ("count=0.25", EXPECTED, True),  # stopped short where unsure: the workspace says the rest
+    (EXPECTED, EXPECTED, True),  # the two agree
+    ("count=0.5)", "count=0.5)", False),  # they do not: the gate decides
+])
+def test_the_memory_extends_or_vouches_for_the_in_process_models_answer(tokenizer, workspace: Path, answer: str,
+                                                                        shown: str, vouched: bool) -> None:
+    memory = session_memory(tokenizer, workspace)
+    pipeline = Pipeline(InProcess(answer), settings(), memory=memory)
+    result = pipeline.complete(DOCUMENT, len(TYPED), path=str(workspace / "quote.py"), language="python",
+                               multiline=False)
+    assert result.clean and result.text == shown and result.vouched is vouched
+
+
+class Rejecting:
+    """A completion gate that withholds everything it is asked about."""
+
+    threshold = 1.0
+    asked = 0
+
+    def install(self, pipeline) -> None:
+        pass
+
+    def begin(self) -> None:
+        pass
+
+    def judge(self, result, *args, **kwargs):
+        from types import SimpleNamespace
+
+        Rejecting.asked += 1
+        return SimpleNamespace(show=False, score=0.0, features={}, text="", strategy="silent")
+
+
+def test_an_answer_the_memory_vouches_for_is_not_withheld_by_the_gate(tokenizer, workspace: Path) -> None:
+    memory = session_memory(tokenizer, workspace)
+    path = str(workspace / "quote.py")
+    for answer, shown in (("count=0.25", EXPECTED), ("count=0.5)", "")):
+        pipeline = Pipeline(InProcess(answer), settings(), memory=memory)
+        pipeline.install_gate(Rejecting())
+        result = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False, gated=True)
+        assert result.text == shown
+    assert Rejecting.asked == 1  # only the answer the memory does not vouch for was judged
