@@ -166,9 +166,10 @@ class LibraryCache:
         self.dir = (root or default_cache_dir()) / f"memory-v{CACHE_LAYOUT}"
         self.dtype = token_dtype(tokenizer.vocab_size)
 
-    def unit_key(self, library: Library) -> tuple[str, list[tuple[str, str]]]:
+    def unit_key(self, library: Library) -> tuple[str, list[tuple[str, Path]]]:
         """The content hash of a library (its files' bytes and the tokenizer) and its files'
-        ``(key, text)``, read once."""
+        ``(key, path)``. The texts are read to be hashed and let go: only a library not cached yet
+        reads them again (holding every library's source at once cost a loaded memory 60-100 MB)."""
         digest = hashlib.blake2b(f"{CACHE_LAYOUT}\0{self.tokenizer_digest}\0{library.name}".encode(), digest_size=16)
         docs = []
         for path in library.files:
@@ -177,7 +178,7 @@ class LibraryCache:
                 continue
             digest.update(str(path).encode())
             digest.update(hashlib.blake2b(text.encode(), digest_size=16).digest())
-            docs.append((f"{library.name}:{path}", text))
+            docs.append((f"{library.name}:{path}", path))
         return digest.hexdigest(), docs
 
     def shard(self, libraries: Sequence[Library], max_tokens: int,
@@ -224,7 +225,7 @@ class LibraryCache:
         report.update(tokens=len(index), bytes=index.nbytes, seconds=round(time.perf_counter() - started, 3))
         return index, report
 
-    def _unit_ids(self, key: str, docs: list[tuple[str, str]]) -> list[tuple[str, np.ndarray]]:
+    def _unit_ids(self, key: str, docs: list[tuple[str, Path]]) -> list[tuple[str, np.ndarray]]:
         folder = self.dir / "units" / key
         try:
             tokens = np.load(folder / "tokens.npy")
@@ -235,9 +236,14 @@ class LibraryCache:
         except (OSError, ValueError):
             pass
         arrays: list[np.ndarray] = []
-        for start in range(0, len(docs), 256):  # a batch at a time: Python lists of ids are large
-            batch = encode_batch(self.tokenizer, [text for _, text in docs[start:start + 256]])
+        kept: list[tuple[str, Path]] = []
+        for start in range(0, len(docs), 128):  # a batch at a time: Python lists of ids are large
+            part = [(k, p, read_source(p)) for k, p in docs[start:start + 128]]
+            part = [(k, p, t) for k, p, t in part if t is not None]  # gone since it was hashed
+            batch = encode_batch(self.tokenizer, [text for _, _, text in part])
             arrays.extend(np.asarray(i, dtype=self.dtype) for i in batch)
+            kept.extend((k, p) for k, p, _ in part)
+        docs = kept
         starts = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum([len(a) for a in arrays], out=starts[1:])
         try:

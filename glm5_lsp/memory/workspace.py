@@ -121,22 +121,27 @@ class WorkspaceMemory:
         if not root.is_dir():
             raise ValueError(f"cannot index {root}: not a folder")
         paths = source_files(root, self.settings)
-        texts: list[tuple[str, str]] = []
-        for number, path in enumerate(paths):
-            text = read_source(path) if path.stat().st_size <= self.settings.max_file_bytes else None
-            if text is not None:
-                texts.append((str(path), text))
-            if progress is not None and number % 200 == 0:
-                progress(f"reading {number}/{len(paths)} files", 0.1 * number / max(len(paths), 1))
+        # Read, tokenized and let go a batch at a time: only the ids (2 bytes a token) and the names
+        # imported stay (holding every text and its tokenizer output at once was most of the peak).
         docs: list[tuple[str, np.ndarray]] = []
-        batch = 256
-        for start in range(0, len(texts), batch):
-            part = texts[start:start + batch]
+        imports: set[str] = set()
+        batch = 128
+        for start in range(0, len(paths), batch):
+            part = []
+            for path in paths[start:start + batch]:
+                try:
+                    text = read_source(path) if path.stat().st_size <= self.settings.max_file_bytes else None
+                except OSError:  # gone since the folder was listed
+                    text = None
+                if text is not None:
+                    part.append((str(path), text))
+            imports |= imported_modules(t for _, t in part)
             for (key, _), ids in zip(part, encode_batch(self.tokenizer, [t for _, t in part])):
                 docs.append((key, np.asarray(ids, dtype=self.dtype)))
+            del part
             if progress is not None:
-                progress(f"tokenizing {min(start + batch, len(texts))}/{len(texts)} files",
-                         0.1 + 0.5 * (start + batch) / max(len(texts), 1))
+                done = min(start + batch, len(paths))
+                progress(f"reading {done}/{len(paths)} files", 0.6 * done / max(len(paths), 1))
         if progress is not None:
             progress("indexing the workspace", 0.6)
         base = SuffixIndex.build(docs, self.dtype)
@@ -144,8 +149,8 @@ class WorkspaceMemory:
         self.stats.build_seconds = round(time.perf_counter() - started, 3)
         use_libraries = self.settings.libraries if libraries is None else libraries
         if use_libraries or self.settings.stdlib:
-            self.load_libraries((t for _, t in texts), local_modules(root, paths), progress,
-                                distributions=use_libraries)
+            self.load_libraries((), local_modules(root, paths), progress, distributions=use_libraries,
+                                imports=imports)
         self._refresh_stats()
         if progress is not None:
             progress("memory ready", 1.0)
@@ -164,14 +169,15 @@ class WorkspaceMemory:
             self.recent = SuffixIndex.build(others, self.dtype) if others else None
 
     def load_libraries(self, texts: Iterable[str], local: Iterable[str] = (), progress: Progress | None = None,
-                       distributions: bool = True) -> None:
-        """The libraries' shard for code that reads like ``texts`` (their imports), ``local`` names
-        being the workspace's own."""
+                       distributions: bool = True, imports: set[str] | None = None) -> None:
+        """The libraries' shard for code that reads like ``texts`` (their imports, or the module
+        names ``imports`` already read from them), ``local`` names being the workspace's own."""
         from glm5_lsp.memory.libraries import stdlib_library
 
         cache = LibraryCache(self.tokenizer, tokenizer_digest(self.tokenizer), self.cache_dir)
         if distributions:
-            chosen = libraries_for(imported_modules(texts), local, self.settings.library_file_bytes,
+            named = imported_modules(texts) | (imports or set())
+            chosen = libraries_for(named, local, self.settings.library_file_bytes,
                                    stdlib=self.settings.stdlib)
         else:
             chosen = [stdlib_library(self.settings.library_file_bytes)] if self.settings.stdlib else []
