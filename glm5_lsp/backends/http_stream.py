@@ -7,14 +7,21 @@ for a stream, :meth:`~StreamingHTTPBackend.read_answer` for one JSON body).
 Time and failure, the rules an editor needs from a remote model:
 
 - **One deadline for the whole request**: the backend's ``timeout`` from the call's start, or the
-  request's own ``deadline`` if sooner, across every attempt, backoff and ``Retry-After`` wait. A
-  server that has sent nothing by then, not even its status line, is down for this call: it raises
-  :class:`~glm5_lsp.backends.base.BackendUnavailable` naming the URL and counts as a failure for the
-  circuit breaker. A server that answered is only slow: text already streamed, or none when the
-  request's own (shorter) deadline ran out, comes back as a ``cancelled`` completion; headers and no
-  text for the backend's whole ``timeout`` is down again. The request's deadline counts as the
-  deadline also when ``should_cancel`` reports it first (the repair loop folds the same instant
-  into it): only a cancellation before the deadline is the caller's.
+  request's own ``deadline`` if sooner, across every attempt, backoff and ``Retry-After`` wait.
+  Nothing by the backend's own ``timeout`` raises
+  :class:`~glm5_lsp.backends.base.BackendUnavailable` (naming the URL; a breaker failure). When the
+  *request's* (shorter) deadline runs out first, text streamed so far comes back as a ``cancelled``
+  completion: the server may only be slower than the caller's budget.
+- **Down, or only slow?** One request cannot tell a server that hangs from one still loading the
+  model or busy with another request (Ollama and a queued llama.cpp send no headers until the first
+  token). So a request the server has sent nothing for ``PROBE_AFTER_S`` starts a liveness probe
+  (``GET /`` on another connection; any HTTP answer, even a 404, means the process is up). A
+  server that answers nothing at all, not even that, in ``PROBE_TIMEOUT_S`` is down: the circuit
+  opens at once and the requests waiting on it raise ``BackendUnavailable`` ("... nor to a liveness
+  probe"), so the editor can say so once. A server that answers the probe is slow: its requests are
+  cut at their deadline as ``cancelled`` and count nothing against it (a fix with a longer budget
+  still gets its answer). ``should_cancel`` reporting the request's deadline (the repair loop
+  folds the same instant into it) is the deadline, not the caller changing its mind.
 - **Cancellation closes the stream**: the exchange runs on one event loop thread per backend
   (``httpx.AsyncClient``), so the caller's thread only waits, and calls from several threads run
   side by side, none held up behind another. The waiting thread polls ``should_cancel`` every
@@ -29,10 +36,10 @@ Time and failure, the rules an editor needs from a remote model:
   Other 4xx answers raise :class:`~glm5_lsp.backends.base.BackendError` with the server's message
   (the request's fault: retrying cannot help).
 - **A circuit breaker** (:class:`CircuitBreaker`): after ``breaker_failures`` failed attempts in a
-  row (transport errors, 5xx, no answer by the deadline) every call fails fast with
-  ``BackendUnavailable`` for ``breaker_cooldown_s`` (doubled after each failed probe, up to
-  ``breaker_max_cooldown_s``); then one call goes through as a probe, and its answer closes the
-  breaker again. A ``Retry-After`` holds the other calls off until then the same way (a 429 without
+  row (transport errors, 5xx, no answer by the backend's ``timeout``), or at once when the liveness
+  probe finds the server down, every call fails fast with ``BackendUnavailable`` for
+  ``breaker_cooldown_s`` (doubled after each failed probe, up to ``breaker_max_cooldown_s``); then
+  one call goes through as a probe, and its answer closes the breaker again. A ``Retry-After`` holds the other calls off until then the same way (a 429 without
   counting as a failure): a server that says it is busy for 5 s is not asked again by each
   keystroke meanwhile.
 - **Stop strings** are sent to the server and cut again here (:meth:`StreamingHTTPBackend.stops`): a
@@ -68,6 +75,8 @@ from glm5_lsp.backends.fim import cut_at_stop
 log = logging.getLogger(__name__)
 
 POLL_S = 0.02  # how often a waiting call looks at should_cancel and the deadline
+PROBE_AFTER_S = 0.1  # a request the server has sent nothing for this long has the server probed
+PROBE_TIMEOUT_S = 1.0  # a server that answers no HTTP request at all in this long is down
 
 
 class CircuitBreaker:
@@ -91,6 +100,7 @@ class CircuitBreaker:
         self.hold_until = 0.0  # a Retry-After past a deadline: no call before this instant
         self._cooldown = cooldown_s
         self._probing = False
+        self.last_failure = ""  # why the last attempt failed (said when calls are refused)
         self._lock = threading.Lock()
 
     def admit(self) -> tuple[bool, str | None]:
@@ -101,8 +111,8 @@ class CircuitBreaker:
                 return False, f"the server asked to wait {self.hold_until - now:.1f}s more (Retry-After)"
             if self.state == "open":
                 if now < self.open_until:
-                    return False, (f"circuit open after {self.consecutive} failed attempts in a row; "
-                                   f"next try in {self.open_until - now:.1f}s")
+                    return False, (f"circuit open after {self.consecutive} failed attempts in a row (last: "
+                                   f"{self.last_failure}); next try in {self.open_until - now:.1f}s")
                 self.state = "half_open"
             if self.state == "half_open":
                 if self._probing:
@@ -127,6 +137,7 @@ class CircuitBreaker:
         """Count a failed attempt; True when the circuit is (now) open."""
         with self._lock:
             self.consecutive += 1
+            self.last_failure = reason
             if self.state == "half_open":  # the probe failed: open again, for longer
                 self._cooldown = min(self.max_cooldown_s, self._cooldown * 2)
             elif self.state == "closed" and self.consecutive < self.failures:
@@ -143,6 +154,19 @@ class CircuitBreaker:
         with self._lock:
             self.hold_until = max(self.hold_until, until)
 
+    def trip(self, reason: str) -> None:
+        """Open now, whatever the count: the server was seen to be down (it answers nothing at all)."""
+        with self._lock:
+            if self.state == "open" and self.clock() < self.open_until:
+                return
+            if self.state == "half_open":
+                self._cooldown = min(self.max_cooldown_s, self._cooldown * 2)
+            self.last_failure = reason
+            self.consecutive = max(self.consecutive + 1, self.failures)
+            self.state, self.open_until = "open", self.clock() + self._cooldown
+            cooldown = self._cooldown
+        log.warning("model server: %s; failing fast for %.1fs", reason, cooldown)
+
 
 class Retryable(Exception):
     """An attempt that may be tried again: a 5xx or 429 answer, or an error event in the stream."""
@@ -150,6 +174,15 @@ class Retryable(Exception):
     def __init__(self, status: int, retry_after: float | None, message: str) -> None:
         super().__init__(message)
         self.status, self.retry_after, self.message = status, retry_after, message
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """A liveness probe's verdict: when it ended, whether the server answered, and if not, why."""
+
+    finished: float  # time.monotonic()
+    alive: bool
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -199,6 +232,9 @@ class StreamingHTTPBackend:
         self.breaker = CircuitBreaker(breaker_failures, breaker_cooldown_s, breaker_max_cooldown_s)
         self._warned: set[str] = set()
         self._lock = threading.Lock()
+        self.heard_at = -math.inf  # when the server last sent anything (headers of any answer, a probe's)
+        self.liveness: Liveness | None = None  # the last probe's verdict
+        self._probing: Any = None  # the running probe (a concurrent.futures.Future)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
         self._thread: threading.Thread | None = None
@@ -280,6 +316,40 @@ class StreamingHTTPBackend:
             self._warned.add(feature)
         log.warning("%s backend at %s: %s needs the in-process runtime; ignored", self.name, self.base_url, feature)
 
+    # ---- down, or only slow -----------------------------------------------------------------
+
+    def _probe_if_silent(self, since: float) -> None:
+        """Start a liveness probe, unless one is running or the server has answered anything since ``since``."""
+        with self._lock:
+            loop, client = self._loop, self._client
+            if (loop is None or client is None or self.heard_at >= since
+                    or (self._probing is not None and not self._probing.done())):
+                return
+            self._probing = asyncio.run_coroutine_threadsafe(self._probe(client), loop)
+
+    async def _probe(self, client: httpx.AsyncClient) -> None:
+        """``GET /`` on the event loop: any HTTP answer means the server is up; none in
+        ``PROBE_TIMEOUT_S`` (no connection, or no answer on it) means it is down, and the circuit
+        opens. A connection refused or reset gives no verdict: the request meets the same error
+        itself, and its retries and the breaker's count deal with it."""
+        try:
+            await client.get("/", timeout=PROBE_TIMEOUT_S)
+        except httpx.TimeoutException:
+            verdict = Liveness(time.monotonic(), False, f"nor to a liveness probe (GET /) in {PROBE_TIMEOUT_S:g}s")
+        except httpx.HTTPError:
+            return
+        else:
+            self.heard_at = time.monotonic()
+            verdict = Liveness(self.heard_at, True)
+        self.liveness = verdict
+        if not verdict.alive:
+            self.breaker.trip(f"{self.base_url} answers no request, {verdict.why}")
+
+    def _seen_down(self, since: float) -> Liveness | None:
+        """The probe's verdict that the server is down, if it came after ``since``."""
+        verdict = self.liveness
+        return verdict if verdict is not None and not verdict.alive and verdict.finished >= since else None
+
     # ---- Backend --------------------------------------------------------------------------
 
     def complete(self, request: CompletionRequest) -> Completion:
@@ -343,6 +413,7 @@ class StreamingHTTPBackend:
 
     def _attempt(self, path: str, body: dict[str, Any], request: CompletionRequest, deadline: float) -> Completion:
         """One exchange, run on the event loop while this thread waits, watching cancellation and the deadline."""
+        begun = time.monotonic()
         loop, client = self._event_loop()
         events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         future = asyncio.run_coroutine_threadsafe(
@@ -350,7 +421,6 @@ class StreamingHTTPBackend:
         stops = self.stops(request)
         pieces: list[str] = []
         streamed = 0  # characters handed to on_text (never past a stop string)
-        begun = time.monotonic()
         heard = False  # the server sent its status line and headers
         waited = False  # this attempt has waited on the server at least once
         callers = request.deadline is not None and deadline == request.deadline  # the caller's budget, not our timeout
@@ -358,16 +428,24 @@ class StreamingHTTPBackend:
         def text_so_far() -> tuple[str, bool]:
             return cut_at_stop("".join(pieces), stops)
 
+        def silent(down: Liveness) -> BackendUnavailable:
+            return BackendUnavailable(f"{self.base_url}: no answer to this request in "
+                                      f"{time.monotonic() - begun:.2f}s, {down.why}")
+
         def out_of_time() -> Completion:
             """The deadline passed (or ``should_cancel`` said so at it: the repair loop folds the same
-            deadline into it). A server that sent nothing at all, not even its headers, is down for
-            this request; one that answered but is slower than the caller's budget gives back what it
-            wrote so far (``cancelled``); one that sent headers and no text for the backend's whole
-            ``timeout`` is down too."""
-            if pieces or (heard and callers):
+            deadline into it). The caller's budget running out is ``cancelled`` (with the text so
+            far) unless the liveness probe found the server down; the backend's whole ``timeout``
+            with no text is an outage."""
+            if not heard and not pieces:
+                down = self._seen_down(begun)
+                if down is not None:
+                    raise silent(down)
+            if pieces or callers:
+                if not heard and not pieces and self.liveness is not None and self.liveness.alive:
+                    self._note_slow(deadline - begun)
                 return Completion(text=text_so_far()[0], finish_reason="cancelled")
-            reason = (f"{'no text' if heard else 'no answer'} in {time.monotonic() - begun:.2f}s, by the "
-                      f"{'request' if callers else 'backend'}'s deadline")
+            reason = f"{'no text' if heard else 'no answer'} in {time.monotonic() - begun:.2f}s, by the backend's deadline"
             self.breaker.failed(reason)
             raise BackendUnavailable(f"{self.base_url}: {reason}")
 
@@ -377,9 +455,16 @@ class StreamingHTTPBackend:
                     if waited and time.monotonic() >= deadline - POLL_S:
                         return out_of_time()  # the caller's deadline, not the caller changing its mind
                     return Completion(text=text_so_far()[0], finish_reason="cancelled")
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     return out_of_time()
+                if not heard and not pieces:
+                    down = self._seen_down(begun)
+                    if down is not None:  # the circuit is open now: nothing more to wait for
+                        raise silent(down)
+                    if now - begun >= PROBE_AFTER_S:
+                        self._probe_if_silent(begun)
                 try:
                     waited = True
                     kind, value = events.get(timeout=min(POLL_S, left))
@@ -420,6 +505,7 @@ class StreamingHTTPBackend:
         try:
             limits = httpx.Timeout(timeout + 1.0)  # a backstop: the waiting thread cancels at the deadline
             async with client.stream("POST", path, json=body, headers=self._headers(), timeout=limits) as response:
+                self.heard_at = time.monotonic()
                 events.put(("heard", response.status_code))
                 if response.status_code >= 400:
                     await response.aread()
@@ -440,6 +526,15 @@ class StreamingHTTPBackend:
                 events.put(("end", end))
         except Exception as error:  # noqa: BLE001 - every failure goes to the waiting thread (not CancelledError)
             events.put(("error", error))
+
+    def _note_slow(self, budget: float) -> None:
+        with self._lock:
+            if "slow" in self._warned:
+                return
+            self._warned.add("slow")
+        log.warning("%s: the server answers (a liveness probe) but sent nothing for a request in its %.2fs: "
+                    "slower than that budget (loading the model, or busy); such requests are answered empty",
+                    self.base_url, budget)
 
     def raise_for_status(self, response: httpx.Response) -> None:
         status = response.status_code
