@@ -39,9 +39,9 @@ Time and failure, the rules an editor needs from a remote model:
   row (transport errors, 5xx, no answer by the backend's ``timeout``), or at once when the liveness
   probe finds the server down, every call fails fast with ``BackendUnavailable`` for
   ``breaker_cooldown_s`` (doubled after each failed probe, up to ``breaker_max_cooldown_s``); then
-  one call goes through as a probe, and its answer closes the breaker again. A ``Retry-After`` holds the other calls off until then the same way (a 429 without
-  counting as a failure): a server that says it is busy for 5 s is not asked again by each
-  keystroke meanwhile.
+  one call goes through as a probe, and its answer closes the breaker again. A ``Retry-After``
+  holds the other calls off until then the same way (a 429 without counting as a failure): a
+  server that says it is busy for 5 s is not asked again by each keystroke meanwhile.
 - **Stop strings** are sent to the server and cut again here (:meth:`StreamingHTTPBackend.stops`): a
   server that ignores them, or a family's control token the server does not treat as a stop, cannot
   leak into the editor. Streamed text holds back only a tail that could begin a stop string, and a
