@@ -180,6 +180,8 @@ async def test_without_resolve_support_the_fixes_come_with_their_edits(scripted:
         uri = _open(lsp, "eager_action.py", text)
         actions = await _actions(lsp, uri, 1)
         assert actions[0].title == "Replace 'ojb' with 'obj'" and actions[0].edit is not None
+        # the model's fix (seconds of the model's time, up front) only where nothing else fixes it
+        assert "Fix with GLM-5" not in [a.title for a in actions]
         assert actions[0].edit.changes is not None
         assert apply(text, list(actions[0].edit.changes[uri])) == "def f(obj):\n    return obj\n"
         await lsp.shutdown_session()

@@ -7,7 +7,8 @@ a placeholder body.
 The model-free fixes are found when the actions are listed (within ``QUICK_FIX_S``) and kept per
 document version, so ``codeAction/resolve`` only turns the chosen one into edits; the model's fix
 and the body are computed in ``codeAction/resolve`` when the client supports it (the lightbulb is
-instant). An action's edits are the smallest replacements that turn the client's text into the
+instant); for a client that cannot resolve, the model's fix is computed up front only where no
+model-free fix is offered (it takes the model seconds). An action's edits are the smallest replacements that turn the client's text into the
 fixed one (:func:`smallest_edits`), so the cursor and undo stay where the user expects. Every edit
 is checked before it is offered."""
 
@@ -101,7 +102,7 @@ def register(server: Glm5Server) -> None:
                                           is_preferred=not quick, data={**data, "action": "fix"})
                 if client_resolves_edits(ls):
                     actions.append(action)
-                else:
+                elif not quick:  # the model's fix computed up front (seconds): only when nothing else fixes it
                     resolved = await resolve_fix(ls, action, target)
                     if resolved.edit is not None:
                         actions.append(resolved)
