@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 torch.set_num_threads(min(2, torch.get_num_threads()))
+# The servers the tests start keep an acceptance log in the user's data folder (on by default): not the
+# user's own. Set before any server starts, so the ones started as subprocesses inherit it too.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="glm5-tests-data-")
 
 from tiny import make_checkpoint
 

@@ -237,3 +237,20 @@ def test_the_editors_edit_may_come_before_or_after_the_accept_command(tmp_path: 
     clock.now += 2
     tracker.changed(URI, accepted.replace("x = value", "x = other"))  # rewritten
     assert _events(path) == [("shown", key), ("accepted", key), ("removed", key)]
+
+
+def test_the_same_suggestion_asked_again_or_typed_through_keeps_its_id(tmp_path: Path) -> None:
+    tracker, clock, path = _tracker(tmp_path)
+    assert not tracker.follows(URI)
+    key = tracker.shown(URI, BEFORE, CURSOR, "lue + 1", features=FEATURES, score=0.6, threshold=0.4, language="python")
+    assert tracker.follows(URI) and not tracker.follows("file:///other.py")
+    assert tracker.current(URI, CURSOR, "lue + 1") == key  # asked again at the same place
+    typed = BEFORE[:CURSOR] + "l" + BEFORE[CURSOR:]
+    tracker.changed(URI, typed)
+    assert tracker.current(URI, CURSOR + 1, "ue + 1") == key  # its rest, typed through
+    assert tracker.current(URI, CURSOR + 1, "ue") is None and tracker.current(URI, CURSOR, "lue + 1") is None
+    assert tracker.accepted(key)
+    assert tracker.current(URI, CURSOR + 1, "ue + 1") is None  # accepted: no longer on offer
+    tracker.forget(URI)
+    assert not tracker.follows(URI)
+    assert _events(path) == [("shown", key), ("accepted", key)]

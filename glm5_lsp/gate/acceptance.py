@@ -298,6 +298,30 @@ class SuggestionTracker:
             return None
         return "removed"
 
+    def follows(self, uri: str) -> bool:
+        """Whether a suggestion in ``uri`` is followed (its changes matter: :meth:`changed`)."""
+        with self._lock:
+            return any(pending.uri == uri for pending in self._pending.values())
+
+    def current(self, uri: str, offset: int, text: str) -> str | None:
+        """The id of the suggestion not yet accepted whose rest at ``offset`` is ``text`` (the same
+        suggestion asked for again, or its rest while the user types it through), or None."""
+        with self._lock:
+            for key, pending in self._pending.items():
+                done = len(pending.typed)
+                if pending.uri == uri and pending.accepted_at is None and offset == pending.start + done \
+                        and pending.text[done:] == text:
+                    return key
+        return None
+
+    def forget(self, uri: str) -> None:
+        """A closed document: its suggestions are no longer followed (decided by time when read)."""
+        with self._lock:
+            for key, pending in list(self._pending.items()):
+                if pending.uri == uri:
+                    del self._pending[key]
+            self._texts.pop(uri, None)
+
     def expire(self) -> None:
         """Forget suggestions past the retention time (accepted ones are kept; unaccepted ones ignored)."""
         now = self.clock()

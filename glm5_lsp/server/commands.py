@@ -1,4 +1,5 @@
-"""``workspace/executeCommand``: ``glm5.generate``, ``glm5.fix`` and ``glm5.reindex``."""
+"""``workspace/executeCommand``: ``glm5.generate``, ``glm5.fix``, ``glm5.reindex``, and ``glm5.accepted``
+(an inline suggestion's own command, which the editor runs when the user accepts it)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from glm5_lsp.server.actions import FIX_TITLE, resolve_fix
 from glm5_lsp.server.jobs import CancelToken
 from glm5_lsp.server.state import Glm5Server
 
-COMMANDS = ("glm5.generate", "glm5.fix", "glm5.reindex")
+ACCEPTED_COMMAND = "glm5.accepted"
+COMMANDS = ("glm5.generate", "glm5.fix", "glm5.reindex", ACCEPTED_COMMAND)
 
 
 def register(server: Glm5Server) -> None:
@@ -77,6 +79,12 @@ def register(server: Glm5Server) -> None:
         engine = ls.engine
         count = await ls.index_workspace(engine, root) if root and engine.context is not None else 0
         return {"indexed": count, "seconds": time.perf_counter() - started}
+
+    @server.command(ACCEPTED_COMMAND)
+    def accepted(ls: Glm5Server, *args: Any) -> dict[str, Any]:
+        """``[id]``: the user accepted the inline suggestion ``id`` (the acceptance log's "accepted")."""
+        suggestion = args[0] if args and isinstance(args[0], str) else None
+        return {"recorded": suggestion is not None and ls.tracker.accepted(suggestion)}
 
 
 def _position_argument(value: Any) -> types.Position | None:

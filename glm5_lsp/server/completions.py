@@ -16,6 +16,7 @@ from lsprotocol import types
 from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.pipeline.names import Name, names_at, word_before
 from glm5_lsp.server import convert, ranking
+from glm5_lsp.server.commands import ACCEPTED_COMMAND
 from glm5_lsp.server.state import Glm5Server, log
 
 JEDI_LIST_S = 0.5  # jedi's time for the list after a dot or an import, at least (else the completion budget)
@@ -49,12 +50,20 @@ def register(server: Glm5Server) -> None:
         target = ls.locate(params.text_document.uri, params.position)
         if target is None:
             return types.InlineCompletionList(items=[])
-        text = await ls.completion_text(target, multiline=ls.multiline_for(target), kind="inline", received=received)
+        multiline = ls.multiline_for(target)
+        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        text = await ls.completion_text(target, multiline=multiline, kind="inline", received=received,
+                                        trigger="invoked" if invoked else "automatic")
         if not text:
             return types.InlineCompletionList(items=[])
         here = target.view.position(target.offset)  # the cursor, clamped into its line
+        # accepting it runs the item's command: the acceptance log's "accepted" (glm5.accepted)
+        suggestion = ls.track_shown(target, text, multiline)
+        command = None if suggestion is None else types.Command(title="Accepted", command=ACCEPTED_COMMAND,
+                                                                     arguments=[suggestion])
         return types.InlineCompletionList(
-            items=[types.InlineCompletionItem(insert_text=text, range=types.Range(start=here, end=here))]
+            items=[types.InlineCompletionItem(insert_text=text, range=types.Range(start=here, end=here),
+                                              command=command)]
         )
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["."]))

@@ -26,7 +26,7 @@ from glm5_lsp.pipeline.session import (
 from glm5_lsp.pipeline.session import context_budget as session_budget
 from glm5_lsp.pipeline.session import line_context_budget as session_line_budget
 from glm5_lsp.server.heap import settle_heap
-from glm5_lsp.server.settings import Settings
+from glm5_lsp.server.settings import EMBEDDED_MIN_QUALITY, Settings
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,8 @@ class Engine:
         if self.pipeline is not None:
             line_budget = self.pipeline.settings.line_context_tokens
             self.pipeline.settings = replace(pipeline_settings(settings), line_context_tokens=line_budget)
+            if self.pipeline.gate is not None:
+                self.pipeline.gate.set_min_quality(min_quality(settings))
 
     @property
     def monitors_names(self) -> bool:
@@ -132,6 +134,7 @@ class Engine:
                 api_doc_tokens=budgets.api_doc_tokens, symbol_tokens=budgets.symbol_tokens,
                 snippet_tokens=budgets.snippet_tokens,
                 warm_names=self.monitors_names, progress=progress,
+                gate=True, gate_path=self.settings.completion.gate_path, min_quality=min_quality(self.settings),
                 memory=memory_settings(self.settings), drafts=self.settings.memory.drafts,
             )
             self.memory = session.memory
@@ -152,6 +155,13 @@ def memory_settings(settings: Settings) -> MemorySettings:
     memory = settings.memory
     return MemorySettings(enabled=memory.enabled, libraries=memory.libraries, stdlib=memory.stdlib,
                           max_files=memory.max_files, max_library_tokens=memory.max_library_tokens)
+
+
+def min_quality(settings: Settings) -> float | None:
+    """``completion.minQuality`` for the gate: None (the gate's own threshold, gate.json) while it is
+    left at its default, the embedded model's gate's threshold."""
+    value = settings.completion.min_quality
+    return None if value == EMBEDDED_MIN_QUALITY else value
 
 
 def context_budget(settings: Settings, trained_context: int | None) -> int:

@@ -52,6 +52,7 @@ def build_server() -> Glm5Server:
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: Glm5Server, params: types.DidChangeTextDocumentParams) -> None:
         ls.schedule_diagnostics(params.text_document.uri)
+        ls.track_change(params.text_document.uri)
         ls.remember_document(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)

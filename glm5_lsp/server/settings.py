@@ -24,6 +24,22 @@ def _choices(*options: str) -> dict[str, Any]:
     return {"choices": options}
 
 
+def _embedded_min_quality() -> float:
+    """The embedded model's gate threshold (``weights/glm5-code-tiny/gate/gate.json``), to 3 places; 0.5
+    where the file is missing or unreadable."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "weights" / "glm5-code-tiny" / "gate" / "gate.json"
+    try:
+        value = float(json.loads(path.read_text(encoding="utf-8"))["threshold"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.5
+    return round(value, 3) if 0.0 <= value <= 1.0 else 0.5
+
+
+EMBEDDED_MIN_QUALITY = _embedded_min_quality()
+
 # The infilling layouts ``model.fim`` accepts: ``glm5_lsp.backends.fim.FAMILIES`` between ``auto`` and
 # ``server`` (a front end does not import the backends; tests/test_server_settings.py keeps the two equal).
 FIM_LAYOUTS: tuple[str, ...] = (
@@ -118,6 +134,18 @@ class CompletionSettings:
     debounce_ms: int = field(default=0, metadata=_range(0, 5000))
     cache_size: int = field(default=64, metadata=_range(0, 100000))
     temperature: float = field(default=0.0, metadata=_range(0.0, 2.0))
+    # The completion gate: an as-you-type candidate that passes the checks is shown only when the gate
+    # beside the model (LightGBM, ``<model>/gate``) gives it at least this probability of being kept. The
+    # default is the embedded model's gate's own threshold (its gate.json, chosen on held-out code); left
+    # at it, another model's gate uses its own. 0 shows every candidate; a model without a gate shows all.
+    min_quality: float = field(default=EMBEDDED_MIN_QUALITY, metadata=_range(0.0, 1.0))
+    # A gate folder to use instead of the one beside the model ("": ``<model>/gate``; a served model has
+    # none unless named here, and then the gate reads only what the server returns)
+    gate_path: str = ""
+    # Record which shown inline suggestions were kept (accepted and not undone within 30 s) in the
+    # user's data folder (``glm5-lsp/acceptance.jsonl``): local, never sent anywhere, numbers only (no
+    # code); what ``glm5-lsp gate train --log`` updates the gate from. Off: nothing is written.
+    acceptance_log: bool = True
 
 
 @dataclass

@@ -46,6 +46,7 @@ from glm5_lsp.pipeline import (
     warm,
 )
 from glm5_lsp.pipeline.memory import IndexCancelled
+from glm5_lsp.pipeline.session import AcceptanceLog, SuggestionTracker
 from glm5_lsp.server import convert
 from glm5_lsp.server.heap import IdleSettler, freeze_survivors, release_memory
 from glm5_lsp.server.jobs import CancelToken, Supersession
@@ -101,6 +102,11 @@ class Glm5Server(LanguageServer):
         self.engine = Engine(self.settings, None)
         self.cache: LRUCache[str] = LRUCache(self.settings.completion.cache_size)
         self.typed_through = TypedThrough()
+        # Which shown inline suggestions the user kept (``completion.acceptanceLog``): shown here, accepted
+        # by the item's command (``glm5.accepted``), typed over or removed as ``didChange`` tells.
+        self.tracker = SuggestionTracker(AcceptanceLog(enabled=self.settings.completion.acceptance_log))
+        # the gate's score and features of each cached completion (for the log's "shown" record)
+        self._judged: LRUCache[tuple[float | None, dict[str, float]]] = LRUCache(self.settings.completion.cache_size)
         self.supersession = Supersession()
         # One model worker: the model is CPU-bound, so requests run one at a time, newest wins.
         self.model_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glm5-model")
@@ -216,6 +222,10 @@ class Glm5Server(LanguageServer):
             self.settings.model, self.settings.attention, self.settings.repair, self.settings.budgets,
             self.settings.completion.multiline_max_tokens, self.settings.memory,
         )
+        if new.completion.acceptance_log != self.settings.completion.acceptance_log:
+            self.tracker.log.enabled = new.completion.acceptance_log  # off: nothing more is written
+        reload = reload or new.completion.gate_path != self.settings.completion.gate_path
+        self._judged.clear()
         self.settings = new
         if not reload and self.engine is not None:
             self.engine.update_settings(new)  # completion lengths, temperature: from the next request
@@ -504,20 +514,21 @@ class Glm5Server(LanguageServer):
         """The loaded pipeline; None when the model failed to load (that was shown to the user)."""
         return self.engine.pipeline
 
-    async def completion_text(self, target: Target, *, multiline: bool, kind: str, received: float | None = None) -> str:
+    async def completion_text(self, target: Target, *, multiline: bool, kind: str, received: float | None = None,
+                              trigger: str | None = None) -> str:
         """The post-processed completion at a cursor ("" when there is none), cached and superseding.
 
         An as-you-type one (``kind`` "inline" or "completion") is answered by ``budgets.completionMs``
         plus ``ANSWER_GRACE_S`` after the request was ``received`` (``time.perf_counter()``) if the
         model worker had not started it by then, else plus ``JUDGING_GRACE_S``, whatever the model
-        and the checks are doing: what is not done by then is dropped.
+        and the checks are doing: what is not done by then is dropped. As-you-type ones are judged by
+        the completion gate (``completion.minQuality``; ``trigger``: "automatic" or "invoked").
         """
         started = time.perf_counter() if received is None else received
         as_you_type = kind in ("inline", "completion")
         budget = self.settings.budgets.completion_ms / 1000 if as_you_type else None
         deadline = None if budget is None else started + budget + ANSWER_GRACE_S
-        key = (hashlib.sha1(target.text.encode("utf-8", "surrogatepass")).hexdigest(), target.offset, multiline,
-               target.language)
+        key = completion_key(target, multiline)
         token = self.supersession.begin((target.uri, kind))  # even a cache hit makes older requests stale
         cached = self.cache.get(key)
         shown = (target.uri, kind, multiline)
@@ -547,7 +558,8 @@ class Glm5Server(LanguageServer):
                     # The budget counts from the request, not from when the worker got to it.
                     left = None if budget is None else max(0.05, budget - (picked_up[0] - started))
                     return pipeline.complete(target.text, target.offset, path=target.path, language=target.language,
-                                             multiline=multiline, should_cancel=token, time_budget_s=left)
+                                             multiline=multiline, should_cancel=token, time_budget_s=left,
+                                             gated=as_you_type, trigger=trigger)
                 finally:
                     picked_up[1] = time.perf_counter()
 
@@ -572,10 +584,37 @@ class Glm5Server(LanguageServer):
                   (time.perf_counter() - started) * 1000, (picked_up[0] - started) * 1000, result.seconds * 1000,
                   (picked_up[1] - picked_up[0]) * 1000, result.rounds,
                   ", the typed word finished" if result.finished_word else "", "" if text else ", empty")
+        if result.withheld:
+            log.debug("completion at %s:%d withheld: %s", target.path, target.offset, result.withheld)
+        if text:
+            self._judged.put(key, (result.score, result.features))
         if text or result.finish_reason != "cancelled":  # nothing because time ran out is no answer to keep
             self.cache.put(key, text)
         self.typed_through.remember(shown, target.text, target.offset, text)
         return text
+
+    def track_shown(self, target: Target, text: str, multiline: bool) -> str | None:
+        """The acceptance log's id for the inline suggestion ``text`` sent at ``target`` (the same id
+        when it is the same suggestion again, or its rest typed through), or None when the log is off
+        or the document is read as a window (its offsets are the window's)."""
+        if not self.tracker.log.enabled or target.view.windowed or not text:
+            return None
+        same = self.tracker.current(target.uri, target.offset, text)
+        if same is not None:
+            return same
+        score, features = self._judged.get(completion_key(target, multiline)) or (None, {})
+        gate = getattr(self.current_pipeline(), "gate", None)
+        return self.tracker.shown(target.uri, target.text, target.offset, text, features=features, score=score,
+                                  threshold=None if gate is None or gate.gate is None else gate.threshold,
+                                  language=target.language, model=None if gate is None else gate.model)
+
+    def track_change(self, uri: str) -> None:
+        """A change to ``uri``: a suggestion shown there may now be typed over, or accepted and removed."""
+        if not self.tracker.follows(uri):
+            return
+        document = self.document(uri)
+        if document is not None:
+            self.tracker.changed(uri, document.source)
 
     def multiline_for(self, target: Target) -> bool:
         policy = self.settings.completion.lines
@@ -676,6 +715,7 @@ class Glm5Server(LanguageServer):
                 task.cancel()
         self.supersession.cancel_where(lambda key: isinstance(key, tuple) and key[:1] == (uri,), "closed")
         self.typed_through.forget(lambda key: isinstance(key, tuple) and key[:1] == (uri,))
+        self.tracker.forget(uri)
         self._windowed.discard(uri)
         self._release(uri)
 
@@ -742,6 +782,12 @@ async def in_daemon_thread(fn: Callable[..., T], *args: Any) -> T:
 
     threading.Thread(target=run, name="glm5-memory-build", daemon=True).start()
     return await future
+
+
+def completion_key(target: Target, multiline: bool) -> tuple[str, int, bool, str]:
+    """The completion cache's key: the text read, the cursor, single or multi-line, the language."""
+    return (hashlib.sha1(target.text.encode("utf-8", "surrogatepass")).hexdigest(), target.offset, multiline,
+            target.language)
 
 
 def forget_jedi_parse(path: str) -> None:

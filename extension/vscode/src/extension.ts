@@ -73,6 +73,10 @@ async function restart(channels: Channels): Promise<void> {
   return restarting;
 }
 
+// The server's own commands ("glm5.generate", "glm5.fix", "glm5.reindex", "glm5.accepted") are registered
+// by the language client from the server's executeCommandProvider; VS Code runs an inline completion
+// item's command ("glm5.accepted", the acceptance log's record that the user took the suggestion) when
+// the user accepts it, and the client forwards it to the server.
 async function serverCommand(command: string, args: unknown[]): Promise<unknown> {
   if (!client) {
     void vscode.window.showWarningMessage("The GLM-5 server is not running.");
