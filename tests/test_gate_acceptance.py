@@ -240,7 +240,7 @@ def test_the_editors_edit_may_come_before_or_after_the_accept_command(tmp_path: 
 
 
 def test_the_same_suggestion_asked_again_or_typed_through_keeps_its_id(tmp_path: Path) -> None:
-    tracker, clock, path = _tracker(tmp_path)
+    tracker, _, path = _tracker(tmp_path)
     assert not tracker.follows(URI)
     key = tracker.shown(URI, BEFORE, CURSOR, "lue + 1", features=FEATURES, score=0.6, threshold=0.4, language="python")
     assert tracker.follows(URI) and not tracker.follows("file:///other.py")
