@@ -127,3 +127,34 @@ def test_a_long_generation_is_summarised_for_its_first_steps_only() -> None:
     stats = observer.finish()
     assert len(stats.entropies) == len(stats.logprobs) == MAX_STEPS
     assert len(stats.chars) == MAX_STEPS + 6 and set(stats.chars) == {2}
+
+
+def test_steps_are_placed_by_bisection_as_by_walking_the_tokens() -> None:
+    """``steps_within``/``steps_ending_within`` read cumulative lengths (kept per list) and agree with a
+    walk over the tokens, empty tokens included, and follow a list that grows."""
+    import random
+
+    def walk_within(chars: list[int], length: int) -> int:
+        written = 0
+        for n, size in enumerate(chars):
+            if written >= length:
+                return n
+            written += size
+        return len(chars)
+
+    def walk_ending(chars: list[int], length: int) -> int:
+        written = 0
+        for n, size in enumerate(chars):
+            written += size
+            if written > length:
+                return n
+        return len(chars)
+
+    rng = random.Random(7)
+    for _ in range(300):
+        stats = DecodeStats(chars=[rng.choice([0, 1, 1, 2, 3, 5]) for _ in range(rng.randrange(0, 12))])
+        for _ in range(2):
+            for length in range(-1, sum(stats.chars) + 3):
+                assert stats.steps_within(length) == walk_within(stats.chars, length)
+                assert stats.steps_ending_within(length) == walk_ending(stats.chars, length)
+            stats.chars.append(rng.randrange(0, 4))  # the same list, one step longer

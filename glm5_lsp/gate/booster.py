@@ -84,7 +84,24 @@ class Head:
         import numpy as np
 
         row = np.asarray([vector(values, self.features)], dtype=np.float64)
+        predictor = self._predictor()
+        if predictor is not None:
+            return predictor.predict(row, num_iteration=self.booster.best_iteration)[0]
         return self.booster.predict(row, num_threads=1)[0]
+
+    def _predictor(self) -> Any:
+        """LightGBM's predictor for the booster, made once (``Booster.predict`` makes one a call, a
+        fifth of a candidate's prediction time); None where this LightGBM has no such thing."""
+        found = self.__dict__.get("_inner")
+        if found is None:
+            try:
+                from lightgbm.basic import _InnerPredictor
+
+                found = _InnerPredictor.from_booster(booster=self.booster, pred_parameter={"num_threads": 1})
+            except (ImportError, AttributeError, TypeError):
+                found = False
+            self.__dict__["_inner"] = found
+        return found or None
 
     def predict_many(self, rows: Sequence[Mapping[str, float]]) -> Any:
         import numpy as np

@@ -351,13 +351,15 @@ def _step_features(stats: DecodeStats, kept_chars: int, text: str, healed: int) 
         out[f"line{k}_lp_min"] = min(chunk) if chunk else NAN
         out[f"line{k}_chars"] = float(len(lines[k - 1]))
         start = end + 1
-    for stat in LAYER_STATS:
-        rows = stats.per_layer.get(stat) or []
-        out.update(_layer_features(stat, rows))
+    for stat in LAYER_STATS:  # the runtime's internals, where it handed them out (else left NaN)
+        rows = stats.per_layer.get(stat)
+        if rows:
+            out.update(_layer_features(stat, rows))
     for stat in STEP_STATS:
-        values = stats.per_step.get(stat) or []
-        out[f"{stat}_mean"] = _mean(values)
-        out[f"{stat}_last"] = values[-1] if values else NAN
+        values = stats.per_step.get(stat)
+        if values:
+            out[f"{stat}_mean"] = _mean(values)
+            out[f"{stat}_last"] = values[-1]
     return out
 
 

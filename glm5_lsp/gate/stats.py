@@ -17,6 +17,8 @@ last generation it ran (the one the returned candidate most often comes from).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -60,28 +62,29 @@ class DecodeStats:
     def steps(self) -> int:
         return len(self.entropies)
 
+    def _ends(self) -> list[int]:
+        """Characters written once each step's token is (cumulative ``chars``), computed once per list."""
+        cached = self.__dict__.get("_ends_cache")
+        if cached is None or cached[0] is not self.chars or cached[1] != len(self.chars):
+            ends = list(itertools.accumulate(self.chars))
+            self.__dict__["_ends_cache"] = cached = (self.chars, len(self.chars), ends)
+        return cached[2]
+
     def text_end(self, step: int) -> int:
         """Characters generated once step ``step``'s token is written."""
-        return sum(self.chars[: step + 1])
+        ends = self._ends()
+        return ends[min(step, len(ends) - 1)] if ends and step >= 0 else 0
 
     def steps_ending_within(self, length: int) -> int:
         """How many leading steps' tokens end inside the first ``length`` characters."""
-        written = 0
-        for n, size in enumerate(self.chars):
-            written += size
-            if written > length:
-                return n
-        return len(self.chars)
+        return bisect.bisect_right(self._ends(), length)
 
     def steps_within(self, length: int) -> int:
         """How many leading steps wrote their tokens inside the first ``length`` characters (a token that
         begins inside them counts)."""
-        written = 0
-        for n, size in enumerate(self.chars):
-            if written >= length:
-                return n
-            written += size
-        return len(self.chars)
+        ends = self._ends()
+        # step n begins at ends[n - 1] (0 for the first): those beginning before ``length``
+        return 0 if length <= 0 or not ends else min(len(ends), bisect.bisect_left(ends, length) + 1)
 
 
 class StepObserver:
@@ -96,20 +99,29 @@ class StepObserver:
     ``time_left``, a memory processor's ``bind_prompt`` and ``propose``) pass through to ``inner``.
     """
 
-    def __init__(self, token_strings: Sequence[str], end_ids: Sequence[int], inner: Any = None) -> None:
+    def __init__(self, token_strings: Sequence[str], end_ids: Sequence[int], inner: Any = None,
+                 end_mask: Any = None) -> None:
         self.inner = inner
         self.stats = DecodeStats()
         self._strings = token_strings
         self._end_ids = list(end_ids)
-        self._logits: list[Any] = []  # each step's logits, as the model gave them
+        self._end_mask = end_mask  # float [V]: 1 at the end ids (a recorder makes it once)
+        self._buffer: Any = None  # [MAX_STEPS, V]: each step's logits as the model gave them
+        self._steps = 0  # steps seen
         self._chosen: list[int] = []  # the token chosen at each step but the last
         self._last_out: Any = None  # the last step's logits after inner's changes
         self._finished = False
 
     def __call__(self, generated_ids: Sequence[int], logits: Any) -> Any:
-        if self._logits and generated_ids:
+        if self._steps and generated_ids:
             self._chosen.append(int(generated_ids[-1]))
-        self._logits.append(logits.detach().float().clone())  # inner may change its argument in place
+        if self._steps < MAX_STEPS:  # one copy into a buffer made once (inner may change ``logits`` in place)
+            if self._buffer is None:
+                import torch
+
+                self._buffer = torch.empty((MAX_STEPS, logits.shape[-1]), dtype=torch.float32)
+            self._buffer[self._steps].copy_(logits.detach().reshape(-1))
+        self._steps += 1
         out = self.inner(generated_ids, logits) if self.inner is not None else logits
         self._last_out = out
         self._finished = False
@@ -118,31 +130,34 @@ class StepObserver:
     def finish(self) -> DecodeStats:
         """The stats of every step so far (the last one's token taken to be the likeliest); the
         distribution's figures for the first :data:`MAX_STEPS` steps (later ones have their token's
-        length only)."""
-        if self._finished or not self._logits:
+        length only). One pass over the steps: a log-softmax, its exponent, two reductions, a top-2."""
+        if self._finished or not self._steps:
             return self.stats
         import torch
 
-        chosen = list(self._chosen[: len(self._logits) - 1])
+        chosen = list(self._chosen[: self._steps - 1])
         chosen.append(int(torch.argmax(self._last_out)))
-        steps = torch.stack(self._logits[:MAX_STEPS])  # [S, V]
-        count, vocab = steps.shape
-        shifted = steps - steps.amax(dim=1, keepdim=True)
-        exp = torch.exp(shifted)
-        total = exp.sum(dim=1)
-        lse = total.log()  # of the shifted logits
+        count = min(self._steps, MAX_STEPS)
+        steps = self._buffer[:count]  # [S, V]
+        vocab = steps.shape[1]
+        logp = torch.log_softmax(steps, dim=1)
+        probs = logp.exp()
         first = chosen[:count]
-        index = torch.tensor([c if 0 <= c < vocab else 0 for c in first], dtype=torch.long)
-        picked = shifted.gather(1, index[:, None])[:, 0] - lse
-        top = torch.exp(torch.topk(shifted, min(2, vocab), dim=1).values - lse[:, None])  # [S, 2]
-        ends = torch.tensor([i for i in self._end_ids if i < vocab], dtype=torch.long)
+        valid = [0 <= c < vocab for c in first]
+        index = torch.tensor([c if ok else 0 for c, ok in zip(first, valid)], dtype=torch.long)
+        picked = logp.gather(1, index[:, None])[:, 0].tolist()
+        top = torch.topk(probs, min(2, vocab), dim=1).values  # [S, 2]
+        mask = self._end_mask
+        if mask is None or mask.shape[0] != vocab:
+            mask = end_mask(self._end_ids, vocab)
         stats = self.stats
-        stats.logprobs = [float(v) if 0 <= c < vocab else -math.inf for v, c in zip(picked.tolist(), first)]
-        stats.entropies = (lse - (exp * shifted).sum(dim=1) / total).tolist()
+        stats.logprobs = [v if ok else -math.inf for v, ok in zip(picked, valid)]
+        stats.entropies = (-(probs * logp).sum(dim=1)).tolist()
         stats.top_probs = top[:, 0].tolist()
-        stats.margins = (top[:, 0] - top[:, 1]).tolist() if top.shape[1] > 1 else top[:, 0].tolist()
-        stats.end_probs = (exp.index_select(1, ends).sum(dim=1) / total).tolist() if len(ends) else [0.0] * count
-        stats.chars = [len(self._strings[c]) if 0 <= c < len(self._strings) else 0 for c in chosen]
+        stats.margins = (top[:, 0] - top[:, 1]).tolist() if top.shape[1] > 1 else list(stats.top_probs)
+        stats.end_probs = (probs @ mask).tolist()
+        strings = self._strings
+        stats.chars = [len(strings[c]) if 0 <= c < len(strings) else 0 for c in chosen]
         self._finished = True
         return stats
 
@@ -161,6 +176,18 @@ class StepObserver:
         super().__setattr__(name, value)
 
 
+def end_mask(end_ids: Sequence[int], vocab: int) -> Any:
+    """A float vector over the vocabulary, 1 at ``end_ids``: a step's end probability is its
+    probabilities times it."""
+    import torch
+
+    mask = torch.zeros(vocab, dtype=torch.float32)
+    ids = [i for i in end_ids if 0 <= i < vocab]
+    if ids:
+        mask[torch.tensor(ids, dtype=torch.long)] = 1.0
+    return mask
+
+
 def end_token_ids(token_strings: Sequence[str]) -> list[int]:
     """Ids whose token ends a line or the text: a line break in its text, or a special token (no text)."""
     return [i for i, piece in enumerate(token_strings) if "\n" in piece or piece == ""]
@@ -177,12 +204,13 @@ class DecodeRecorder:
     def __init__(self, token_strings: Sequence[str]) -> None:
         self.token_strings = token_strings
         self.end_ids = end_token_ids(token_strings)
+        self.end_mask = end_mask(self.end_ids, len(token_strings)) if token_strings else None
         self._local = threading.local()
 
     def wrap(self, factory: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
         def observed(target: Any) -> StepObserver:
             inner = factory(target) if factory is not None else None
-            observer = StepObserver(self.token_strings, self.end_ids, inner)
+            observer = StepObserver(self.token_strings, self.end_ids, inner, self.end_mask)
             self._observers().append(observer)
             return observer
 
