@@ -5,6 +5,7 @@ still decides."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import math
@@ -143,7 +144,32 @@ def test_a_served_model_gets_no_gate_unless_one_is_named(tmp_path: Path) -> None
     assert named.pipeline.gate.gate is not None and named.pipeline.gate.recorder is None
 
 
+def _reading(gate: Gate, name: str) -> Gate:
+    """``gate`` with its quality head's last input read from feature ``name`` instead."""
+    return dataclasses.replace(gate, quality=dataclasses.replace(gate.quality,
+                                                                 features=[*gate.quality.features[:-1], name]))
+
+
 def test_a_gate_reading_internals_says_so(gate: Gate) -> None:
     assert not CompletionGate(gate).wants_internals
-    gate.quality.features = [*gate.quality.features[:-1], "moe_router_entropy_mean"]
-    assert CompletionGate(gate).wants_internals
+    assert CompletionGate(_reading(gate, "moe_router_entropy_mean")).wants_internals
+
+
+def test_a_gate_reading_internals_gets_them_from_the_runtime(gate: Gate, tiny_checkpoint: Path) -> None:
+    from glm5_lsp.backends.local import LocalBackend
+
+    backend = LocalBackend(tiny_checkpoint)
+    asked: list[bool] = []
+    complete = backend.complete
+    backend.complete = lambda request: (asked.append(request.step_stats), complete(request))[1]
+    pipeline = Pipeline(backend, PipelineSettings(max_tokens=4, repair=RepairSettings(return_unclean=True)))
+    pipeline.install_gate(CompletionGate(_reading(gate, "hidden_norm_mean"), min_quality=0.0))
+    document = "count = 1\ntotal = co"
+    out = pipeline.complete(document, len(document), path="m.py", gated=True)
+    assert asked and all(asked), "the backend is asked for its internals"
+    if not out.text.strip():
+        pytest.skip("the random tiny model wrote nothing to judge")
+    assert math.isfinite(out.features["hidden_norm_mean"]) and out.features["hidden_norm_mean"] > 0
+    asked.clear()
+    pipeline.complete(document, len(document), path="m.py")  # not gated: not asked
+    assert asked and not any(asked)

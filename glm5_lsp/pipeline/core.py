@@ -31,7 +31,7 @@ from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.healing import partial_word
 from glm5_lsp.indentation import indent_unit, reindent
 from glm5_lsp.languages import detect_language
-from glm5_lsp.pipeline.gating import finished_word, judged
+from glm5_lsp.pipeline.gating import StatsWatch, finished_word, judged
 from glm5_lsp.pipeline.memory import SessionMemory, wire_memory
 from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and benchmarks import them from here)
     SPECIAL_TOKENS,
@@ -213,6 +213,8 @@ class _Task:
     truncations: int = 0  # RepairSettings.max_truncations for this task
     time_budget_s: float | None = None  # RepairSettings.time_budget_s for this task (None: the loop's own)
     min_token_prob: float = 0.0  # CompletionRequest.min_token_prob
+    step_stats: bool = False  # ask the backend for the runtime's per-step internals (the gate reads them)
+    internals: Any = None  # what the last generation handed out then (``Completion.stats``)
 
     @property
     def suffix(self) -> str:
@@ -338,13 +340,14 @@ class Pipeline:
         gate = self.gate if gated else None
         if gate is not None:
             gate.begin()
+            task.step_stats = gate.wants_internals
         result = self._run(task, on_text=on_text, should_cancel=should_cancel)
         if heal:  # what goes in at the cursor: the candidate less the word already typed
             result.text = result.text[len(heal):] if result.text.startswith(heal) else ""
         if gate is not None and not result.vouched:
             result = judged(gate, result, target.document, target.end, language=language, multiline=multiline,
                             trigger=trigger, heal=heal, unclean_shown=settings.repair.return_unclean,
-                            finish=lambda: finished_word(self.repair, target, heal))
+                            finish=lambda: finished_word(self.repair, target, heal), internals=task.internals)
         return result
 
     def _can_heal(self) -> bool:
@@ -578,12 +581,15 @@ class Pipeline:
             prompt=task.prompt, max_tokens=task.max_tokens, temperature=settings.temperature, top_p=settings.top_p,
             seed=settings.seed, stop=list(task.stop), use_attention_policy=settings.use_attention_policy,
             should_cancel=should_cancel, forced_prefix=task.forced_prefix, min_token_prob=task.min_token_prob,
+            step_stats=task.step_stats,
         )
+        watch = (StatsWatch if task.step_stats else BlockWatch)(task.multiline, task.block_prefix,
+                                                                task.target.language, on_text)
         repaired = loop.run(request, task.target, LoopTask(
-            postprocess=functools.partial(self.postprocess, task=task),
-            watch=BlockWatch(task.multiline, task.block_prefix, task.target.language, on_text),
+            postprocess=functools.partial(self.postprocess, task=task), watch=watch,
             max_truncations=task.truncations, time_budget_s=task.time_budget_s,
         ))
+        task.internals = getattr(watch, "stats", None)
         cancelled = should_cancel is not None and should_cancel()
         return PipelineResult(
             text=repaired.text or "", clean=repaired.clean,

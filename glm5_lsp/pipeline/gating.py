@@ -20,8 +20,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from glm5_lsp.backends.base import Backend, Completion, CompletionRequest
 from glm5_lsp.checks.introduced import Splice, judge
 from glm5_lsp.postprocess import trailing_identifier
+from glm5_lsp.repair.stream import BlockWatch
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,19 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
     result.withheld = why
     log.debug("completion withheld: %s", why)
     return result
+
+
+class StatsWatch(BlockWatch):
+    """The repair loop's stream watch that also keeps the runtime's per-step internals of the last
+    generation (``Completion.stats``: DSA's indexer, the MoE router, the hidden state), for a gate
+    whose heads read them; the pipeline asks for them (``CompletionRequest.step_stats``) only then."""
+
+    stats: Any = None
+
+    def complete(self, backend: Backend, request: CompletionRequest) -> Completion:
+        completion = super().complete(backend, request)
+        self.stats = completion.stats
+        return completion
 
 
 def finished_word(loop: Any, target: Any, forced_prefix: str) -> str:
