@@ -242,6 +242,7 @@ class Rejecting:
 
     threshold = 1.0
     asked = 0
+    wants_internals = False
 
     def install(self, pipeline) -> None:
         pass
@@ -265,3 +266,18 @@ def test_an_answer_the_memory_vouches_for_is_not_withheld_by_the_gate(tokenizer,
         result = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False, gated=True)
         assert result.text == shown
     assert Rejecting.asked == 1  # only the answer the memory does not vouch for was judged
+
+
+def test_edits_are_folded_back_into_one_shard_now_and_then(tokenizer, workspace: Path) -> None:
+    from glm5_lsp.pipeline.memory import COMPACT_EVERY
+
+    memory = session_memory(tokenizer, workspace)
+    paths = [str(workspace / "billing.py"), str(workspace / "quote.py")]
+    for number in range(COMPACT_EVERY):  # the first makes a document hot: then COMPACT_EVERY - 1 switches
+        memory.update(paths[number % 2], LIBRARY + f"# edit {number}\n")
+    assert memory.memory.recent is not None  # edits kept beside the base shard
+    memory.update(paths[COMPACT_EVERY % 2], LIBRARY + "# the last edit\n")
+    assert memory.memory.recent is None and not memory.memory.frozen  # folded into the base
+    assert memory.text_of(paths[COMPACT_EVERY % 2]) == LIBRARY + "# the last edit\n"
+    typed = "    return compute_total(items, discount=0.25, roun"
+    assert memory.continuation(None, typed, len(typed)) == 'ding="banker")'

@@ -252,8 +252,9 @@ class WorkspaceMemory:
             doc = self._edited.get(key)
             if doc is not None:
                 return doc.text
-            if any(shard.has(key) for shard in self._older_shards()):
-                return read_source(Path(key))
+            for shard in self._older_shards():  # its ids, not the disk's text: an edit may be compacted in
+                if shard.has(key):
+                    return self.tokenizer.decode([int(t) for t in shard.document(key)])
             return None
 
     def __contains__(self, key: str) -> bool:
