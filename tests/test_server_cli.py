@@ -130,3 +130,45 @@ def test_tcp_exit_without_shutdown_is_status_1_and_no_traceback(tmp_path: Path) 
     finally:
         if server.poll() is None:
             server.kill()
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.answers: dict[object, dict] = {}
+
+    def write(self, data: bytes) -> None:
+        payload = json.loads(data.split(b"\r\n\r\n", 1)[1])
+        if "id" in payload and "method" not in payload:
+            self.answers[payload["id"]] = payload
+
+    def close(self) -> None:
+        pass
+
+
+def test_exit_right_after_initialized_loads_nothing_and_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A client that sends ``initialized`` and ``exit`` back to back: the server stops (its model
+    worker shut down) before the ``initialized`` handler runs, which then must not start loading
+    the model ("cannot schedule new futures after shutdown", seen over TCP in the test above)."""
+    import asyncio
+    import logging
+
+    from glm5_lsp.server.server import build_server
+
+    async def run() -> None:
+        server = build_server()
+        writer = _Writer()
+        server.protocol.set_writer(writer)
+        server.protocol.receive(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "processId": None, "capabilities": {},
+            "initializationOptions": {"model": {"backend": "openai", "url": "http://127.0.0.1:9"}}}}).encode())
+        while 1 not in writer.answers:
+            await asyncio.sleep(0.01)
+        server.protocol.receive(json.dumps({"jsonrpc": "2.0", "method": "initialized", "params": {}}).encode())
+        server.protocol.receive(json.dumps({"jsonrpc": "2.0", "method": "exit"}).encode())
+        server.stop()  # what serving does once exit is read
+        await asyncio.sleep(0.3)  # the initialized handler runs now
+        assert server.engine.pipeline is None and server.engine.error is None
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(run())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

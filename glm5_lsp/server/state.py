@@ -239,6 +239,8 @@ class Glm5Server(LanguageServer):
     def start_engine(self) -> None:
         """(Re)create the engine and load it on the model worker, reporting ``$/progress``."""
         assert self.loop is not None
+        if self.protocol.exit_code is not None:  # exit came first: the model worker is gone
+            return
         self.supersession.cancel_all("reload")
         if self.engine.memory is not None:
             self.engine.memory.cancel()  # the old engine's first build, if it still runs
