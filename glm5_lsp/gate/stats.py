@@ -106,7 +106,7 @@ class StepObserver:
         self._strings = token_strings
         self._end_ids = list(end_ids)
         self._end_mask = end_mask  # float [V]: 1 at the end ids (a recorder makes it once)
-        self._buffer: Any = None  # [MAX_STEPS, V]: each step's logits as the model gave them
+        self._logits: list[Any] = []  # the first MAX_STEPS steps' logits, as the model gave them
         self._steps = 0  # steps seen
         self._chosen: list[int] = []  # the token chosen at each step but the last
         self._last_out: Any = None  # the last step's logits after inner's changes
@@ -115,12 +115,8 @@ class StepObserver:
     def __call__(self, generated_ids: Sequence[int], logits: Any) -> Any:
         if self._steps and generated_ids:
             self._chosen.append(int(generated_ids[-1]))
-        if self._steps < MAX_STEPS:  # one copy into a buffer made once (inner may change ``logits`` in place)
-            if self._buffer is None:
-                import torch
-
-                self._buffer = torch.empty((MAX_STEPS, logits.shape[-1]), dtype=torch.float32)
-            self._buffer[self._steps].copy_(logits.detach().reshape(-1))
+        if self._steps < MAX_STEPS:  # a copy (inner may change ``logits`` in place); later steps: counted only
+            self._logits.append(logits.detach().clone())
         self._steps += 1
         out = self.inner(generated_ids, logits) if self.inner is not None else logits
         self._last_out = out
@@ -138,7 +134,7 @@ class StepObserver:
         chosen = list(self._chosen[: self._steps - 1])
         chosen.append(int(torch.argmax(self._last_out)))
         count = min(self._steps, MAX_STEPS)
-        steps = self._buffer[:count]  # [S, V]
+        steps = torch.stack(self._logits[:count]).float()  # [S, V]
         vocab = steps.shape[1]
         logp = torch.log_softmax(steps, dim=1)
         probs = logp.exp()
