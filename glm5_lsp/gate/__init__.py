@@ -14,32 +14,30 @@ candidate is worth showing, how much of a multi-line one to show, and what to do
 - :mod:`~glm5_lsp.gate.acceptance`: the local acceptance log and the tracker that writes it;
 - :mod:`~glm5_lsp.gate.judge`: ``CompletionGate``, the one object a front end wires in.
 
-Wiring (the server's and the pipeline's own files; nothing here imports LSP types):
+Wired (nothing here imports LSP types; front ends reach the gate only through the pipeline):
 
-1. Engine load (after the pipeline exists): ``gate = CompletionGate.for_model(backend.model_path,
-   path=settings.completion.gate_path or None, min_quality=settings.completion.min_quality)``, then
-   ``gate.install(pipeline)`` (wraps ``pipeline.repair.monitor_factory`` with the decoding observer, local
-   backend only). ``min_quality`` None means the gate's own threshold (``gate.json``). No gate beside
-   the model: every candidate is shown, as today.
-2. Per as-you-type request, on the model worker thread: ``gate.begin()`` before ``pipeline.complete``,
-   then ``verdict = gate.judge(result, text, offset, language=..., multiline=..., trigger="automatic" |
-   "invoked")``. Show ``verdict.text`` only when ``verdict.show``; when not, ``verdict.strategy`` says what
-   the data found best next ("finish_word": the repair loop's word finisher; "regenerate": again without
-   the unsure stop; "silent"). ``judge`` also counts the features for drift and logs a warning when the
-   KL divergence of any feature passes 0.1 (every ``DRIFT_EVERY`` candidates).
-3. Acceptance log (setting ``completion.acceptanceLog``, on by default, off writes nothing):
-   ``tracker = SuggestionTracker(AcceptanceLog(enabled=setting))``; when an inline item is sent:
-   ``key = tracker.shown(uri, text, offset, verdict.text, features=verdict.features,
-   score=verdict.score, threshold=gate.threshold, language=..., model=gate.model)`` and the item gets
-   ``command=Command("Accepted", "glm5.accepted", [key])``; the ``glm5.accepted`` command calls
-   ``tracker.accepted(key)``; every ``didChange`` calls ``tracker.changed(uri, new_text)``. Not for the
-   rest of a suggestion being typed through (that is the same suggestion).
+1. ``pipeline.session.open_session(gate=True, gate_path=..., min_quality=...)`` builds
+   ``CompletionGate.for_model(backend.model_path, ...)`` and ``Pipeline.install_gate`` puts the decoding
+   observer in front of the monitor (local backend only). ``min_quality`` None is the gate's own
+   threshold (``gate.json``); the server passes None while ``completion.minQuality`` is left at its
+   default. No gate beside the model (a served model unless ``completion.gatePath`` names one): every
+   candidate is shown, as before. A gate trained for other weights (``stale``) still decides, with a
+   warning; drift is watched.
+2. ``Pipeline.complete(..., gated=True, trigger=...)`` (the server's as-you-type completions) runs
+   ``begin`` before the request and ``pipeline.gating.judged`` after its checks: below the threshold the
+   result is empty with ``withheld`` saying why, or, when the strategy head says "finish_word", the
+   word finisher's likeliest word (checked); "regenerate" stays silent (worse on held-out code). The
+   length head is off (``use_length``): it measured no better than the fixed multi-line policy. A gate
+   whose heads read the runtime's internals gets them (``CompletionRequest.step_stats``); the shipped
+   one reads none. ``judge`` counts the features for drift and logs a warning when the KL divergence
+   of any feature passes 0.1 (every ``DRIFT_EVERY`` candidates).
+3. The acceptance log (``completion.acceptanceLog``, on by default, off writes nothing): the server's
+   ``SuggestionTracker`` records each inline item sent (``shown``, with the result's ``score`` and
+   ``features``), the item's ``command`` ``glm5.accepted`` (``accepted``), and every ``didChange``
+   (``typed_over``, ``removed`` within 30 s); the same suggestion asked again or typed through keeps
+   its id.
 4. ``glm5-lsp gate train --log`` updates the booster from the log (kept only when no worse held out);
    ``glm5-lsp gate drift`` reports the log's drift.
-
-Today the observer sees only what a logits processor sees; the runtime's per-step internals go into
-``DecodeStats.per_layer`` / ``per_step`` under the names in ``stats.LAYER_STATS`` / ``STEP_STATS`` once
-the generator hands them out, and the features that read them stop being NaN (retrain the gate then).
 """
 
 from glm5_lsp.gate.acceptance import AcceptanceLog, SuggestionTracker, read_outcomes
