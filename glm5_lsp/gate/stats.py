@@ -4,12 +4,12 @@
 part a logits processor can see (the model's distribution at each step: the chosen token's
 log-probability, the entropy, the top probability and its margin, the probability of ending the line
 there, and each token's text length). The runtime's internals (DSA's indexer, the MoE router, the last
-hidden state) are named here so the generator can fill them once it hands out per-step statistics
-(``per_layer`` and ``per_step``, under the names in :data:`LAYER_STATS` and :data:`STEP_STATS`); until
-then they are absent, and the gate reads them as missing (NaN), as it does everything a served model
-does not return.
+hidden state: ``per_layer`` and ``per_step``, under the names in :data:`LAYER_STATS` and
+:data:`STEP_STATS`) come from the runtime's own per-step statistics (``Completion.stats``), which the
+pipeline asks for only when the gate's heads read them; otherwise they are absent, and the gate reads
+them as missing (NaN), as it does everything a served model does not return.
 
-Wiring today (no change to the model or the pipeline): :class:`DecodeRecorder` wraps the repair loop's
+:class:`DecodeRecorder` wraps the repair loop's
 ``monitor_factory`` so every generation's processor chain starts with a :class:`StepObserver`
 (observing, never changing the logits), and ``recorder.last()`` after a request gives the stats of the
 last generation it ran (the one the returned candidate most often comes from).
