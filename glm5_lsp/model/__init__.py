@@ -44,16 +44,40 @@ rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and o
 - **Training** (``forward_train``) uses the dense masked kernels so the indexer's KL target (the main
   attention, summed over heads and normalised) is available: stages ``dense``, ``indexer_warmup``
   (everything but the indexers frozen by the trainer), ``sparse``.
+
+The package imports its modules on first use (PEP 562), so ``glm5_lsp.model.tokenizer`` and
+``glm5_lsp.model.paths`` load without torch: a session over a served model never imports it.
 """
 
-from glm5_lsp.model.config import ConfigError, GlmMoeDsaConfig
-from glm5_lsp.model.generate import Generation, GenerationConfig, Generator, cached_forward
-from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM, Selection, TrainOutput
-from glm5_lsp.model.kv_cache import KVCache
-from glm5_lsp.model.loading import CheckpointError, default_model_path, load_model, save_model
-from glm5_lsp.model.policy import AttentionConfig, AttentionPolicy, Role
-from glm5_lsp.model.stats import LAYER_STATS, STEP_STATS, StepStats
-from glm5_lsp.model.tokenizer import Tokenizer, load_tokenizer
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "AttentionConfig": "glm5_lsp.model.policy",
+    "AttentionPolicy": "glm5_lsp.model.policy",
+    "CheckpointError": "glm5_lsp.model.loading",
+    "ConfigError": "glm5_lsp.model.config",
+    "Generation": "glm5_lsp.model.generate",
+    "GenerationConfig": "glm5_lsp.model.generate",
+    "Generator": "glm5_lsp.model.generate",
+    "GlmMoeDsaConfig": "glm5_lsp.model.config",
+    "GlmMoeDsaForCausalLM": "glm5_lsp.model.glm5",
+    "KVCache": "glm5_lsp.model.kv_cache",
+    "LAYER_STATS": "glm5_lsp.model.stats",
+    "Role": "glm5_lsp.model.policy",
+    "STEP_STATS": "glm5_lsp.model.stats",
+    "Selection": "glm5_lsp.model.glm5",
+    "StepStats": "glm5_lsp.model.stats",
+    "Tokenizer": "glm5_lsp.model.tokenizer",
+    "TrainOutput": "glm5_lsp.model.glm5",
+    "cached_forward": "glm5_lsp.model.generate",
+    "default_model_path": "glm5_lsp.model.paths",
+    "load_model": "glm5_lsp.model.loading",
+    "load_tokenizer": "glm5_lsp.model.tokenizer",
+    "save_model": "glm5_lsp.model.loading",
+}
 
 __all__ = [
     "LAYER_STATS",
@@ -79,3 +103,16 @@ __all__ = [
     "load_tokenizer",
     "save_model",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -24,8 +24,8 @@ from safetensors.torch import save_file
 
 from glm5_lsp.model.config import ConfigError, GlmMoeDsaConfig
 from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM
+from glm5_lsp.model.paths import DEFAULT_MODEL_NAME, default_model_path  # noqa: F401 (re-exported)
 
-DEFAULT_MODEL_NAME = "glm5-code-tiny"
 _EXPERT_KEY = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 _LAYER_KEY = re.compile(r"^model\.layers\.(\d+)\.")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -33,17 +33,6 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded; the message names the file or tensor at fault."""
-
-
-def default_model_path() -> Path:
-    """The embedded default model shipped inside the package."""
-    path = Path(__file__).resolve().parent.parent / "weights" / DEFAULT_MODEL_NAME
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(
-            f"no embedded default model at {path}; pass --model PATH (a folder with config.json, "
-            "safetensors weights and tokenizer.json) or train one with `glm5-lsp train`"
-        )
-    return path
 
 
 def _weight_files(path: Path) -> list[Path]:
