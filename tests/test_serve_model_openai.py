@@ -247,9 +247,11 @@ def test_chat_logprobs_and_top_logprobs(runtime: tuple[str, RuntimeScorer]) -> N
 def test_echo_scores_a_candidate_as_the_model_would_have_written_it() -> None:
     """A main model scoring a light model's candidate by its text: the embedded model's own greedy
     completions, sent back as echoed text, get the log-probabilities they were generated with."""
+    compared = 0
     with serve_in_thread(create_app(LocalBackend(), "glm5-code-tiny")) as url:
         client = client_for(url)
-        for prompt in ("def add(a, b):\n    return", "import os\n\n\ndef read(path):\n    with open(path) as f:\n"):
+        for prompt in ("def add(a, b):\n    return", "import os\n\n\ndef read(path):\n    with open(path) as f:\n",
+                       "for i in range(10):\n    print("):
             made = client.completions.create(model="glm5-code-tiny", prompt=prompt, max_tokens=12, temperature=0,
                                              logprobs=0).choices[0]
             alone = client.completions.create(model="glm5-code-tiny", prompt=prompt, max_tokens=0, echo=True,
@@ -257,9 +259,15 @@ def test_echo_scores_a_candidate_as_the_model_would_have_written_it() -> None:
             scored = client.completions.create(model="glm5-code-tiny", prompt=prompt + made.text, max_tokens=0,
                                                echo=True, logprobs=0).choices[0]
             n = len(alone.logprobs.tokens)
-            assert scored.logprobs.tokens[:n] == alone.logprobs.tokens, prompt  # the prompt reads the same
-            assert scored.logprobs.tokens[n:] == made.logprobs.tokens, prompt  # so does the candidate
+            if scored.logprobs.tokens[:n] != alone.logprobs.tokens:
+                # BPE merged the prompt's last token with the candidate's first ("\n" + "   " -> "\n   "):
+                # the joined text is other tokens, so its scores are another question
+                assert "".join(scored.logprobs.tokens) == prompt + made.text, prompt
+                continue
+            assert scored.logprobs.tokens[n:] == made.logprobs.tokens, prompt  # the candidate reads the same
             assert scored.logprobs.token_logprobs[n:] == pytest.approx(made.logprobs.token_logprobs, abs=1e-3)
+            compared += 1
+    assert compared >= 1, "every candidate merged with its prompt at the boundary: nothing was compared"
 
 
 # ---- the pieces ------------------------------------------------------------------------------
