@@ -1,8 +1,8 @@
 """The attention policy: what the editor knows about each token, turned into DSA selection rules.
 
 Every token carries a :class:`Role`. The policy changes *which keys each query selects* in the DSA
-indexer; it never changes the attention arithmetic over the selected keys. The mapping (also in
-ARCHITECTURE.md, "Attention policy"):
+indexer; it never changes the attention arithmetic over the selected keys. The mapping (each rule
+is checked by ``tests/test_model_policy.py``):
 
 - ``global_sparsity`` s scales the top-k budget around the checkpoint's trained operating point:
   ``k = round(index_topk * (1 - s) / (1 - 0.4))`` (s = 0.4 keeps ``index_topk``; higher s keeps fewer
