@@ -2,7 +2,7 @@
 
 For each installed package named (each copied into its own workspace folder), cursors are seeded as
 ``benchmarks/lines.py`` seeds them (``glm5_lsp.memory.heldout.seeded_cases``). At each cursor, one
-after another, through the server's own engine (``server.engine.Engine``: the default settings, the
+after another, through the server's own engine (``server.loader.Engine``: the default settings, the
 context engine, the repair loop with its decoding monitor, token healing, the as-you-type budget):
 
 - **single**: the as-you-type single-line completion, its features and its labels (``labels``);

@@ -180,7 +180,7 @@ def cached_forward(
 class Generator:
     """Owns one model's cache across calls (batch size 1). Not thread-safe: callers hold a lock.
 
-    ``lean``: take ``decode.py``'s paths where they apply (False: the general ``forward`` only; tests
+    ``lean``: take ``lean.py``'s paths where they apply (False: the general ``forward`` only; tests
     and benchmarks compare the two)."""
 
     def __init__(self, model: GlmMoeDsaForCausalLM, tokenizer: Tokenizer, policy: AttentionPolicy | None = None,

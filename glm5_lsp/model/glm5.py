@@ -886,7 +886,7 @@ class GlmMoeDsaForCausalLM(nn.Module):
     ) -> Step:
         """The :class:`Step` of one forward call of ``input_ids [B, T]`` (arguments as ``forward``'s):
         positions, RoPE, the top-k budget and the policy's biases and forced keys; the cache made
-        room for the new tokens. ``forward_step`` or one of ``decode.py``'s paths then runs it."""
+        room for the new tokens. ``forward_step`` or one of ``lean.py``'s paths then runs it."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [B, T], got shape {list(input_ids.shape)}")
         bsz, t = input_ids.shape

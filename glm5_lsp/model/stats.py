@@ -29,7 +29,7 @@ the full-indexer layers for the concentration, the MoE layers for the router's),
 shape matches ``glm5_lsp.gate.stats.DecodeStats.per_layer`` (name -> steps -> layers) and
 ``per_step`` (name -> steps), so the gate copies them as they are.
 
-The lean paths (``decode.py``) and the general ``forward`` fill a :class:`StatsProbe` with the same
+The lean paths (``lean.py``) and the general ``forward`` fill a :class:`StatsProbe` with the same
 numbers (``tests/test_model_stats.py``). While decoding, a step adds one product per layer (its
 attention probabilities times the keys' role one-hot; two where it selected keys) and otherwise keeps
 references to tensors it computes anyway (the indexer's query and head weights, the router's scores,
