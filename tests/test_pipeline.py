@@ -375,13 +375,14 @@ def test_a_line_inserted_before_existing_code_ends_with_a_newline() -> None:
 
 def test_the_context_engine_builds_the_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from glm5_lsp.context.engine import ContextEngine
-    from glm5_lsp.pipeline import SerializedContext
+    from glm5_lsp.pipeline.session import SharedContext
 
     monkeypatch.setenv("GLM5_LSP_CACHE_DIR", str(tmp_path))
     backend = scripted.ScriptedBackend("x")
     document = "import os\n\ndef f(p):\n    return os.path.join(p, \n"
     cursor = document.index("\n", document.index("join("))
-    Pipeline(backend, context=SerializedContext(ContextEngine(cache_dir=tmp_path))).complete(document, cursor, path="m.py")
+    context = SharedContext(ContextEngine(cache_dir=tmp_path), lambda root: ContextEngine(workspace_root=root, cache_dir=tmp_path))
+    Pipeline(backend, context=context).complete(document, cursor, path="m.py")
     prompt = backend.requests[0].prompt
     assert prompt.text().endswith(document) or document[:cursor] in prompt.prefix
     assert {"current_block"} <= {span.role for span in prompt.spans}

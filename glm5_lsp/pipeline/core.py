@@ -162,19 +162,6 @@ class PromptBuilder(Protocol):
                      budget_tokens: int | None = None) -> Prompt: ...
 
 
-class SerializedContext:
-    """One context engine shared by several pipelines (batch workers): one prompt built at a time."""
-
-    def __init__(self, engine: PromptBuilder) -> None:
-        self.engine = engine
-        self._lock = threading.Lock()
-
-    def build_prompt(self, text: str, offset: int, *, path: str | None = None, language: str | None = None,
-                     budget_tokens: int | None = None) -> Prompt:
-        with self._lock:
-            return self.engine.build_prompt(text, offset, path=path, language=language, budget_tokens=budget_tokens)
-
-
 # --------------------------------------------------------------------------------------------
 # Request shape (the post-processing rules themselves live in glm5_lsp.postprocess)
 # --------------------------------------------------------------------------------------------
