@@ -33,19 +33,7 @@ from glm5_lsp.indentation import indent_unit, reindent
 from glm5_lsp.languages import detect_language
 from glm5_lsp.pipeline.gating import StatsWatch, finished_word, judged
 from glm5_lsp.pipeline.memory import SessionMemory, wire_memory
-from glm5_lsp.postprocess import (  # noqa: F401 (re-exported: front ends and benchmarks import them from here)
-    SPECIAL_TOKENS,
-    block_indent,
-    bracket_depth,
-    cut_at_block_end,
-    cut_at_stops,
-    first_line,
-    repetition_start,
-    strip_special_tokens,
-    strip_suffix_overlap,
-    tidy,
-    trailing_identifier,
-)
+from glm5_lsp.postprocess import cut_at_block_end, cut_at_stops, first_line, strip_special_tokens, tidy
 from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.quickfix import Fix, QuickFixer
 from glm5_lsp.quickfix import warm as warm_quick_fixes
