@@ -33,6 +33,8 @@ import re
 import string
 from collections.abc import Generator, Iterator
 
+from glm5_lsp.pysource import open_triple_quote
+
 # Special token strings of the GLM-5 code tokenizer; none of them may reach the user.
 SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|code_prefix|>", "<|code_suffix|>", "<|code_middle|>")
 # Tokens that end a completion: end-of-text and FIM markers, ours and other tokenizers' spellings.
@@ -48,6 +50,7 @@ LINE_COMMENTS: dict[str, str] = {"python": "#", "ruby": "#", "shell": "#", "bash
 COMMENT = "#comment"
 # How much text before the cursor is scanned for brackets that are still open.
 _SCAN_CHARS = 4000
+_QUOTE_LOOKBACK = 64_000  # before the scanned window: enough to tell whether it starts inside a docstring
 IDENTIFIER_CHARS = string.ascii_letters + string.digits + "_"
 
 
@@ -537,7 +540,7 @@ def balance_brackets(text: str, prefix: str, language: str | None = None) -> str
     Brackets the completion opened and left open get their closers appended: closers already
     after the cursor belong to brackets opened before it (an editor's auto-close).
     """
-    stack = open_brackets(prefix[-_SCAN_CHARS:], language)
+    stack = open_brackets(_scan_window(prefix, language), language)
     own: list[str] = []  # brackets opened by the completion itself, still open
     for i, ch in _brackets(text, language):
         if ch in OPENERS:
@@ -550,6 +553,22 @@ def balance_brackets(text: str, prefix: str, language: str | None = None) -> str
             if own:
                 own.pop()
     return text + "".join(OPENERS[b] for b in reversed(own))
+
+
+def _scan_window(prefix: str, language: str | None) -> str:
+    """The end of ``prefix`` scanned for open brackets: its last ``_SCAN_CHARS`` characters, started
+    after the docstring they would otherwise begin inside (read from there, its closing quotes open a
+    string and every bracket after them looks quoted)."""
+    if len(prefix) <= _SCAN_CHARS:
+        return prefix
+    cut = len(prefix) - _SCAN_CHARS
+    window = prefix[cut:]
+    if language in (None, "python"):
+        quote = open_triple_quote(prefix[max(0, cut - _QUOTE_LOOKBACK):cut])
+        if quote is not None:
+            end = window.find(quote)
+            window = window[end + len(quote):] if end >= 0 else ""
+    return window
 
 
 def trim_trailing_space(text: str, suffix: str) -> str:

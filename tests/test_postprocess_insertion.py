@@ -136,3 +136,14 @@ def test_a_multi_line_text_may_close_the_users_bracket_on_a_later_line() -> None
 ])
 def test_wants_space(before: str, text: str, expected: bool) -> None:
     assert wants_space(before, text, "python") is expected
+
+
+def test_a_long_file_whose_scanned_end_starts_inside_a_docstring_keeps_its_brackets() -> None:
+    """The open-bracket scan reads the prefix's last few thousand characters; where that window
+    began inside a docstring, its closing quotes opened a string and the ``(`` the user typed on the
+    cursor's line looked quoted, so ``self):`` lost its ``)`` and ``:`` (found in sortedcontainers)."""
+    docstring = '    def first(self):\n        """' + "Return the first item, in words.\n        " * 150 + '"""\n'
+    prefix = "class Bag:\n" + docstring + "        return 1\n\n    def __reversed__("
+    suffix = '\n        """Return a reverse iterator."""\n        return iter(self)\n'
+    assert tidy("self):", prefix, suffix, multiline=False, language="python") == "self):"
+    assert tidy("self, key):", "x = 1\n" * 900 + prefix, suffix, multiline=False, language="python") == "self, key):"
