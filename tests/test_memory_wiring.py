@@ -30,6 +30,16 @@ def quote(items):
     return compute_total(items, dis'''
 DOCUMENT = TYPED + "\n"
 EXPECTED = 'count=0.25, rounding="banker")'
+# Two more lines that start as the typed one does and go on otherwise: the workspace's lines then say
+# "count=0.5)" (two to one) where the token-level match (longest in billing.py) says EXPECTED, so the
+# memory's two views disagree and the model is asked.
+DISPUTED = '''def legacy(things):
+    return compute_total(items, discount=0.5)
+
+
+def older(things):
+    return compute_total(items, discount=0.5)
+'''
 
 
 def strong() -> Interpolation:
@@ -44,6 +54,12 @@ def workspace(tmp_path: Path) -> Path:
     (root / "billing.py").write_text(LIBRARY, encoding="utf-8")
     (root / "quote.py").write_text(DOCUMENT, encoding="utf-8")
     return root
+
+
+@pytest.fixture
+def disputed(workspace: Path) -> Path:
+    (workspace / "legacy.py").write_text(DISPUTED, encoding="utf-8")
+    return workspace
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +102,27 @@ def test_a_served_models_unclean_answer_gives_way_to_the_memorys_continuation(to
     assert not alone.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False).clean
 
 
-def test_a_served_models_clean_answer_is_kept(tokenizer, workspace: Path) -> None:
-    memory = session_memory(tokenizer, workspace)
-    pipeline = Pipeline(Served("count=0.5)"), settings(), memory=memory)
-    result = pipeline.complete(DOCUMENT, len(TYPED), path=str(workspace / "quote.py"), language="python",
+def test_a_served_models_clean_answer_is_kept(tokenizer, disputed: Path) -> None:
+    memory = session_memory(tokenizer, disputed)
+    pipeline = Pipeline(Served("count=0.75)"), settings(), memory=memory)
+    result = pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python",
                                multiline=False)
-    assert result.clean and result.text == "count=0.5)"
+    assert result.clean and result.text == "count=0.75)"
+
+
+@pytest.mark.parametrize("backend_kind", ["served", "in-process"])
+def test_where_the_memorys_two_views_agree_the_model_is_not_asked(tokenizer, workspace: Path,
+                                                                  backend_kind: str) -> None:
+    backend = Served("count=0.75)") if backend_kind == "served" else InProcess("count=0.75)")
+    memory = session_memory(tokenizer, workspace)
+    path = str(workspace / "quote.py")
+    result = Pipeline(backend, settings(), memory=memory).complete(DOCUMENT, len(TYPED), path=path,
+                                                                   language="python", multiline=False)
+    assert result.clean and result.text == EXPECTED and result.vouched
+    assert backend.requests == []  # answered from the workspace alone
+    block = Pipeline(backend, settings(), memory=memory).complete(DOCUMENT, len(TYPED), path=path,
+                                                                  language="python", multiline=True)
+    assert len(backend.requests) == 1 and block.text != EXPECTED  # a multi-line request asks the model
 
 
 def test_fixes_and_other_languages_never_get_the_memorys_candidate(tokenizer, workspace: Path) -> None:
@@ -112,6 +143,7 @@ def test_the_in_process_model_decodes_with_the_memory_around_the_monitor(tiny_ch
     root = tmp_path / "ws"
     root.mkdir()
     (root / "billing.py").write_text(LIBRARY, encoding="utf-8")
+    (root / "legacy.py").write_text(DISPUTED, encoding="utf-8")
     memory = SessionMemory(backend.tokenizer, MemorySettings(libraries=False, stdlib=False))
     memory.factory.interpolation = strong()
     memory.index(str(root))
@@ -193,8 +225,12 @@ def test_snippets_of_recently_edited_files_are_their_own_role_in_the_prompt(toke
     shown = prompt.text()[spans[0].start:spans[0].end]
     assert "billing.py" in shown and "edited_in_the_editor" in shown
     assert prompt.prefix.endswith(TYPED.rsplit("\n", 1)[-1])  # the code still ends the prefix
+    asked = []
+    looked_up = memory.snippets
+    memory.snippets = lambda *args, **kwargs: asked.append(1) or looked_up(*args, **kwargs)
     small = engine.build_prompt(DOCUMENT, len(TYPED), path=path, language="python", budget_tokens=128)
     assert not [s for s in small.spans if s.role == "snippet"]  # a line's prompt keeps its room for code
+    assert not asked  # ... and no time is spent looking for snippets that could not fit
     capped = ContextEngine(workspace_root=None, token_budget=512, memory=memory, snippet_tokens=0)
     assert not [s for s in capped.build_prompt(DOCUMENT, len(TYPED), path=path, language="python").spans
                 if s.role == "snippet"]
@@ -226,13 +262,15 @@ class InProcess(Served):
 @pytest.mark.parametrize("answer, shown, vouched", [
     ("count=0.25", EXPECTED, True),  # stopped short where unsure: the workspace says the rest
     (EXPECTED, EXPECTED, True),  # the two agree
-    ("count=0.5)", "count=0.5)", False),  # they do not: the gate decides
+    ("count=0.5)", "count=0.5)", True),  # what the workspace's lines say
+    ("count=0.5", "count=0.5)", True),  # ... going on into it
+    ("count=0.75)", "count=0.75)", False),  # neither view: the gate decides
 ])
-def test_the_memory_extends_or_vouches_for_the_in_process_models_answer(tokenizer, workspace: Path, answer: str,
+def test_the_memory_extends_or_vouches_for_the_in_process_models_answer(tokenizer, disputed: Path, answer: str,
                                                                         shown: str, vouched: bool) -> None:
-    memory = session_memory(tokenizer, workspace)
+    memory = session_memory(tokenizer, disputed)
     pipeline = Pipeline(InProcess(answer), settings(), memory=memory)
-    result = pipeline.complete(DOCUMENT, len(TYPED), path=str(workspace / "quote.py"), language="python",
+    result = pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python",
                                multiline=False)
     assert result.clean and result.text == shown and result.vouched is vouched
 
@@ -257,10 +295,10 @@ class Rejecting:
         return SimpleNamespace(show=False, score=0.0, features={}, text="", strategy="silent")
 
 
-def test_an_answer_the_memory_vouches_for_is_not_withheld_by_the_gate(tokenizer, workspace: Path) -> None:
-    memory = session_memory(tokenizer, workspace)
-    path = str(workspace / "quote.py")
-    for answer, shown in (("count=0.25", EXPECTED), ("count=0.5)", "")):
+def test_an_answer_the_memory_vouches_for_is_not_withheld_by_the_gate(tokenizer, disputed: Path) -> None:
+    memory = session_memory(tokenizer, disputed)
+    path = str(disputed / "quote.py")
+    for answer, shown in (("count=0.25", EXPECTED), ("count=0.75)", "")):
         pipeline = Pipeline(InProcess(answer), settings(), memory=memory)
         pipeline.install_gate(Rejecting())
         result = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False, gated=True)

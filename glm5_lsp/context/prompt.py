@@ -50,7 +50,10 @@ SHARES = {"others": 0.20, "symbols": 0.15, "api": 0.15, "errors": 0.25}
 BEFORE_SHARE = 0.75  # of the code budget, for the text before the cursor
 INDENT_ABOVE, INDENT_BELOW = 24, 8
 SNIPPET_LINES = 12
-MIN_SNIPPET_TOKENS = 24  # less room than this for snippets: none (a header line and a few code lines)
+# Less room than this for snippets: none. A snippet is a header line and a window of several code
+# lines (the memory's are 8 lines): in less room none fits, and looking for them costs tens of
+# milliseconds (a single-line completion's 128-token prompt has 25).
+MIN_SNIPPET_TOKENS = 48
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 
 
