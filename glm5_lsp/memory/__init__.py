@@ -11,6 +11,8 @@ for longest-suffix matches, mixed into decoding and offered as drafts.
 - :mod:`~glm5_lsp.memory.mixing`: the interpolation table, the logits processor, drafts, and the
   memory's own continuation for a served model;
 - :mod:`~glm5_lsp.memory.snippets`: the chunks of other documents most like the code at the cursor;
+- :mod:`~glm5_lsp.memory.lines`: the workspace's lines counted, for how the typed line goes on
+  (``WorkspaceMemory.line_guess``);
 - :mod:`~glm5_lsp.memory.fit`: the table fitted on ``BENCHMARK_FIT`` packages;
 - :mod:`~glm5_lsp.memory.heldout`: those packages as workspaces, and seeded cursors.
 

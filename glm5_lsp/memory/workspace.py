@@ -37,6 +37,7 @@ from glm5_lsp.memory.libraries import (
     local_modules,
     read_source,
 )
+from glm5_lsp.memory.lines import LineGuess, LineIndex
 from glm5_lsp.memory.matcher import MAX_MATCH, Matcher, Source
 from glm5_lsp.memory.tokens import Encoder, TokenizedText, encode_batch, token_dtype
 
@@ -107,6 +108,7 @@ class WorkspaceMemory:
         self.hot: ScanIndex | None = None
         self._hot_key: str | None = None
         self._edited: dict[str, TokenizedText] = {}  # documents edited since they were indexed
+        self.lines = LineIndex()  # the workspace's lines (not the libraries'), as the documents read now
         self.stats = MemoryStats()
         self.root: Path | None = None
 
@@ -124,6 +126,7 @@ class WorkspaceMemory:
         # Read, tokenized and let go a batch at a time: only the ids (2 bytes a token) and the names
         # imported stay (holding every text and its tokenizer output at once was most of the peak).
         docs: list[tuple[str, np.ndarray]] = []
+        lines = LineIndex()
         imports: set[str] = set()
         batch = 128
         for start in range(0, len(paths), batch):
@@ -136,6 +139,8 @@ class WorkspaceMemory:
                 if text is not None:
                     part.append((str(path), text))
             imports |= imported_modules(t for _, t in part)
+            for key, text in part:
+                lines.set(key, text)
             for (key, _), ids in zip(part, encode_batch(self.tokenizer, [t for _, t in part])):
                 docs.append((key, np.asarray(ids, dtype=self.dtype)))
             del part
@@ -145,7 +150,7 @@ class WorkspaceMemory:
         if progress is not None:
             progress("indexing the workspace", 0.6)
         base = SuffixIndex.build(docs, self.dtype)
-        self._rebase(root, base)
+        self._rebase(root, base, lines)
         self.stats.build_seconds = round(time.perf_counter() - started, 3)
         use_libraries = self.settings.libraries if libraries is None else libraries
         if use_libraries or self.settings.stdlib:
@@ -156,7 +161,7 @@ class WorkspaceMemory:
             progress("memory ready", 1.0)
         return self.stats
 
-    def _rebase(self, root: Path, base: SuffixIndex) -> None:
+    def _rebase(self, root: Path, base: SuffixIndex, lines: LineIndex | None = None) -> None:
         """``base`` becomes the workspace's shard. The documents edited meanwhile (opened in the
         editor while the folder was read: their text is the editor's, not the disk's) stay as they
         read now: dead in the new base, the one being edited still hot, the others in ``recent``."""
@@ -164,6 +169,10 @@ class WorkspaceMemory:
             for key in self._edited:
                 base.kill(key)
             others = [(k, doc.ids) for k, doc in self._edited.items() if k != self._hot_key]
+            if lines is not None:
+                for key, doc in self._edited.items():
+                    lines.set(key, doc.text)
+                self.lines = lines
             self.root = root
             self.base, self.frozen = base, []
             self.recent = SuffixIndex.build(others, self.dtype) if others else None
@@ -214,6 +223,7 @@ class WorkspaceMemory:
                 self._demote_hot()
             self.hot = ScanIndex(key, doc.ids)  # no suffix array to build: scanned
             self._hot_key = key
+            self.lines.set(key, text)
             return True
 
     def remove(self, key: str) -> bool:
@@ -225,6 +235,7 @@ class WorkspaceMemory:
                     found = shard.kill(key) or found
             if self._edited.pop(key, None) is not None:
                 found = True
+            found = self.lines.remove(key) or found
             if self._hot_key == key:
                 self.hot, self._hot_key = None, None
             if self.recent is not None and not self.recent.live_keys():
@@ -334,6 +345,16 @@ class WorkspaceMemory:
                     last = doc.token_at(line_end) + 1 if line_end >= 0 else len(doc.ids) + 1
                     exclude = (first, last)
         return Matcher(self.sources(key, exclude), self.settings.max_match)
+
+    def line_guess(self, key: str | None, document: str, offset: int) -> LineGuess | None:
+        """How the workspace's other lines go on from the cursor's line as typed before ``offset``
+        (``memory.lines``): document ``key`` is brought up to date first, its cursor line not counted."""
+        if key is not None:
+            self.update(key, document)
+        start = document.rfind("\n", 0, offset) + 1
+        end = document.find("\n", offset)
+        line = document[start:] if end < 0 else document[start:end]
+        return self.lines.guess(document[start:offset], key=key, line=line)
 
     def _refresh_stats(self) -> None:
         with self._lock:

@@ -138,6 +138,9 @@ class PipelineResult:
     score: float | None = None
     features: dict[str, float] = field(default_factory=dict)
     withheld: str = ""
+    # What the workspace memory said at the cursor (``pipeline.memory.Recollection``; None without
+    # one): the gate's memory features read it.
+    recalled: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -572,7 +575,7 @@ class Pipeline:
             diagnostics_after=[diagnostic_dict(d) for d in repaired.diagnostics_after], rounds=repaired.rounds,
             prompt_tokens=repaired.prompt_tokens, completion_tokens=repaired.tokens,
             seconds=time.perf_counter() - started, finish_reason="cancelled" if cancelled else repaired.finish_reason,
-            finished_word=repaired.finished_word, vouched=repaired.vouched,
+            finished_word=repaired.finished_word, vouched=repaired.vouched, recalled=repaired.recalled,
         )
 
 def _skipping(count: int, on_text: Callable[[str], None]) -> Callable[[str], None]:

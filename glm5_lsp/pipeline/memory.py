@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from glm5_lsp.memory import (
@@ -33,6 +34,7 @@ from glm5_lsp.memory import (
     as_key,
     continuation_text,
 )
+from glm5_lsp.memory.lines import LineGuess
 from glm5_lsp.memory.snippets import Snippet, similar_snippets
 from glm5_lsp.memory.workspace import keys_under
 
@@ -157,6 +159,10 @@ class SessionMemory:
         return continuation_text(self.memory, self.tokenizer, as_key(path), document, offset,
                                  max_tokens=max_tokens, stop="" if multiline else "\n")
 
+    def line_guess(self, path: str | None, document: str, offset: int) -> LineGuess | None:
+        """How the workspace's other lines go on from the cursor's line (``memory.lines``)."""
+        return self.memory.line_guess(as_key(path), document, offset)
+
     def snippets(self, path: str | None, document: str, offset: int, max_chars: int) -> list[Snippet]:
         if max_chars <= 0:
             return []
@@ -164,31 +170,105 @@ class SessionMemory:
                                 window_lines=SNIPPET_LINES, stride=SNIPPET_LINES // 2)
 
 
+@dataclass(frozen=True)
+class Recollection:
+    """What the memory says at one request's cursor, as insertion text ("" for nothing): its token-level
+    continuation and the workspace's lines' most frequent rest (``memory.lines``), with how many of
+    those lines go on that way, out of how many that start as the typed one, in how many ways."""
+
+    continuation: str
+    line: str
+    line_count: int = 0
+    line_total: int = 0
+    line_distinct: int = 0
+
+    @property
+    def agreed(self) -> bool:
+        return bool(self.continuation.strip()) and self.continuation.rstrip() == self.line.rstrip()
+
+
+class _Recall:
+    """A :class:`Recollection` per request, computed once however many rules ask (the last request's
+    kept). The workspace's lines are asked first (a millisecond); the token-level continuation (tens of
+    milliseconds) only when needed: ``agreed`` skips it where the lines say nothing."""
+
+    def __init__(self, memory: SessionMemory) -> None:
+        self.memory = memory
+        self._key: tuple[Any, Any] | None = None  # (request, target) of what is kept
+        self._guess: Any = None
+        self._recalled: Recollection | None = None
+
+    def _for(self, request: Any, target: Any) -> None:
+        if self._key is not None and self._key[0] is request and self._key[1] is target:
+            return
+        self._key, self._recalled = (request, target), None
+        self._guess = self.memory.line_guess(target.path, target.document, target.end)
+
+    def line(self, request: Any, target: Any) -> str:
+        """The workspace's lines' rest of the line as insertion text ("" for none)."""
+        if not self.memory.applies(target.language):
+            return ""
+        self._for(request, target)
+        return request.forced_prefix + self._guess.rest if self._guess is not None else ""
+
+    def __call__(self, request: Any, target: Any) -> Recollection | None:
+        if not self.memory.applies(target.language):
+            return None
+        self._for(request, target)
+        if self._recalled is None:
+            multiline = "\n" not in request.stop
+            # A healed word (``forced_prefix``) is typed already: the memory goes on after it.
+            text = self.memory.continuation(target.path, target.document, target.end, multiline=multiline,
+                                            max_tokens=min(request.max_tokens, 64))
+            guess, heal = self._guess, request.forced_prefix
+            self._recalled = Recollection(
+                heal + text if text else "", heal + guess.rest if guess is not None else "",
+                *((guess.count, guess.total, guess.distinct) if guess is not None else ()))
+        return self._recalled
+
+
 def wire_memory(loop: Any, backend: Any, memory: SessionMemory | None) -> None:
-    """Attach ``memory`` to a repair loop's rules for ``backend``: with the in-process model (it has
-    logits) the mixing processor around the decoding monitor; with a served model the memory's
-    continuation as one more candidate. None takes them off."""
-    loop.memory_factory = loop.alternative = loop.extension = None
+    """Attach ``memory`` to a repair loop's rules for ``backend``:
+
+    - where the memory's two views (its token-level continuation and the workspace's lines) give the
+      same rest of the line, that answer is checked and shown without asking the model
+      (``loop.agreed``);
+    - with the in-process model (it has logits) the mixing processor around the decoding monitor, and
+      the two views as texts a clean answer may agree with or go on into (``loop.extension``);
+    - with a served model the memory's continuation as one more candidate (``loop.alternative``).
+
+    None takes them off."""
+    loop.memory_factory = loop.alternative = loop.extension = loop.agreed = loop.recall = None
     if memory is None:
         return
+    recall = _Recall(memory)
+    loop.recall = recall  # what the memory said, on the loop's result (``RepairResult.recalled``)
 
-    def continuation(request: Any, target: Any) -> str | None:
-        if not memory.applies(target.language):
+    def agreed(request: Any, target: Any) -> str | None:
+        if "\n" not in request.stop or not recall.line(request, target):
             return None
-        multiline = "\n" not in request.stop
-        # A healed word (``forced_prefix``) is typed already: the memory goes on after it.
-        text = memory.continuation(target.path, target.document, target.end, multiline=multiline,
-                                   max_tokens=min(request.max_tokens, 64))
-        return request.forced_prefix + text if text else None
+        recalled = recall(request, target)
+        return recalled.continuation if recalled is not None and recalled.agreed else None
 
+    loop.agreed = agreed
     if getattr(backend, "supports_internals", False):
         def mixing(target: Any, monitor: Any) -> Any:
             if not memory.applies(target.language):
                 return monitor
             return memory.processor(target.path, target.document, target.start, then=monitor)
 
-        loop.memory_factory = mixing
-        loop.extension = continuation  # where the model stopped short of what the workspace says
-        return
-    loop.alternative = continuation
+        def extensions(request: Any, target: Any) -> list[str]:
+            recalled = recall(request, target)
+            if recalled is None:
+                return []
+            return [recalled.continuation, recalled.line] if "\n" in request.stop else [recalled.continuation]
 
+        loop.memory_factory = mixing
+        loop.extension = extensions  # where the model stopped short of what the workspace says
+        return
+
+    def continuation(request: Any, target: Any) -> str | None:
+        recalled = recall(request, target)
+        return recalled.continuation if recalled is not None and recalled.continuation else None
+
+    loop.alternative = continuation

@@ -31,6 +31,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from glm5_lsp.backends.base import (
     Backend,
@@ -147,6 +148,7 @@ class RepairResult:
     vouched: bool = False  # the model and the workspace memory agree on the text (``extension``)
     prompt_tokens: int = 0  # over every round
     finish_reason: str = "stop"  # the last generation's
+    recalled: Any = None  # what the workspace memory said at the cursor (``recall``), for the gate
 
 
 Rewriter = Callable[[str, RepairTarget], "str | None"]  # a fixed candidate, or None for no change
@@ -159,6 +161,9 @@ MemoryFactory = Callable[[RepairTarget, "LogitsProcessor | None"], "LogitsProces
 # A candidate that needs no model (the workspace memory's continuation, for a served model that gives
 # no logits to mix it into): (request, target) -> text, or None
 Alternative = Callable[[CompletionRequest, RepairTarget], "str | None"]
+# The workspace memory's continuations (its token-level match, the project's other lines): the texts a
+# clean first candidate may agree with or go on into; (request, target) -> texts
+Extensions = Callable[[CompletionRequest, RepairTarget], "Sequence[str]"]
 
 
 def _empty(text: str, forced: str) -> bool:
@@ -185,7 +190,7 @@ class RepairLoop:
                  finisher: WordFinisher | None = None,
                  word_check: WordCheck | None = None, clock: Callable[[], float] = time.monotonic,
                  memory_factory: MemoryFactory | None = None, alternative: Alternative | None = None,
-                 extension: Alternative | None = None) -> None:
+                 extension: Extensions | None = None, agreed: Alternative | None = None) -> None:
         self.backend = backend
         self.settings = settings or RepairSettings()
         self._runner = runner
@@ -197,7 +202,9 @@ class RepairLoop:
         self.clock = clock
         self.memory_factory = memory_factory  # mixing before the monitor (in-process model)
         self.alternative = alternative  # the memory's continuation, judged after an unclean first candidate
-        self.extension = extension  # the memory's continuation, where it agrees with a clean first candidate
+        self.extension = extension  # the memory's continuations, where they agree with a clean first candidate
+        self.agreed = agreed  # the memory's answer where its views agree: shown without asking the model
+        self.recall: Callable[[CompletionRequest, RepairTarget], Any] | None = None  # what the memory says there
         self._runners: dict[str, DiagnosticRunner] = {}  # per language, kept: providers keep recent parses
 
     def runner_for(self, language: str) -> DiagnosticRunner:
@@ -233,6 +240,14 @@ class RepairLoop:
         candidates: list[Candidate] = []
         tokens = prompt_tokens = 0
         finish_reason = "stop"
+        if self.agreed is not None and settings.max_truncations > 0 and "\n" in request.stop:
+            early = self._agreed(request, target, runner, baseline_job, task)
+            if early is not None:  # the workspace answers this line twice over: no generation needed
+                baseline = baseline_job.result()
+                result = self._result([early], baseline.diagnostics, list(baseline.skipped), started, 0)
+                result.finish_reason = "memory"
+                result.recalled = self._recalled(request, target)
+                return result
         current = request
         finishing_tried = False  # the word finisher (``_finish_word``) is asked once at most
         for round_no in range(1, settings.max_rounds + 1):
@@ -301,7 +316,17 @@ class RepairLoop:
                 candidates.append(finished)
         result = self._result(candidates, before, skipped, started, tokens)
         result.prompt_tokens, result.finish_reason = prompt_tokens, finish_reason
+        result.recalled = self._recalled(request, target)
         return result
+
+    def _recalled(self, request: CompletionRequest, target: RepairTarget) -> Any:
+        if self.recall is None or self.settings.max_truncations <= 0:
+            return None
+        try:
+            return self.recall(request, target)
+        except Exception:  # the memory must never cost the user the model's answer
+            log.exception("the memory's recollection failed")
+            return None
 
     # ---- steps ------------------------------------------------------------------------------
 
@@ -379,30 +404,56 @@ class RepairLoop:
     def _extend(self, candidate: Candidate, written: str, request: CompletionRequest, target: RepairTarget,
                 runner: DiagnosticRunner, before: list[Diagnostic], before_skipped: list[str],
                 task: LoopTask) -> Candidate | None:
-        """Where the memory's continuation (``extension``) is what the model wrote (``written``, before
-        post-processing), the two agree (``candidate.vouched``); where it goes on from it (the model
-        stopped where it was unsure and the workspace says more), that longer text post-processed and
-        judged like any candidate: returned when clean."""
+        """Where one of the memory's continuations (``extension``) is what the model wrote (``written``,
+        before post-processing), the two agree (``candidate.vouched``); where one goes on from it (the
+        model stopped where it was unsure and the workspace says more), that longer text
+        post-processed and judged like any candidate: the first clean one is returned."""
         assert self.extension is not None
         try:
-            remembered = self.extension(request, target) or ""
+            remembered = [text for text in self.extension(request, target) if text]
         except Exception:  # the memory must never cost the user the model's answer
             log.exception("the memory's continuation failed")
             return None
         written = written.split("\n", 1)[0] if "\n" in request.stop else written
-        if not written.strip() or not remembered.startswith(written):
+        if not written.strip():
             return None
-        if remembered.rstrip() == written.rstrip():
+        longer = [text for text in remembered if text.startswith(written)]
+        if any(text.rstrip() == written.rstrip() for text in longer):
             candidate.vouched = True
             return None
-        text = task.postprocess(remembered) if task.postprocess else remembered
-        if not text.startswith(candidate.text.rstrip(")]}\"' ")):
+        for text in longer:
+            text = task.postprocess(text) if task.postprocess else text
+            if not text.startswith(candidate.text.rstrip(")]}\"' ")):
+                continue
+            text, verdict = self._judge_with_rewrites(text, target, runner, before, before_skipped)
+            if verdict.blocking(self.settings.blocking_severities) or self._word_problem(text, request.forced_prefix,
+                                                                                        target):
+                continue
+            return Candidate(text, candidate.round, verdict.introduced, [], candidate.logprob, candidate.tokens,
+                             sum(p(text, target) for p in self.penalties), remembered=True, vouched=True)
+        return None
+
+    def _agreed(self, request: CompletionRequest, target: RepairTarget, runner: DiagnosticRunner,
+                baseline_job: Any, task: LoopTask) -> Candidate | None:
+        """The memory's answer that needs no model (``agreed``), post-processed and judged: returned
+        when clean, vouched (its two views agree, which on held-out code is right most of the time)."""
+        assert self.agreed is not None
+        try:
+            text = self.agreed(request, target)
+        except Exception:  # the memory must never cost the user the model's answer
+            log.exception("the memory's agreed answer failed")
             return None
-        text, verdict = self._judge_with_rewrites(text, target, runner, before, before_skipped)
+        if not text:
+            return None
+        text = task.postprocess(text) if task.postprocess else text
+        if _empty(text, request.forced_prefix):
+            return None
+        baseline = baseline_job.result()
+        text, verdict = self._judge_with_rewrites(text, target, runner, baseline.diagnostics, baseline.skipped)
         if verdict.blocking(self.settings.blocking_severities) or self._word_problem(text, request.forced_prefix, target):
             return None
-        return Candidate(text, candidate.round, verdict.introduced, [], candidate.logprob, candidate.tokens,
-                         sum(p(text, target) for p in self.penalties), remembered=True, vouched=True)
+        return Candidate(text, 0, verdict.introduced, [], None, 0, sum(p(text, target) for p in self.penalties),
+                         remembered=True, vouched=True)
 
     def _alternative(self, request: CompletionRequest, target: RepairTarget, runner: DiagnosticRunner,
                      before: list[Diagnostic], before_skipped: list[str], task: LoopTask) -> Candidate | None:
