@@ -26,7 +26,7 @@ def features(rng: random.Random, shift: float = 0.0) -> dict[str, float | None]:
     }
     for name in NOISE:
         out[name] = rng.gauss(10.0, 3.0)
-    out["memory_match_tokens"] = None  # no memory: missing
+    out["line_count"] = None  # no memory: missing
     return out
 
 

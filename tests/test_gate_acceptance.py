@@ -18,7 +18,7 @@ from glm5_lsp.gate.acceptance import (
     read_records,
 )
 
-FEATURES = {"lp_mean": -1.5, "steps": 3.0, "memory_match_tokens": float("nan")}
+FEATURES = {"lp_mean": -1.5, "steps": 3.0, "line_count": float("nan")}
 
 
 class Clock:
@@ -60,7 +60,7 @@ def test_records_are_one_json_line_each_with_numbers_only(tmp_path: Path) -> Non
     shown = records[0]
     assert shown == {"v": 1, "event": "shown", "id": "a", "t": 1000.0, "language": "python", "score": 0.7,
                      "threshold": 0.4, "chars": 5, "lines": 2, "model": "abc",
-                     "features": {"lp_mean": -1.5, "steps": 3.0, "memory_match_tokens": None}}
+                     "features": {"lp_mean": -1.5, "steps": 3.0, "line_count": None}}
     assert "lue" not in lines[0]  # no code is written
     assert records[3]["after_s"] == 12.5
     with pytest.raises(ValueError, match="unknown acceptance event"):
@@ -131,7 +131,7 @@ def test_outcomes(tmp_path: Path) -> None:
     assert not outcomes["typed"].kept and outcomes["typed"].why == "typed_over"
     assert not outcomes["ignored"].kept and outcomes["ignored"].why == "ignored"
     assert outcomes["accepted_late"].kept  # accepted 11 s after being shown, then left alone for 30 s
-    assert outcomes["kept"].features["lp_mean"] == -1.5 and outcomes["kept"].features["memory_match_tokens"] is None
+    assert outcomes["kept"].features["lp_mean"] == -1.5 and outcomes["kept"].features["line_count"] is None
     assert outcomes["kept"].score == 0.7 and outcomes["kept"].model == "abc"
     assert not read_outcomes(tmp_path / "absent.jsonl")
 

@@ -65,7 +65,7 @@ def test_training_finds_the_signal_out_of_fold(trained) -> None:
     gate, report, rows = trained
     assert report.oof_auc > 0.8  # packages held out: the relation is learnt, not the rows
     assert 0 < gate.threshold < 1
-    assert "lp_mean" in gate.quality.features and "memory_match_tokens" not in gate.quality.features
+    assert "lp_mean" in gate.quality.features and "line_count" not in gate.quality.features
     confident = dict(rows[0]["single"]["features"], lp_mean=-0.5, end_prob_after=0.9)
     unsure = dict(confident, lp_mean=-6.0, end_prob_after=0.05)
     assert gate.score(confident) > gate.threshold > gate.score(unsure)

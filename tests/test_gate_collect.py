@@ -83,6 +83,10 @@ def test_one_cursor_collected_end_to_end(tiny_checkpoint: Path, tmp_path: Path) 
     assert single["features"]["cursor_column"] == len(row["typed_line"])
     assert single["raw"]["stats"]["entropies"], "the observer saw the generation"
     assert "text" in row["regen"] and "word" in row["finish"] and "options" in row["block"]
+    # the workspace memory is built and wired as the server's is (the regenerating pipeline beside it
+    # once unwired it from the loop they share, so rows had no memory)
+    assert collector.pipeline.repair.recall is not None and collector.pipeline.memory.indexed
+    assert "recalled" in single["raw"]["result"]
     out = tmp_path / "rows.jsonl"
     out.write_text(json.dumps(row) + "\n")
     again = read_rows([out])

@@ -275,12 +275,14 @@ def test_the_memory_extends_or_vouches_for_the_in_process_models_answer(tokenize
     assert result.clean and result.text == shown and result.vouched is vouched
 
 
-class Rejecting:
-    """A completion gate that withholds everything it is asked about."""
+class Recording:
+    """A completion gate that withholds everything it is asked about, keeping what it was shown."""
 
     threshold = 1.0
-    asked = 0
     wants_internals = False
+
+    def __init__(self) -> None:
+        self.judged: list = []
 
     def install(self, pipeline) -> None:
         pass
@@ -291,19 +293,22 @@ class Rejecting:
     def judge(self, result, *args, **kwargs):
         from types import SimpleNamespace
 
-        Rejecting.asked += 1
+        self.judged.append((result.text, result.vouched, result.recalled))
         return SimpleNamespace(show=False, score=0.0, features={}, text="", strategy="silent")
 
 
-def test_an_answer_the_memory_vouches_for_is_not_withheld_by_the_gate(tokenizer, disputed: Path) -> None:
+def test_the_gate_judges_every_answer_knowing_what_the_memory_said(tokenizer, disputed: Path) -> None:
     memory = session_memory(tokenizer, disputed)
     path = str(disputed / "quote.py")
-    for answer, shown in (("count=0.25", EXPECTED), ("count=0.75)", "")):
+    for answer, vouched in (("count=0.25", True), ("count=0.75)", False)):
+        gate = Recording()
         pipeline = Pipeline(InProcess(answer), settings(), memory=memory)
-        pipeline.install_gate(Rejecting())
+        pipeline.install_gate(gate)
         result = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False, gated=True)
-        assert result.text == shown
-    assert Rejecting.asked == 1  # only the answer the memory does not vouch for was judged
+        assert result.text == ""  # withheld, vouched for or not
+        [(text, was_vouched, recalled)] = gate.judged
+        assert text == (EXPECTED if vouched else answer) and was_vouched is vouched and recalled.continuation == EXPECTED and recalled.line == "count=0.5)"
+        assert (recalled.line_count, recalled.line_total, recalled.line_distinct) == (2, 3, 2)
 
 
 def test_edits_are_folded_back_into_one_shard_now_and_then(tokenizer, workspace: Path) -> None:

@@ -90,6 +90,10 @@ RESULT_FIELDS = ("text", "clean", "rounds", "prompt_tokens", "completion_tokens"
 def _raw(result: Any, stats: DecodeStats | None) -> dict[str, Any]:
     """What the features were computed from (so they can be computed again as the features change)."""
     out: dict[str, Any] = {"result": {k: getattr(result, k) for k in RESULT_FIELDS}}
+    recalled = getattr(result, "recalled", None)
+    if recalled is not None:
+        out["result"]["recalled"] = asdict(recalled)
+    out["result"]["vouched"] = bool(getattr(result, "vouched", False))
     if stats is not None:
         out["stats"] = {k: [round(v, 5) if isinstance(v, float) and math.isfinite(v) else v for v in values]
                         for k, values in asdict(stats).items() if isinstance(values, list)}
@@ -112,6 +116,8 @@ class Collector:
         engine.load()
         if engine.pipeline is None:
             raise RuntimeError(f"the pipeline did not load: {engine.error}")
+        if engine.memory is not None:  # what the server builds when it starts: the memory is part of what ships
+            engine.memory.index(str(root))
         self.pipeline = engine.pipeline
         backend = self.pipeline.backend
         self.healing = self.pipeline.settings.token_healing and capabilities(backend).forced_prefix
@@ -119,8 +125,9 @@ class Collector:
         template = self.pipeline.repair
         self.recorder.install(self.pipeline)
         self.finisher = template.finisher
+        # the same memory: a Pipeline wires its own into the loop it is given (None would unwire it)
         self.regen = Pipeline(backend, replace(self.pipeline.settings, min_token_prob=0.0), self.pipeline.context,
-                              repair=template)
+                              repair=template, memory=self.pipeline.memory)
 
     def _complete(self, pipeline: Any, document: str, offset: int, path: str, multiline: bool,
                   budget_s: float | None = None) -> tuple[Any, Any]:

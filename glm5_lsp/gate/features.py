@@ -86,8 +86,10 @@ FEATURES: tuple[str, ...] = (
     "end_prob_last", "completion_logprob",
     # per line (multi-line candidates)
     *(f"line{k}_{s}" for k in range(1, LINE_STATS + 1) for s in ("lp_mean", "lp_min", "chars")),
-    # the workspace memory, where it exists
-    "memory_match_tokens", "memory_match_count", "memory_agree_chars",
+    # the workspace memory, where it exists (``pipeline.memory.Recollection``): its continuation and the
+    # workspace's lines' most frequent rest, each against the candidate, and how those lines go on
+    "memory_chars", "memory_agree_chars", "memory_equal", "line_chars", "line_agree_chars", "line_equal",
+    "line_count", "line_total", "line_distinct", "line_share", "memory_views_agree",
     # the runtime's internals, once it hands them out
     *_internal_names(),
 )
@@ -127,9 +129,6 @@ class RequestInfo:
     line_prefix: str = ""  # the cursor's line up to the cursor
     document: str = field(default="", repr=False)  # the document the request is in (not copied)
     trigger: str | None = None  # "automatic" (as you type) or "invoked"; None: unknown
-    memory_match_tokens: float = NAN  # the memory's longest match ending at the cursor (tokens)
-    memory_match_count: float = NAN  # how often that match occurs
-    memory_agree_chars: float = NAN  # characters the memory's own continuation shares with the candidate
 
 
 def _line_kind(stripped: str) -> str:
@@ -408,8 +407,6 @@ def features(result: Any, info: RequestInfo, stats: DecodeStats | None = None) -
         "has_quote": float(any(q in first for q in "'\"`")),
         "word_chars": float(len(info.typed_word) + len(_WORD_REST.match(first).group(0))),
         "before_word": _code(info.before_word, BEFORE_WORD), "line_is_word": float(info.line_is_word),
-        "memory_match_tokens": info.memory_match_tokens, "memory_match_count": info.memory_match_count,
-        "memory_agree_chars": info.memory_agree_chars,
     })
     out["closes_line"] = float(info.open_brackets + (bracket_depth(first, info.language) if first else 0) <= 0)
     # the completed line elsewhere in the document (code repeats itself): anywhere, and as a whole line
@@ -438,6 +435,40 @@ def features(result: Any, info: RequestInfo, stats: DecodeStats | None = None) -
     if stats is not None and stats.steps:
         kept = len(info.healed) + len(first)
         out.update(_step_features(stats, kept, text, len(info.healed)))
+    recalled = getattr(result, "recalled", None)
+    if recalled is not None:
+        out.update(_memory_features(first, recalled))
+    return out
+
+
+def _shared(a: str, b: str) -> int:
+    """Characters at the start that ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _memory_features(first: str, recalled: Any) -> dict[str, float]:
+    """The candidate's first line against what the memory said at the cursor (``recalled``: a
+    ``Recollection`` or its dict); a view that said nothing is NaN."""
+    get = recalled.get if isinstance(recalled, Mapping) else lambda name, default=None: getattr(recalled, name, default)
+    memory = str(get("continuation", "") or "").split("\n", 1)[0].rstrip()
+    line = str(get("line", "") or "").rstrip()
+    candidate = first.rstrip()
+    out: dict[str, float] = {}
+    for name, view in (("memory", memory), ("line", line)):
+        out[f"{name}_chars"] = float(len(view))
+        out[f"{name}_agree_chars"] = float(_shared(candidate, view)) if view else NAN
+        out[f"{name}_equal"] = float(candidate == view) if view else NAN
+    total = float(get("line_total", 0) or 0)
+    out["line_count"] = float(get("line_count", 0) or 0)
+    out["line_total"] = total
+    out["line_distinct"] = float(get("line_distinct", 0) or 0)
+    out["line_share"] = out["line_count"] / total if total else NAN
+    out["memory_views_agree"] = float(bool(memory) and memory == line)
     return out
 
 
