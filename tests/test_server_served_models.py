@@ -153,8 +153,10 @@ def test_the_editor_completes_through_a_real_llama_server(llama_served: Any, mod
     url, log = llama_served
     server = RawServer(stderr_path=tmp_path / "stderr.txt")
     try:
+        # the memory off: here its two views agree on the line (``len(read_lines(path))``) and would
+        # answer without asking the served model, which is what this test is about
         server.initialize({"model": {**model, "url": url if model["backend"] == "llamacpp" else url + "/v1"},
-                           "completion": {"debounceMs": 0},
+                           "completion": {"debounceMs": 0}, "memory": {"enabled": False},
                            "budgets": {"completionMs": 30000, "requestTimeoutMs": 30000}})
         server.wait_ready()
         uri = "file:///tmp/glm5_served/lines.py"
