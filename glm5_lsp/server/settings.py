@@ -107,7 +107,7 @@ class BudgetSettings:
     symbol_tokens: int = field(default=256, metadata=_range(0, 65536))
     # Snippets of other open or recently edited files most like the code at the cursor (and the
     # workspace memory's longest match), their own role in the prompt; at most a fifth of a prompt,
-    # none below 24 tokens (so not in a single line's prompt at the default budgets).
+    # none below 48 tokens (so not in a single line's prompt at the default budgets).
     snippet_tokens: int = field(default=128, metadata=_range(0, 65536))
     request_timeout_ms: int = field(default=5000, metadata=_range(50, 600000))
     # As-you-type completions (inline and list): no repair round starts after this, and the
