@@ -200,6 +200,20 @@ def test_files_deleted_renamed_and_changed_outside_the_editor(tokenizer, workspa
     assert not memory.refresh(str(workspace / "notes.txt"))
 
 
+def test_the_line_being_typed_never_matches_itself(tokenizer, tmp_path: Path) -> None:
+    """``import ty`` is ``import``, `` t``, ``y``: the context is matched up to ``import`` (the word is
+    pending), which ended before the cursor's token and so found itself in the document being edited,
+    whose next line break made the continuation empty (found on rsa's ``import typing``)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("import typing\nimport typing\n", encoding="utf-8")
+    memory = session_memory(tokenizer, root)
+    document = "import os\nimport ty\nx = 1\n"
+    offset = document.index("import ty") + len("import ty")
+    assert [tokenizer.decode([t]) for t in tokenizer.encode("import ty")] == ["import", " t", "y"]
+    assert memory.continuation(str(root / "b.py"), document, offset) == "ping"
+
+
 def test_a_build_can_be_stopped_and_reports_progress(tokenizer, workspace: Path) -> None:
     memory = session_memory(tokenizer)
     steps: list[tuple[str, int]] = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -42,6 +43,7 @@ from glm5_lsp.memory.matcher import MAX_MATCH, Matcher, Source
 from glm5_lsp.memory.tokens import Encoder, TokenizedText, encode_batch, token_dtype
 
 log = logging.getLogger(__name__)
+_PENDING = re.compile(r" ?\w*\Z")  # the word being typed at the cursor, with the space before it
 
 Progress = Callable[[str, float], None]  # (message, fraction done)
 SOURCE_SUFFIXES = (".py", ".pyi")
@@ -333,7 +335,10 @@ class WorkspaceMemory:
         """A matcher for a request in document ``key`` whose prompt's code ends at character
         ``prefix_end`` of ``document``: the document is brought up to date first, and what follows
         the cursor's own line there is excluded (the prefix would otherwise find itself and predict
-        the text after the cursor, the next line)."""
+        the text after the cursor, the next line). The exclusion starts where the word being typed
+        does (its leading space included), not at the cursor: a context whose last word is still
+        pending (``import ty`` is ``import``, `` t``, ``y``: matched up to ``import``) ends before
+        the cursor's token, and found itself there."""
         exclude = None
         if key is not None and document is not None:
             self.update(key, document)
@@ -341,7 +346,10 @@ class WorkspaceMemory:
                 with self._lock:
                     doc = self._edited[key]
                     line_end = document.find("\n", prefix_end)
-                    first = doc.token_at(max(0, prefix_end - 1))
+                    line_start = document.rfind("\n", 0, prefix_end) + 1
+                    typed = _PENDING.search(document, line_start, prefix_end)
+                    word_start = typed.start() if typed is not None else prefix_end
+                    first = doc.token_at(max(0, min(word_start, prefix_end - 1)))
                     last = doc.token_at(line_end) + 1 if line_end >= 0 else len(doc.ids) + 1
                     exclude = (first, last)
         return Matcher(self.sources(key, exclude), self.settings.max_match)
