@@ -538,7 +538,8 @@ def balance_brackets(text: str, prefix: str, language: str | None = None) -> str
 
     A closer is allowed when it matches a bracket opened in ``text`` or still open in ``prefix``.
     Brackets the completion opened and left open get their closers appended: closers already
-    after the cursor belong to brackets opened before it (an editor's auto-close).
+    after the cursor belong to brackets opened before it (an editor's auto-close). Not where the
+    text ends inside a string or a comment: a closer there would be part of it.
     """
     stack = open_brackets(_scan_window(prefix, language), language)
     own: list[str] = []  # brackets opened by the completion itself, still open
@@ -552,6 +553,8 @@ def balance_brackets(text: str, prefix: str, language: str | None = None) -> str
             stack.pop()
             if own:
                 own.pop()
+    if own and not ends_in_code(text, language):
+        return text  # it ends inside a string it opened (a docstring's first line) or a comment
     return text + "".join(OPENERS[b] for b in reversed(own))
 
 

@@ -147,3 +147,13 @@ def test_a_long_file_whose_scanned_end_starts_inside_a_docstring_keeps_its_brack
     suffix = '\n        """Return a reverse iterator."""\n        return iter(self)\n'
     assert tidy("self):", prefix, suffix, multiline=False, language="python") == "self):"
     assert tidy("self, key):", "x = 1\n" * 900 + prefix, suffix, multiline=False, language="python") == "self, key):"
+
+
+def test_no_closer_is_appended_inside_a_string_the_answer_opens() -> None:
+    """``self.flakes('''`` opens a call and a triple-quoted string that goes on below: a ``)``
+    appended after it would be inside the string (found on pyflakes' tests)."""
+    prefix = "class Test:\n    def test(self):\n        self.fl"
+    suffix = "\n        import os\n        ''')\n"
+    assert tidy("akes('''", prefix, suffix, multiline=False, language="python") == "akes('''"
+    assert tidy("akes(1, 2", prefix, suffix, multiline=False, language="python") == "akes(1, 2)"
+    assert tidy("akes(x  # why", prefix, suffix, multiline=False, language="python") == "akes(x  # why"
