@@ -333,8 +333,10 @@ def test_receivers_the_document_never_binds_are_not_asked(strings: list[str]) ->
         asked.append(text)
         return OS_NAMES
 
-    # ``variate`` came from the model: nothing in the document binds it
-    monitor = NameMonitor(TokenIndex(strings), provider, "import os\nvalue = ")
+    # ``variate`` came from the model: nothing in the document binds it. The provider's time bound
+    # is not what this test is about: on a loaded machine the default 0.2 s, spent by the earlier
+    # lookups' threads, left the last receiver unchecked.
+    monitor = NameMonitor(TokenIndex(strings), provider, "import os\nvalue = ", MonitorSettings(provider_seconds=60.0))
     logits = torch.randn(len(strings))
     out = monitor(spell(strings, "variate."), logits)
     assert not any(text.endswith("variate.") for text in asked)
