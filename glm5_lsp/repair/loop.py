@@ -438,42 +438,44 @@ class RepairLoop:
         """The memory's answer that needs no model (``agreed``), post-processed and judged: returned
         when clean, vouched (its two views agree, which on held-out code is right most of the time)."""
         assert self.agreed is not None
-        try:
-            text = self.agreed(request, target)
-        except Exception:  # the memory must never cost the user the model's answer
-            log.exception("the memory's agreed answer failed")
-            return None
+        text = self._ask(self.agreed, request, target, "the memory's agreed answer")
         if not text:
             return None
-        text = task.postprocess(text) if task.postprocess else text
-        if _empty(text, request.forced_prefix):
-            return None
         baseline = baseline_job.result()
-        text, verdict = self._judge_with_rewrites(text, target, runner, baseline.diagnostics, baseline.skipped)
-        if verdict.blocking(self.settings.blocking_severities) or self._word_problem(text, request.forced_prefix, target):
+        candidate = self._judged(text, 0, request, target, runner, baseline.diagnostics, baseline.skipped, task)
+        if candidate is None or candidate.blocking:
             return None
-        return Candidate(text, 0, verdict.introduced, [], None, 0, sum(p(text, target) for p in self.penalties),
-                         remembered=True, vouched=True)
+        candidate.vouched = True
+        return candidate
 
     def _alternative(self, request: CompletionRequest, target: RepairTarget, runner: DiagnosticRunner,
                      before: list[Diagnostic], before_skipped: list[str], task: LoopTask) -> Candidate | None:
         """The model-free candidate (``alternative``), post-processed and judged like the model's;
         None when there is none."""
         assert self.alternative is not None
+        text = self._ask(self.alternative, request, target, "the memory's candidate")
+        return self._judged(text, 1, request, target, runner, before, before_skipped, task) if text else None
+
+    @staticmethod
+    def _ask(hook: Alternative, request: CompletionRequest, target: RepairTarget, what: str) -> str | None:
         try:
-            text = self.alternative(request, target)
+            return hook(request, target)
         except Exception:  # the memory must never cost the user the model's answer
-            log.exception("the memory's candidate failed")
+            log.exception("%s failed", what)
             return None
-        if not text:
-            return None
+
+    def _judged(self, text: str, round_no: int, request: CompletionRequest, target: RepairTarget,
+                runner: DiagnosticRunner, before: list[Diagnostic], before_skipped: list[str],
+                task: LoopTask) -> Candidate | None:
+        """A model-free text as a candidate: post-processed and judged like a generated one (its
+        blocking diagnostics on it); None when nothing is left of it."""
         text = task.postprocess(text) if task.postprocess else text
         if _empty(text, request.forced_prefix):
             return None
         text, verdict = self._judge_with_rewrites(text, target, runner, before, before_skipped)
         blocking = (verdict.blocking(self.settings.blocking_severities)
                     or self._word_problem(text, request.forced_prefix, target))
-        return Candidate(text, 1, verdict.introduced, blocking, None, 0,
+        return Candidate(text, round_no, verdict.introduced, blocking, None, 0,
                          sum(p(text, target) for p in self.penalties), remembered=True)
 
     def _finish_word(self, request: CompletionRequest, target: RepairTarget, runner: DiagnosticRunner,
