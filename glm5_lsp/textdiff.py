@@ -2,8 +2,8 @@
 offset lies in a text (:func:`line_col`).
 
 Both searches compare slices, so the character work runs at C speed (a binary search of about
-log2(n) slice comparisons) instead of a Python loop over every character; they work on ``str`` and
-``bytes`` alike. Used by the context engine and the tree-sitter provider (to re-parse from an
+log2(n) slice comparisons) instead of a Python loop over every character; they work on ``str``,
+``bytes`` and lists alike (the workspace memory compares a document's lines). Used by the context engine and the tree-sitter provider (to re-parse from an
 earlier tree) and by the server (the edit a fix makes to a document).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-Text = TypeVar("Text", str, bytes)
+Text = TypeVar("Text", str, bytes, list)
 
 
 def common_prefix(a: Text, b: Text) -> int:

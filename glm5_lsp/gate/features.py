@@ -27,6 +27,7 @@ from typing import Any
 
 from glm5_lsp.gate.stats import LAYER_STATS, STEP_STATS, DecodeStats
 from glm5_lsp.postprocess import bracket_depth, trailing_identifier
+from glm5_lsp.textdiff import common_prefix
 
 NAN = float("nan")
 
@@ -441,16 +442,6 @@ def features(result: Any, info: RequestInfo, stats: DecodeStats | None = None) -
     return out
 
 
-def _shared(a: str, b: str) -> int:
-    """Characters at the start that ``a`` and ``b`` share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def _memory_features(first: str, recalled: Any) -> dict[str, float]:
     """The candidate's first line against what the memory said at the cursor (``recalled``: a
     ``Recollection`` or its dict); a view that said nothing is NaN."""
@@ -461,7 +452,7 @@ def _memory_features(first: str, recalled: Any) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, view in (("memory", memory), ("line", line)):
         out[f"{name}_chars"] = float(len(view))
-        out[f"{name}_agree_chars"] = float(_shared(candidate, view)) if view else NAN
+        out[f"{name}_agree_chars"] = float(common_prefix(candidate, view)) if view else NAN
         out[f"{name}_equal"] = float(candidate == view) if view else NAN
     total = float(get("line_total", 0) or 0)
     out["line_count"] = float(get("line_count", 0) or 0)

@@ -20,6 +20,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
+from glm5_lsp.textdiff import common_prefix, common_suffix
+
 MAX_SCAN = 20_000  # distinct lines looked at for one query (a one-letter prefix in a large workspace)
 RESORT_AFTER = 4_096  # new distinct lines kept unsorted before the list is sorted again
 
@@ -64,13 +66,8 @@ class LineIndex:
         new = [s for s in map(_stripped, text.split("\n")) if s]
         with self._lock:
             old = self._lines.get(key, [])
-            head = 0
-            limit = min(len(old), len(new))
-            while head < limit and old[head] == new[head]:
-                head += 1
-            tail = 0
-            while tail < limit - head and old[-1 - tail] == new[-1 - tail]:
-                tail += 1
+            head = common_prefix(old, new)
+            tail = common_suffix(old, new, min(len(old), len(new)) - head)
             self._take(old[head:len(old) - tail])
             self._add(new[head:len(new) - tail])
             self._lines[key] = new
