@@ -164,6 +164,12 @@ def test_the_in_process_model_decodes_with_the_memory_around_the_monitor(tiny_ch
     processor = seen[0]
     assert isinstance(processor, MemoryProcessor) and processor.mixed_steps > 0
     assert processor.then is not None  # the decoding monitor runs after the mixing
+    # One matcher per request: the generation decodes with the one the memory's up-front continuation
+    # walked (bound to the document's code before the cursor), not a second one bound to the prompt.
+    recall = pipeline.repair.recall
+    assert recall is not None and recall._text is not None
+    assert all(p.text is recall._text[1] and p.prebound for p in seen)
+    assert recall._text[1].code == TYPED[: len(TYPED) - len("dis")]  # less the healed word
     alone = Pipeline(backend, settings()).complete(DOCUMENT, len(TYPED), path=path, language="python",
                                                    multiline=False)
     assert alone.text != EXPECTED

@@ -187,3 +187,25 @@ def test_documents_edited_while_the_folder_is_read_keep_the_editors_text(tokeniz
     assert memory_says(memory, tokenizer, "point.y * 2, la") == 'bel="typed")'
     assert memory.documents() == sorted([helper, main])
     assert memory.text_of(main) == MAIN.replace('label="grown"', 'label="typed"')
+
+
+def test_a_long_prefix_is_bound_by_its_last_chunks_only(tokenizer, workspace: Path, monkeypatch) -> None:
+    """Only the ids a match can reach are encoded (the matcher reads at most ``max_match`` of them):
+    the same match and continuation as the whole prefix encoded, from a tail of its ids."""
+    from glm5_lsp.memory import align
+    from glm5_lsp.memory.align import TextMatcher
+
+    memory = memory_for(tokenizer, workspace)
+    filler = "".join(f"value_{i} = compute({i}, 'x')\n" for i in range(300))
+    text = filler + "    return Point(point.x * factor, point.y * fa"
+    whole = TextMatcher(memory.matcher(), tokenizer)
+    monkeypatch.setattr(align, "BIND_WINDOW", 10**9)  # everything encoded
+    whole.bind(text)
+    monkeypatch.setattr(align, "BIND_WINDOW", 64)  # a few lines, grown until they hold enough ids
+    tail = TextMatcher(memory.matcher(), tokenizer)
+    tail.bind(text)
+    assert len(tail.matcher.context) < len(whole.matcher.context)
+    assert len(tail.matcher.context) > tail.matcher.max_match
+    assert whole.matcher.context[-len(tail.matcher.context):] == tail.matcher.context
+    assert tail.continuation("", 12) == whole.continuation("", 12)
+    assert tokenizer.decode(tail.continuation("", 12)).startswith('ctor, label="scaled")')

@@ -29,7 +29,7 @@ from glm5_lsp.memory.tokens import last_chunk_start
 MAX_DEPTH = 4  # levels of pending text followed through the memory's own tokens (the slow way)
 BACKOFF_TRIES = 4
 RECENT = 64  # estimates remembered by the text they follow
-
+BIND_WINDOW = 4096  # characters of code before the cursor encoded at first (more while too few ids)
 
 
 @dataclass
@@ -102,8 +102,25 @@ class TextMatcher:
         self.code = code
         self._recent = {}
         self._tail_start = last_chunk_start(code)
-        self.matcher.bind(self.tokenizer.encode(code[: self._tail_start]) if self._tail_start else [])  # type: ignore[attr-defined]
+        self.matcher.bind(self._head_ids(code[: self._tail_start]))
         self._stable = ("", [])
+
+    def _head_ids(self, head: str) -> list[int]:
+        """Ids of the code before the tail, or of its last chunks where those hold more ids than the
+        matcher reads (its longest match is at most ``max_match`` ids: what lies further back never
+        changes a match, and a long file's whole prefix would cost milliseconds to encode each request)."""
+        encode = self.tokenizer.encode  # type: ignore[attr-defined]
+        need = getattr(self.matcher, "max_match", None)
+        window = BIND_WINDOW
+        while need is not None and len(head) > window:
+            cut = last_chunk_start(head, len(head) - window)
+            if cut <= 0:
+                break
+            ids = encode(head[cut:])
+            if len(ids) > need:
+                return ids
+            window *= 4
+        return encode(head) if head else []
 
     # ---- the settled ids and the pending text ---------------------------------------------------
 

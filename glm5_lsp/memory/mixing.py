@@ -132,19 +132,25 @@ class MemoryProcessor:
     """A logits processor over one request's memory matcher.
 
     ``bind_prompt`` (the local backend calls it with the prompt's ids before decoding) sets the
-    context to the prompt's code: the infilling prompt's prefix part, or the whole prompt. Each step
+    context to the prompt's code: the infilling prompt's prefix part, or the whole prompt, unless
+    the processor was made around a ``text`` matcher bound already (the pipeline's: the document's
+    code before the cursor, shared with the memory's up-front continuation). Each step
     reads the text generated so far (:class:`~glm5_lsp.memory.align.TextMatcher`: the memory's
     estimate wherever the text ends). ``then`` runs after the mixing (the decoding monitor)."""
 
-    def __init__(self, matcher: Matcher, tokenizer: Any, interpolation: Interpolation | None = None,
-                 then: Any = None, drafts: DraftSettings | None = None) -> None:
-        self.text = TextMatcher(matcher, tokenizer)
+    def __init__(self, matcher: Matcher | None, tokenizer: Any, interpolation: Interpolation | None = None,
+                 then: Any = None, drafts: DraftSettings | None = None, text: TextMatcher | None = None) -> None:
+        if (matcher is None) == (text is None):
+            raise ValueError("a MemoryProcessor needs a matcher or a bound TextMatcher, not both")
+        # ``text``: already bound to the code before the cursor (the request's own, shared with the
+        # memory's up-front continuation: the estimates and match states it walked are not walked again)
+        self.text = text if text is not None else TextMatcher(matcher, tokenizer)  # type: ignore[arg-type]
         self.tokenizer = tokenizer
         self.interpolation = interpolation or Interpolation.default()
         self.then = then
         self.drafts = drafts or DraftSettings()
         self.draft_stop = ""  # a draft ends after a token holding this (the request's line end)
-        self.bound = False
+        self.bound = self.prebound = text is not None
         self.steps = 0
         self.mixed_steps = 0  # steps where the memory had any weight
 
@@ -154,7 +160,8 @@ class MemoryProcessor:
         prefix_id, suffix_id = getattr(tokenizer, "fim_prefix_id", None), getattr(tokenizer, "fim_suffix_id", None)
         if ids and prefix_id is not None and ids[0] == prefix_id and suffix_id in ids:
             ids = ids[1:ids.index(suffix_id)]  # the code before the cursor
-        self.bind_text(tokenizer.decode(ids))
+        if not self.prebound:  # bound to the document's own code already: the prompt adds nothing to match
+            self.bind_text(tokenizer.decode(ids))
         self.draft_stop = "\n" if "\n" in stop else ""
 
     def bind_text(self, code: str) -> None:
@@ -218,9 +225,35 @@ class ProcessorFactory:
     drafts: DraftSettings = field(default_factory=DraftSettings)
 
     def __call__(self, key: str | None, document: str | None, prefix_end: int | None,
-                 then: Callable | None = None) -> MemoryProcessor:
+                 then: Callable | None = None, text: TextMatcher | None = None) -> MemoryProcessor:
+        """``text``: a TextMatcher bound to ``document[:prefix_end]`` (:meth:`bound`) to decode with."""
+        if text is not None:
+            return MemoryProcessor(None, self.tokenizer, self.interpolation, then, self.drafts, text=text)
         return MemoryProcessor(self.memory.matcher(key, document, prefix_end), self.tokenizer, self.interpolation,
                                then, self.drafts)
+
+    def bound(self, key: str | None, document: str, prefix_end: int) -> TextMatcher:
+        """A TextMatcher for a request in document ``key`` bound to the code before ``prefix_end``."""
+        return bound_text(self.memory, self.tokenizer, key, document, prefix_end)
+
+
+def bound_text(memory: Any, tokenizer: Any, key: str | None, document: str, offset: int) -> TextMatcher:
+    """A TextMatcher over ``memory`` for a request at ``offset`` of document ``key``, bound to the
+    code before it (the cursor's own line excluded from what the matches found)."""
+    matcher = memory.matcher(key, document, offset) if key is not None else memory.matcher()
+    text = TextMatcher(matcher, tokenizer)
+    text.bind(document[:offset])
+    return text
+
+
+def continue_text(text: TextMatcher, tokenizer: Any, written: str = "", max_tokens: int = 48, stop: str = "\n",
+                  min_length: int = 1) -> str:
+    """The memory's greedy longest-match text after the bound code plus ``written``, cut at ``stop``."""
+    ids = text.continuation(written, max_tokens, min_length=min_length, stop=stop)
+    out = tokenizer.decode(ids)
+    if stop and stop in out:
+        out = out[:out.index(stop)]
+    return out
 
 
 def continuation_text(memory: Any, tokenizer: Any, key: str | None, document: str, offset: int,
@@ -229,14 +262,8 @@ def continuation_text(memory: Any, tokenizer: Any, key: str | None, document: st
     at ``stop``. With a served model (no logits to mix) this is one more candidate for the repair
     loop to judge like any other. A word the cursor ends needs no healing: the text is matched
     wherever it ends (:class:`~glm5_lsp.memory.align.TextMatcher`)."""
-    matcher = memory.matcher(key, document, offset) if key is not None else memory.matcher()
-    text = TextMatcher(matcher, tokenizer)
-    text.bind(document[:offset])
-    ids = text.continuation("", max_tokens, min_length=min_length, stop=stop)
-    out = tokenizer.decode(ids)
-    if stop and stop in out:
-        out = out[:out.index(stop)]
-    return out
+    return continue_text(bound_text(memory, tokenizer, key, document, offset), tokenizer, "", max_tokens, stop,
+                         min_length)
 
 
 def as_array(values: Sequence[float]) -> np.ndarray:

@@ -34,7 +34,9 @@ from glm5_lsp.memory import (
     as_key,
     continuation_text,
 )
+from glm5_lsp.memory.align import TextMatcher
 from glm5_lsp.memory.lines import LineGuess
+from glm5_lsp.memory.mixing import continue_text
 from glm5_lsp.memory.snippets import Snippet, similar_snippets
 from glm5_lsp.memory.workspace import keys_under
 
@@ -147,10 +149,17 @@ class SessionMemory:
     def applies(self, language: str) -> bool:
         return self.settings.enabled and language in MEMORY_LANGUAGES
 
-    def processor(self, path: str | None, document: str, prefix_end: int, then: Any = None) -> Any:
+    def processor(self, path: str | None, document: str, prefix_end: int, then: Any = None,
+                  text: TextMatcher | None = None) -> Any:
         """The mixing processor for a request whose prompt's code ends at ``prefix_end`` of
-        ``document`` (the cursor, less a healed word), ``then`` (the decoding monitor) after it."""
-        return self.factory(as_key(path), document, prefix_end, then=then)
+        ``document`` (the cursor, less a healed word), ``then`` (the decoding monitor) after it;
+        ``text``: the request's matcher from :meth:`bound` (otherwise one bound to the prompt's code)."""
+        return self.factory(as_key(path), document, prefix_end, then=then, text=text)
+
+    def bound(self, path: str | None, document: str, prefix_end: int) -> TextMatcher:
+        """The memory's matcher for a request, bound to ``document[:prefix_end]``: the up-front
+        continuation and the mixing processor of the same request share it (and what it walked)."""
+        return self.factory.bound(as_key(path), document, prefix_end)
 
     def continuation(self, path: str | None, document: str, offset: int, *, multiline: bool = False,
                      max_tokens: int = 48) -> str:
@@ -197,6 +206,16 @@ class _Recall:
         self._key: tuple[Any, Any] | None = None  # (request, target) of what is kept
         self._guess: Any = None
         self._recalled: Recollection | None = None
+        self._text: tuple[Any, TextMatcher] | None = None  # (target, its bound matcher)
+
+    def text(self, target: Any) -> TextMatcher:
+        """The request's memory matcher, bound to the code before ``target.start`` (the cursor less a
+        healed word, where the prompt's code ends): made once per target, shared by the continuation
+        below and the mixing processor of each generation for it."""
+        kept = self._text
+        if kept is None or kept[0] is not target:
+            kept = self._text = (target, self.memory.bound(target.path, target.document, target.start))
+        return kept[1]
 
     def _for(self, request: Any, target: Any) -> None:
         if self._key is not None and self._key[0] is request and self._key[1] is target:
@@ -218,9 +237,15 @@ class _Recall:
         if self._recalled is None:
             multiline = "\n" not in request.stop
             # A healed word (``forced_prefix``) is typed already: the memory goes on after it.
-            text = self.memory.continuation(target.path, target.document, target.end, multiline=multiline,
-                                            max_tokens=min(request.max_tokens, 64))
-            guess, heal = self._guess, request.forced_prefix
+            heal = request.forced_prefix
+            max_tokens = min(request.max_tokens, 64)
+            if target.document[target.start:target.end] == heal:  # the matcher the generation decodes with
+                text = continue_text(self.text(target), self.memory.tokenizer, heal, max_tokens,
+                                     stop="" if multiline else "\n")
+            else:
+                text = self.memory.continuation(target.path, target.document, target.end, multiline=multiline,
+                                                max_tokens=max_tokens)
+            guess = self._guess
             self._recalled = Recollection(
                 heal + text if text else "", heal + guess.rest if guess is not None else "",
                 *((guess.count, guess.total, guess.distinct) if guess is not None else ()))
@@ -255,7 +280,8 @@ def wire_memory(loop: Any, backend: Any, memory: SessionMemory | None) -> None:
         def mixing(target: Any, monitor: Any) -> Any:
             if not memory.applies(target.language):
                 return monitor
-            return memory.processor(target.path, target.document, target.start, then=monitor)
+            return memory.processor(target.path, target.document, target.start, then=monitor,
+                                    text=recall.text(target))
 
         def extensions(request: Any, target: Any) -> list[str]:
             recalled = recall(request, target)
