@@ -52,6 +52,16 @@ def test_the_threshold_maximises_f1_and_keeps_equal_scores_together() -> None:
     assert at["precision"] == pytest.approx(3 / 4) and at["recall"] == 1.0
 
 
+def test_a_precision_floor_chooses_the_lowest_threshold_that_keeps_it() -> None:
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    labels = [True, True, False, True, False, True, False, False]
+    # precision from the top: 1, 1, 2/3, 3/4, 3/5, 4/6, 4/7, 4/8
+    threshold, at = best_threshold(scores, labels, min_precision=0.65)
+    assert threshold == 0.4 and at["precision"] == pytest.approx(4 / 6) and at["recall"] == 1.0
+    assert best_threshold(scores, labels, min_precision=0.75)[0] == 0.6
+    assert best_threshold(scores, labels, min_precision=1.01) == best_threshold(scores, labels)  # none reaches it
+
+
 def test_folds_keep_each_package_whole() -> None:
     groups = [f"p{i % 7}" for i in range(70)]
     folds = grouped_folds(groups, folds=5)
