@@ -270,8 +270,9 @@ class TrainReport:
             f"rows {self.rows}, shown {self.shown}, exact {self.exact}; {self.features} features in use",
             (f"quality head: {self.rounds} rounds; out-of-fold (packages held out) ROC AUC {self.oof_auc:.3f} "
              f"(similar >= 0.8: {self.oof_auc_similar:.3f})"),
-            (f"threshold {self.threshold:.3f} (best F1 out of fold): precision {at['precision']:.1%}, "
-             f"exact kept {at['recall']:.1%}, shown {at['shown']:.1%} of shown candidates"),
+            (f"threshold {self.threshold:.3f} (the lowest at {TARGET_PRECISION:.0%} precision out of fold): "
+             f"precision {at['precision']:.1%}, exact kept {at['recall']:.1%}, shown {at['shown']:.1%} of shown "
+             "candidates"),
             f"length head: {self.length_rows} multi-line rows" if self.length_rows else "length head: no data",
             (f"strategy head: {self.strategy_rows} rejected cursors, classes "
              + ", ".join(f"{k} {v}" for k, v in self.strategy_classes.items())) if self.strategy_rows
