@@ -376,3 +376,17 @@ def test_the_loop_hands_its_deadline_to_the_backend() -> None:
     backend.requests.clear()
     loop.run(tighter, target())
     assert backend.requests[0].deadline == tighter.deadline
+
+
+def test_a_word_typed_after_a_dot_is_finished_as_an_attribute() -> None:
+    """``self.fl`` is finished from what follows ``self.`` in the file, never from the scope's names
+    (``float`` is a builtin, not an attribute); a receiver with no attributes in sight takes any
+    name written after a dot."""
+    from glm5_lsp.pynames.words import finishing_words
+
+    code = ("class Test:\n    def test_one(self):\n        width = float(3)\n        self.flakes('x')\n"
+            "        self.flush()\n")
+    assert sorted(finishing_words(code + "        self.", "fl", "\n", "python")) == ["flakes", "flush"]
+    assert finishing_words(code + "        width = ", "fl", "\n", "python") == ["float"]
+    assert sorted(finishing_words(code + "        other.", "fl", "\n", "python")) == ["flakes", "flush"]
+    assert finishing_words("import os\nos.path.join('a')\nx = os.", "pa", "\n", "python") == ["path"]

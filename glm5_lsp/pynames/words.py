@@ -36,7 +36,10 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     ``before`` is the document up to the typed word, ``after`` the document after the cursor."""
     if not typed or not _IDENT.fullmatch(typed):
         return []
-    if language == "python":
+    receiver = _RECEIVER.search(before)
+    if receiver is not None:  # an attribute: what follows this receiver's dot elsewhere, else any dot
+        pool = _attributes(before, after, receiver.group(1))
+    elif language == "python":
         pool = scope_at(before, after)[0]
     else:
         pool = set(_IDENT.findall(before)) | set(_IDENT.findall(after))
@@ -51,6 +54,21 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
         # ``el`` alone on its line: ``else`` does not compile there, ``else:`` does
         words = [w + ":" if w in _BARE_BLOCK_KEYWORDS else w for w in words]
     return words[:limit]
+
+
+_RECEIVER = re.compile(r"([A-Za-z_][\w.]*)?\.\Z")  # the dotted name (if any) before the dot the word follows
+
+
+def _attributes(before: str, after: str, receiver: str | None) -> set[str]:
+    """Names written after ``receiver.`` in the document (after any dot where it has none): a word
+    typed after a dot is an attribute, never one of the scope's names for that alone (``self.fl`` is
+    not ``float``)."""
+    text = before + "\n" + after
+    if receiver:
+        found = set(re.findall(rf"(?<![\w.]){re.escape(receiver)}\.([A-Za-z_]\w*)", text))
+        if found:
+            return found
+    return set(re.findall(r"\.([A-Za-z_]\w*)", text))
 
 
 def _piece_counts(text: str) -> Counter[str]:
