@@ -3,8 +3,9 @@ offset lies in a text (:func:`line_col`).
 
 Both searches compare slices, so the character work runs at C speed (a binary search of about
 log2(n) slice comparisons) instead of a Python loop over every character; they work on ``str``,
-``bytes`` and lists alike (the workspace memory compares a document's lines). Used by the context engine and the tree-sitter provider (to re-parse from an
-earlier tree) and by the server (the edit a fix makes to a document).
+``bytes`` and lists alike. Used by the context engine and the tree-sitter provider (to re-parse
+from an earlier tree), by the server (the edit a fix makes to a document) and by the workspace
+memory (the lines of a document that changed).
 """
 
 from __future__ import annotations

@@ -226,15 +226,11 @@ class ProcessorFactory:
 
     def __call__(self, key: str | None, document: str | None, prefix_end: int | None,
                  then: Callable | None = None, text: TextMatcher | None = None) -> MemoryProcessor:
-        """``text``: a TextMatcher bound to ``document[:prefix_end]`` (:meth:`bound`) to decode with."""
+        """``text``: a TextMatcher bound to ``document[:prefix_end]`` (:func:`bound_text`) to decode with."""
         if text is not None:
             return MemoryProcessor(None, self.tokenizer, self.interpolation, then, self.drafts, text=text)
         return MemoryProcessor(self.memory.matcher(key, document, prefix_end), self.tokenizer, self.interpolation,
                                then, self.drafts)
-
-    def bound(self, key: str | None, document: str, prefix_end: int) -> TextMatcher:
-        """A TextMatcher for a request in document ``key`` bound to the code before ``prefix_end``."""
-        return bound_text(self.memory, self.tokenizer, key, document, prefix_end)
 
 
 def bound_text(memory: Any, tokenizer: Any, key: str | None, document: str, offset: int) -> TextMatcher:

@@ -36,7 +36,7 @@ from glm5_lsp.memory import (
 )
 from glm5_lsp.memory.align import TextMatcher
 from glm5_lsp.memory.lines import LineGuess
-from glm5_lsp.memory.mixing import continue_text
+from glm5_lsp.memory.mixing import bound_text, continue_text
 from glm5_lsp.memory.snippets import Snippet, similar_snippets
 from glm5_lsp.memory.workspace import keys_under
 
@@ -159,7 +159,7 @@ class SessionMemory:
     def bound(self, path: str | None, document: str, prefix_end: int) -> TextMatcher:
         """The memory's matcher for a request, bound to ``document[:prefix_end]``: the up-front
         continuation and the mixing processor of the same request share it (and what it walked)."""
-        return self.factory.bound(as_key(path), document, prefix_end)
+        return bound_text(self.memory, self.tokenizer, as_key(path), document, prefix_end)
 
     def continuation(self, path: str | None, document: str, offset: int, *, multiline: bool = False,
                      max_tokens: int = 48) -> str:
