@@ -188,3 +188,53 @@ def test_a_scanned_document_matches_as_its_suffix_array_does() -> None:
         assert a.length == b.length
         assert a.counts.ids.tolist() == b.counts.ids.tolist() and a.counts.counts.tolist() == b.counts.counts.tolist()
     assert by_array.backoff([], 3).counts.counts.tolist() == by_scan.backoff([], 3).counts.counts.tolist()
+
+
+def _walk_id_by_id(tokens: np.ndarray, context: list[int], upper: int,
+                   exclude: tuple[int, int] | None) -> tuple[int, list[int]]:
+    """The scan's longest match read the plain way: one id further back at a time."""
+
+    def live(e: int) -> bool:
+        return exclude is None or e < exclude[0] or e >= exclude[1]
+
+    best: tuple[int, list[int]] = (0, [])
+    upper = min(upper, len(context))
+    if upper <= 0:
+        return best
+    ends = np.flatnonzero(tokens == context[-1]) + 1
+    for length in range(1, upper + 1):
+        if length > 1:
+            ends = ends[ends - length >= 0]
+            ends = ends[tokens[ends - length] == context[-length]]
+        if not any(live(int(e)) for e in ends):
+            break
+        best = (length, ends.tolist())
+    return best
+
+
+def test_a_scan_reads_long_matches_at_once_as_id_by_id_would() -> None:
+    from glm5_lsp.memory import index as index_module
+    from glm5_lsp.memory.index import ScanIndex
+
+    rng = random.Random(21)
+    for trial in range(60):
+        alphabet = rng.choice([2, 3, 5, 40])
+        doc = [rng.randrange(alphabet) for _ in range(rng.randrange(50, 900))]
+        start = rng.randrange(len(doc) // 2)  # a long repeat: matches far longer than the block's narrowing
+        span = rng.randrange(1, len(doc) // 2)
+        doc[len(doc) - span:] = doc[start:start + span][: span]
+        scan = ScanIndex("d", np.asarray(doc, dtype=np.uint16))
+        exclude = None if trial % 3 == 0 else tuple(sorted(rng.sample(range(len(doc) + 1), 2)))
+        for _ in range(8):
+            cut = rng.randrange(1, len(doc) + 1)
+            context = doc[:cut] if rng.random() < 0.7 else [rng.randrange(alphabet) for _ in range(rng.randrange(1, 60))]
+            upper = rng.choice([1, 3, 17, 256, 1000])
+            for block in (1, 4, index_module.SCAN_BLOCK):
+                index_module.SCAN_BLOCK, saved = block, index_module.SCAN_BLOCK
+                try:
+                    state = scan.longest(context, upper, exclude)
+                finally:
+                    index_module.SCAN_BLOCK = saved
+                length, ends = _walk_id_by_id(scan.tokens, context, upper, exclude)
+                assert state.length == length, (trial, block)
+                assert (state.ends.tolist() if state.ends is not None else []) == ends, (trial, block)

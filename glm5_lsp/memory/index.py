@@ -348,6 +348,9 @@ class ScanState:
     ends: np.ndarray | None
 
 
+SCAN_BLOCK = 256  # positions left after narrowing id by id: then their match lengths at once
+
+
 class ScanIndex:
     """One document searched by scanning its ids (numpy comparisons over the array), with no suffix
     array to build: the document being edited, re-indexed on every keystroke for the cost of its
@@ -404,11 +407,14 @@ class ScanIndex:
         return ScanState(0, None)
 
     def _live(self, ends: np.ndarray, exclude: tuple[int, int] | None) -> np.ndarray:
+        return ends[self._live_mask(ends, exclude)]
+
+    def _live_mask(self, ends: np.ndarray, exclude: tuple[int, int] | None) -> np.ndarray:
         if not self.alive_doc:
-            return ends[:0]
-        if exclude is not None:
-            ends = ends[(ends < exclude[0]) | (ends >= exclude[1])]
-        return ends
+            return np.zeros(len(ends), dtype=bool)
+        if exclude is None:
+            return np.ones(len(ends), dtype=bool)
+        return (ends < exclude[0]) | (ends >= exclude[1])
 
     def extend(self, state: ScanState, token: int, exclude: tuple[int, int] | None) -> ScanState | None:
         tokens = self.tokens
@@ -427,20 +433,38 @@ class ScanIndex:
 
     def _walk(self, context: Sequence[int], upper: int, exclude: tuple[int, int] | None) -> ScanState:
         """Occurrences of ever longer suffixes of ``context`` (up to ``upper`` ids), read backwards
-        from the positions holding its last id; the longest with a live occurrence."""
+        from the positions holding its last id; the longest with a live occurrence.
+
+        While many positions remain they are narrowed one id at a time; once at most
+        ``SCAN_BLOCK`` do, each one's match length is read in one comparison of the rest of the
+        context against the ids before it (a few numpy calls, not a few per id of the match)."""
         best = self.root()
-        if upper <= 0 or not context or not self.alive_doc:
+        upper = min(upper, len(context))
+        if upper <= 0 or not self.alive_doc:
             return best
         tokens = self.tokens
         ends = np.flatnonzero(tokens == context[-1]) + 1
-        for length in range(1, upper + 1):
-            if length > 1:
-                ends = ends[ends - length >= 0]
-                ends = ends[tokens[ends - length] == context[-length]]
-            if not len(self._live(ends, exclude)):
-                break
+        length = 1
+        while True:
+            if not self._live_mask(ends, exclude).any():
+                return best
             best = ScanState(length, ends)
-        return best
+            if length == upper:
+                return best
+            if len(ends) <= SCAN_BLOCK:
+                break
+            length += 1
+            ends = ends[ends - length >= 0]
+            ends = ends[tokens[ends - length] == context[-length]]
+        # ``ends`` all match ``length`` ids and some are live: how much further each one goes
+        offsets = np.arange(length + 1, upper + 1)
+        before = ends[:, None] - offsets[None, :]
+        wanted = np.asarray(context[len(context) - upper:len(context) - length][::-1], dtype=np.int64)
+        same = (before >= 0) & (tokens[np.maximum(before, 0)].astype(np.int64) == wanted[None, :])
+        further = np.where(same.all(axis=1), len(offsets), np.argmin(same, axis=1))
+        reach = length + further
+        longest = int(reach[self._live_mask(ends, exclude)].max())
+        return ScanState(longest, ends[reach >= longest])
 
     def counts_of(self, state: ScanState, exclude: tuple[int, int] | None) -> Counts:
         ends = self._live(state.ends if state.ends is not None else np.arange(len(self.tokens)), exclude)
