@@ -18,13 +18,20 @@ Figures:
   edit similarity of the text kept against what was removed, for the fixed single-line policy (the
   first line), the fixed multi-line policy (all of it), the length head, and the best choice;
 - **strategy**: at cursors whose first candidate is not shown: exact and right-word shares of staying
-  silent, finishing the word, regenerating (the whole greedy line), and the strategy head's choice;
+  silent, finishing the word, regenerating (the whole greedy line), the strategy head's choice, and
+  what ships: the workspace's settled line (``pipeline.gating.workspace_line``'s rule; the rows hold
+  no checks, so a line that would add a blocking diagnostic counts here as shown), else the head;
+  then that rule at other counts and shares;
 - **cost**: per candidate, the features (``request_info`` + ``features``) and the prediction
   (``Gate.score``), p50 / p95 in ms; the decoding observer's own time per candidate (its steps replayed
   on logits of the model's vocabulary size).
 
     python benchmarks/gate.py --rows /tmp/gate-report.jsonl --collect --positions 60
     python benchmarks/gate.py --rows /tmp/gate-report.jsonl --gate glm5_lsp/weights/glm5-code-tiny/gate
+
+``--fit`` reads rows of the ``BENCHMARK_FIT`` packages instead, scores each candidate out of fold (a
+quality head fitted on the other packages' rows) and prints the strategy section alone: that is
+where the rule's count and share were chosen, never on the figures above.
 """
 
 from __future__ import annotations
@@ -42,9 +49,17 @@ from glm5_lsp.gate.booster import LENGTH_OPTIONS, STRATEGIES, Gate, default_gate
 from glm5_lsp.gate.collect import capped, case_document, collect, read_rows, recompute
 from glm5_lsp.gate.features import NAN, features, request_info
 from glm5_lsp.gate.stats import DecodeStats, StepObserver, end_token_ids
-from glm5_lsp.gate.train import roc_auc
+from glm5_lsp.gate.train import (
+    TARGET_PRECISION,
+    best_threshold,
+    fit_binary,
+    quality_rows,
+    roc_auc,
+    used_features,
+)
+from glm5_lsp.pipeline.gating import LINE_MIN_COUNT, LINE_MIN_SHARE
 from glm5_lsp.postprocess import trailing_identifier
-from glm5_lsp.train.corpus import BENCHMARK_REPORT
+from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_REPORT
 
 
 def pct(part: float, whole: float) -> str:
@@ -134,9 +149,23 @@ def length_table(block: list[dict], gate: Gate) -> None:
         print(f"| {label} | {sums[name] / n:.3f} |")
 
 
-def strategy(rows: list[dict], gate: Gate) -> None:
+def _line(row: dict, min_count: int, min_share: float) -> str | None:
+    """The workspace's lines' rest of the line at the row's cursor where the rule holds, else None."""
+    recalled = (row["single"].get("raw") or {}).get("result", {}).get("recalled") or {}
+    line, count, total = recalled.get("line") or "", recalled.get("line_count") or 0, recalled.get("line_total") or 0
+    if not line.strip() or not total or count < min_count or count / total < min_share:
+        return None
+    healed = int(row["single"]["features"].get("healed_chars") or 0)
+    text = line.split("\n", 1)[0].rstrip()[healed:]
+    return text if text.strip() else None
+
+
+def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float | None = None) -> None:
+    """``score(row)``: the gate's score of the row's candidate (default: ``gate`` itself)."""
+    score = score or (lambda r: gate.score(_values(r["single"])))
+    threshold = gate.threshold if threshold is None else threshold
     rejected = [r for r in rows if "single" in r and "regen" in r and "finish" in r and
-                (not r["single"]["shown"] or gate.score(_values(r["single"])) < gate.threshold)]
+                (not r["single"]["shown"] or score(r) < threshold)]
     if not rejected:
         print("no rejected cursors")
         return
@@ -152,12 +181,24 @@ def strategy(rows: list[dict], gate: Gate) -> None:
             right = bool(row["finish"]["right"])
             typed = trailing_identifier(row["typed_line"])
             return bool(word), right and row["rest"] == word[len(typed):], right
+        if action.startswith("line "):
+            _, count, share = action.split()
+            text = _line(row, int(count), float(share))
+            if text is None:
+                return False, False, False
+            typed = trailing_identifier(row["typed_line"])
+            word = typed + text[: len(text) - len(text.lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"))]
+            return True, text == row["rest"].rstrip(), word == row["word"]
         return False, False, False
 
+    head = (lambda r: gate.strategy(_values(r["single"])) or "silent") if gate.strategy_head is not None else None
+    shipped = f"line {LINE_MIN_COUNT} {LINE_MIN_SHARE}"
     policies = {"silent": lambda r: "silent", "finish the word": lambda r: "finish_word",
                 "regenerate": lambda r: "regenerate"}
-    if gate.strategy_head is not None:
-        policies["strategy head"] = lambda r: gate.strategy(_values(r["single"])) or "silent"
+    if head is not None:
+        policies["strategy head"] = head
+        policies[f"the workspace's line (>= {LINE_MIN_COUNT} lines, >= {LINE_MIN_SHARE:.0%}), else the head "
+                 "(what ships)"] = lambda r: shipped if _line(r, LINE_MIN_COUNT, LINE_MIN_SHARE) is not None else head(r)
     print(f"{n} cursors whose first candidate is not shown (gate below threshold, or nothing passed)")
     print()
     print("| after a rejected candidate | shown | exact | right word |")
@@ -176,6 +217,27 @@ def strategy(rows: list[dict], gate: Gate) -> None:
     seconds = [r["regen"]["seconds"] for r in rejected if r["regen"].get("seconds") is not None]
     if seconds:
         print(f"regenerating costs a request: p50 {statistics.median(seconds) * 1000:.0f} ms")
+    print()
+    print("The workspace's line alone at these cursors, by how many lines and what share of them go on that way:")
+    print()
+    print("| at least lines | at least share | shown | exact | precision (exact / shown) |")
+    print("|---|---|---|---|---|")
+    for count in (1, 2, 3, 4):
+        for share in (0.3, 0.5, 0.7, 0.9):
+            got = [outcome(r, f"line {count} {share}") for r in rejected]
+            shown, exact = sum(g[0] for g in got), sum(g[1] for g in got)
+            mark = " (ships)" if (count, share) == (LINE_MIN_COUNT, LINE_MIN_SHARE) else ""
+            print(f"| {count}{mark} | {share:.0%} | {shown} | {exact} | {pct(exact, shown)} |")
+
+
+def out_of_fold(rows: list[dict]) -> tuple[Any, float]:
+    """Each shown candidate's quality score from a head fitted on the other packages' rows, and the
+    threshold chosen on those scores as ``glm5-lsp gate train`` chooses it."""
+    feats, labels, groups, index = quality_rows(rows)
+    fitted = fit_binary(feats, labels, groups, used_features(feats))
+    threshold, _ = best_threshold(fitted.oof, labels, TARGET_PRECISION)
+    by_row = {id(rows[i]): s for i, s in zip(index, fitted.oof)}
+    return (lambda r: by_row.get(id(r), NAN)), threshold
 
 
 def cost(rows: list[dict], roots: dict[str, Path], gate: Gate, vocab: int, repeats: int) -> None:
@@ -269,21 +331,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gate", type=Path, default=None, help="gate folder (default: the embedded model's)")
     parser.add_argument("--repeats", type=int, default=3, help="timings per candidate")
-    return parser.parse_args(argv)
+    parser.add_argument("--fit", action="store_true",
+                        help="BENCHMARK_FIT rows, scored out of fold: the strategy section alone (for choosing)")
+    args = parser.parse_args(argv)
+    if args.fit and args.packages == list(BENCHMARK_REPORT):
+        args.packages = list(BENCHMARK_FIT)
+    return args
 
 
 def main(args: argparse.Namespace) -> int:
     from glm5_lsp.memory.heldout import copy_package
     from glm5_lsp.model import default_model_path, load_tokenizer
 
-    unknown = sorted(set(args.packages) - set(BENCHMARK_REPORT))
+    allowed = BENCHMARK_FIT if args.fit else BENCHMARK_REPORT
+    unknown = sorted(set(args.packages) - set(allowed))
     if unknown:
-        print(f"not a BENCHMARK_REPORT package: {', '.join(unknown)}")
+        print(f"not a BENCHMARK_{'FIT' if args.fit else 'REPORT'} package: {', '.join(unknown)}")
         return 2
     model = Path(default_model_path())
     gate = Gate.load(args.gate or default_gate_dir(model), model)
     trained_on = set((gate.meta.get("training") or {}).get("packages") or [])
-    if trained_on & set(args.packages):
+    if trained_on & set(args.packages) and not args.fit:
         print(f"the gate was trained on {', '.join(sorted(trained_on & set(args.packages)))}: not held out")
         return 2
     if args.collect:
@@ -312,6 +380,14 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gate-bench-") as tmp:
         roots = {name: copy_package(name, Path(tmp)) for name in sorted({r["package"] for r in rows})}
         recompute(rows, roots)
+        if args.fit:
+            score, threshold = out_of_fold([r for r in rows if "single" in r])
+            print(f"packages (BENCHMARK_FIT, for choosing): {', '.join(sorted(roots))}; scored out of fold; "
+                  f"threshold {threshold:.3f}")
+            print()
+            print("### After a rejected candidate")
+            strategy(rows, gate, score, threshold)
+            return 0
         print(f"packages: {', '.join(sorted(roots))}; gate {args.gate or default_gate_dir(model)} "
               f"(trained on {len(trained_on)} BENCHMARK_FIT packages{', STALE' if gate.stale else ''}); "
               f"threshold {gate.threshold:.3f}")

@@ -331,6 +331,56 @@ def test_the_gate_judges_every_answer_knowing_what_the_memory_said(tokenizer, di
         assert (recalled.line_count, recalled.line_total, recalled.line_distinct) == (2, 3, 2)
 
 
+# A third line going on as two of the others do: the workspace's lines now say "count=0.5)" three
+# times in four, enough to stand in for a withheld answer (``pipeline.gating.LINE_MIN_SHARE``).
+SETTLED = DISPUTED + '''
+
+def oldest(things):
+    return compute_total(items, discount=0.5)
+'''
+
+
+@pytest.fixture
+def settled(workspace: Path) -> Path:
+    (workspace / "legacy.py").write_text(SETTLED, encoding="utf-8")
+    return workspace
+
+
+@pytest.mark.parametrize("answer", ["count=0.75)", "count=)))("])  # rejected by the gate; no clean answer
+def test_where_the_gate_withholds_the_workspaces_settled_line_is_shown(tokenizer, settled: Path, answer: str) -> None:
+    memory = session_memory(tokenizer, settled)
+    path = str(settled / "quote.py")
+    gate = Recording()
+    pipeline = Pipeline(InProcess(answer), settings(), memory=memory)
+    pipeline.install_gate(gate)
+    result = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False, gated=True)
+    assert result.recalled.continuation == EXPECTED  # the token-level view disagrees: the model was asked
+    assert (result.recalled.line_count, result.recalled.line_total) == (3, 4)
+    assert result.text == "count=0.5)" and result.clean and result.from_lines and result.withheld == ""
+    assert gate.judged[-1][0] == "count=0.5)"  # the acceptance log's features are the shown line's
+    block = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=True, gated=True)
+    assert not block.from_lines  # a multi-line request never gets a single line in its place
+
+
+def test_a_line_too_few_of_the_workspaces_lines_share_is_not_shown(tokenizer, disputed: Path) -> None:
+    memory = session_memory(tokenizer, disputed)  # "count=0.5)" two times in three: under the share
+    pipeline = Pipeline(InProcess("count=0.75)"), settings(), memory=memory)
+    pipeline.install_gate(Recording())
+    result = pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python",
+                               multiline=False, gated=True)
+    assert result.text == "" and not result.from_lines and "silent" in result.withheld
+
+
+def test_a_settled_line_that_breaks_the_file_is_not_shown(tokenizer, settled: Path) -> None:
+    memory = session_memory(tokenizer, settled)
+    document = TYPED + ")\n"  # the call already closed after the cursor: "count=0.5)" would close it twice
+    pipeline = Pipeline(InProcess("count=0.75)"), settings(), memory=memory)
+    pipeline.install_gate(Recording())
+    result = pipeline.complete(document, len(TYPED), path=str(settled / "quote.py"), language="python",
+                               multiline=False, gated=True)
+    assert result.recalled.line == "count=0.5)" and not result.from_lines and result.text == ""
+
+
 def test_edits_are_folded_back_into_one_shard_now_and_then(tokenizer, workspace: Path) -> None:
     from glm5_lsp.pipeline.memory import COMPACT_EVERY
 

@@ -31,7 +31,7 @@ from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.healing import partial_word
 from glm5_lsp.indentation import indent_unit, reindent
 from glm5_lsp.languages import detect_language
-from glm5_lsp.pipeline.gating import StatsWatch, finished_word, judged
+from glm5_lsp.pipeline.gating import StatsWatch, finished_word, judged, workspace_line
 from glm5_lsp.pipeline.memory import SessionMemory, wire_memory
 from glm5_lsp.postprocess import cut_at_block_end, cut_at_stops, first_line, strip_special_tokens, tidy
 from glm5_lsp.pynames.jedi import warm_jedi
@@ -128,6 +128,7 @@ class PipelineResult:
     seconds: float = 0.0
     finish_reason: str = "stop"
     finished_word: bool = False  # no generated candidate was clean: the typed word finished from the names around it
+    from_lines: bool = False  # the gate withheld the model's (or it had none): the workspace's lines' rest of the line
     # The model and the workspace memory agree on the text, or the memory's two views do
     # (``pipeline.memory``). The gate still judges it, knowing what the memory said (on
     # BENCHMARK_FIT such answers were exact 52% of the time, the model's others 4%).
@@ -325,7 +326,8 @@ class Pipeline:
         if gate is not None:
             result = judged(gate, result, target.document, target.end, language=language, multiline=multiline,
                             trigger=trigger, heal=heal, unclean_shown=settings.repair.return_unclean,
-                            finish=lambda: finished_word(self.repair, target, heal), internals=task.internals)
+                            finish=lambda: finished_word(self.repair, target, heal), internals=task.internals,
+                            line=lambda shown: workspace_line(self.repair, target, shown.recalled, heal))
         return result
 
     def _can_heal(self) -> bool:

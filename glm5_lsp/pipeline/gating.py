@@ -8,10 +8,13 @@ when the gate (``glm5_lsp.gate.CompletionGate``, LightGBM beside the model) scor
 back on the :class:`~glm5_lsp.pipeline.core.PipelineResult` (``score``, ``features`` for the
 acceptance log, and ``withheld``, why nothing is shown).
 
-After a rejected candidate the strategy head chooses between finishing the typed word (the repair
-loop's word finisher, its first word, checked like any candidate) and staying silent. It was also
-trained with "regenerate", which on held-out code was worse than finishing the word on every figure
-and costs another generation (BENCHMARKS.md, "The gate"): that choice stays silent.
+After a rejected candidate, or where the model gave none that passed the checks, the workspace's
+lines come first: when enough of the lines that start as the typed one go on the same way
+(:func:`workspace_line`), that rest of the line is shown, checked like any candidate. Otherwise the
+strategy head chooses between finishing the typed word (the repair loop's word finisher, its first
+word, checked like any candidate) and staying silent. It was also trained with "regenerate", which
+on held-out code was worse than finishing the word on every figure and costs another generation
+(BENCHMARKS.md, "The gate"): that choice stays silent.
 """
 
 from __future__ import annotations
@@ -27,16 +30,29 @@ from glm5_lsp.repair.stream import BlockWatch
 
 log = logging.getLogger(__name__)
 
+# The workspace's lines stand in for a withheld candidate when at least this many of the lines that
+# start as the typed one go on the same way, and at least this share of them. Chosen on the
+# BENCHMARK_FIT packages' gate rows with out-of-fold gate scores (BENCHMARKS.md, "The workspace's
+# lines where the gate withholds"): the lines so added were exact 8 times in 12 there, as precise as
+# the gate's own target (``gate.train.TARGET_PRECISION``); two lines at half of them added 11 in 23.
+LINE_MIN_COUNT = 2
+LINE_MIN_SHARE = 0.7
+
 
 def judged(gate: Any, result: Any, document: str, offset: int, *, language: str, multiline: bool,
            trigger: str | None, finish: Callable[[], str], heal: str = "", unclean_shown: bool = False,
-           internals: Any = None) -> Any:
+           internals: Any = None, line: Callable[[Any], str] | None = None) -> Any:
     """``result`` (a ``PipelineResult`` whose ``text`` goes in at ``offset`` of ``document``) as the
-    gate leaves it: unchanged when shown (``score`` and ``features`` filled in), else its text the
-    finished word the strategy head asked for (``finish()``: the word's insertion text, the healed
-    word ``heal`` included) or empty, with ``withheld`` saying why. A result the checks already
-    emptied (or left unclean, unless ``unclean_shown``) is not judged."""
+    gate leaves it: unchanged when shown (``score`` and ``features`` filled in), else the
+    workspace's rest of the line (``line(result)``: its checked insertion text, "" for none), or
+    the finished word the strategy head asked for (``finish()``: the word's insertion text, the
+    healed word ``heal`` included), or empty, with ``withheld`` saying why. A result the checks
+    already emptied (or left unclean, unless ``unclean_shown``) is not judged: only the workspace's
+    line may stand in for it."""
     if not (result.text or "").strip() or (not result.clean and not unclean_shown):
+        if line is not None and not multiline and _from_lines(gate, result, line, document, offset,
+                                                              language=language, trigger=trigger, internals=internals):
+            log.debug("no clean candidate: showing the workspace's rest of the line (%r)", result.text)
         return result
     verdict = gate.judge(result, document, offset, language=language, multiline=multiline, trigger=trigger,
                          internals=internals)
@@ -48,6 +64,10 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
     why = (f"the gate scored it {verdict.score:.3f}, under completion.minQuality {gate.threshold:.3f}; "
            f"then: {strategy}")
     result.text = ""
+    if line is not None and not multiline and _from_lines(gate, result, line, document, offset, language=language,
+                                                          trigger=trigger, internals=internals, rejected=rejected):
+        log.debug("%s; the workspace's rest of the line shown instead (%r)", why, result.text)
+        return result
     if strategy == "finish_word" and not result.finished_word:
         word = finish()
         if heal:
@@ -66,6 +86,40 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
     result.withheld = why
     log.debug("completion withheld: %s", why)
     return result
+
+
+def _from_lines(gate: Any, result: Any, line: Callable[[Any], str], document: str, offset: int, *,
+                language: str, trigger: str | None, internals: Any, rejected: str = "") -> bool:
+    """Put the workspace's rest of the line on ``result`` (True) when ``line`` gives one that is not
+    the rejected text; the acceptance log records its own features."""
+    text = line(result)
+    if not text.strip() or text == rejected:
+        return False
+    result.text, result.clean, result.from_lines, result.finished_word = text, True, True, False
+    result.diagnostics_after = []
+    shown = gate.judge(result, document, offset, language=language, multiline=False, trigger=trigger,
+                       internals=internals, count=False)
+    result.score, result.features = shown.score, shown.features
+    return True
+
+
+def workspace_line(loop: Any, target: Any, recalled: Any, forced_prefix: str) -> str:
+    """The workspace's lines' rest of the line at ``target`` (``recalled``: the request's
+    ``pipeline.memory.Recollection``) as insertion text less the healed ``forced_prefix``, where at
+    least :data:`LINE_MIN_COUNT` lines and :data:`LINE_MIN_SHARE` of those that start as the typed
+    one go on that way and it adds no blocking diagnostic; "" otherwise."""
+    if recalled is None or not recalled.line.strip() or recalled.line_total <= 0:
+        return ""
+    if recalled.line_count < LINE_MIN_COUNT or recalled.line_count / recalled.line_total < LINE_MIN_SHARE:
+        return ""
+    text = recalled.line.split("\n", 1)[0].rstrip()
+    if not text.startswith(forced_prefix) or not text[len(forced_prefix):].strip():
+        return ""
+    verdict = judge(Splice(target.document, target.start, target.end, text), loop.runner_for(target.language),
+                    target.path, target.language)
+    if verdict.blocking(loop.settings.blocking_severities):
+        return ""
+    return text[len(forced_prefix):]
 
 
 class StatsWatch(BlockWatch):
