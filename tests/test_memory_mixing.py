@@ -65,7 +65,7 @@ def test_the_monitor_runs_after_the_mixing_and_still_masks() -> None:
             return Match(9, Counts(np.asarray([5]), np.asarray([10]), 10))
 
     class Text:
-        def estimate(self, written):
+        def estimate(self, written, within_piece=False):
             return estimate([5], [10], 9)
 
     seen = []

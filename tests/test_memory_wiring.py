@@ -43,8 +43,10 @@ def older(things):
 
 
 def strong() -> Interpolation:
-    """The memory all but certain wherever it matches (what a long, unanimous match gets)."""
-    return Interpolation([[[0.97] * len(SHARE_EDGES) for _ in COUNT_EDGES] for _ in LENGTH_EDGES], "test")
+    """The memory all but certain wherever it matches at least four ids (what a long, unanimous match
+    gets), and nothing for a shorter one (as a fitted table all but ignores a token or two of context)."""
+    return Interpolation([[[0.97 if length >= 4 else 0.0] * len(SHARE_EDGES) for _ in COUNT_EDGES]
+                          for length in LENGTH_EDGES], "test")
 
 
 @pytest.fixture

@@ -209,3 +209,33 @@ def test_a_long_prefix_is_bound_by_its_last_chunks_only(tokenizer, workspace: Pa
     assert whole.matcher.context[-len(tail.matcher.context):] == tail.matcher.context
     assert tail.continuation("", 12) == whole.continuation("", 12)
     assert tokenizer.decode(tail.continuation("", 12)).startswith('ctor, label="scaled")')
+
+
+def test_within_the_last_piece_the_mixing_gets_what_followed_it_and_a_continuation_does_not(
+        tokenizer, tmp_path: Path) -> None:
+    """Where no longer context goes on as the text's last piece does, the estimate the mixing asks for
+    (``within_piece``) is what followed that piece's ids anywhere; the strict one (a greedy
+    continuation's) is empty there."""
+    from glm5_lsp.memory.align import TextMatcher
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "helper.py").write_text(HELPER, encoding="utf-8")
+    memory = memory_for(tokenizer, root)
+    text = MAIN
+    ids, offsets = tokenizer.encode_with_offsets(text)
+    matcher = TextMatcher(memory.matcher(), tokenizer)
+    matcher.bind("")
+    found = 0
+    for t in range(1, len(ids)):
+        written = text[: offsets[t][0]]
+        strict, loose = matcher.estimate(written), matcher.estimate(written, within_piece=True)
+        assert loose.match.length >= strict.match.length or strict.empty
+        if strict.empty and not loose.empty:
+            found += 1
+            assert abs(float(loose.probs.sum()) - 1.0) < 1e-9
+            assert loose.match.length >= 1
+    assert found > 0
+    fresh = TextMatcher(memory.matcher(), tokenizer)
+    fresh.bind("")
+    assert matcher.continuation(text[:40], 8) == fresh.continuation(text[:40], 8)  # as if never asked loosely

@@ -96,7 +96,7 @@ class TextMatcher:
         self.code = ""
         self._tail_start = 0  # a chunk start in ``code``: ids before it are bound to the matcher
         self._stable: tuple[str, list[int]] = ("", [])  # a chunk-aligned start of the tail and its ids
-        self._recent: dict[str, Estimate] = {}
+        self._recent: dict[tuple[str, bool], Estimate] = {}
 
     def bind(self, code: str) -> None:
         self.code = code
@@ -161,16 +161,36 @@ class TextMatcher:
 
     # ---- estimates ------------------------------------------------------------------------------
 
-    def estimate(self, written: str) -> Estimate:
+    def estimate(self, written: str, *, within_piece: bool = False) -> Estimate:
         """The memory's distribution over the model's next token after the bound code plus ``written``
-        (the last few are remembered: a draft's proposal and the steps that verify it ask the same)."""
-        found = self._recent.get(written)
+        (the last few are remembered: a draft's proposal and the steps that verify it ask the same).
+
+        ``within_piece``: where that estimate is empty (no longer context goes on as the text's last
+        piece does), what followed a match found only inside that piece (its last token or two,
+        anywhere in the memory) instead. Mixed into the model's distribution with its own fitted
+        weight this lowers held-out perplexity (such a match is short, its weight small); a greedy
+        continuation leaves it out (it would run on from one token's worth of context)."""
+        found = self._recent.get((written, False))
         if found is None:
             found = self._estimate_text(written)
-            self._recent[written] = found
-            if len(self._recent) > RECENT:
-                self._recent.pop(next(iter(self._recent)))
-        return found
+            self._remember((written, False), found)
+        if not within_piece or not found.empty:
+            return found
+        loose = self._recent.get((written, True))
+        if loose is None:
+            loose = self._in_piece(written)
+            self._remember((written, True), loose)
+        return loose
+
+    def _remember(self, key: tuple[str, bool], estimate: Estimate) -> None:
+        self._recent[key] = estimate
+        if len(self._recent) > RECENT:
+            self._recent.pop(next(iter(self._recent)))
+
+    def _in_piece(self, written: str) -> Estimate:
+        ids, pending = self.split(written)
+        match = self.matcher.sync(ids + (self._encode(pending) if pending else []))
+        return self._estimate(match.counts.ids, match.counts.counts.astype(np.float64), match)
 
     def _estimate_text(self, written: str) -> Estimate:
         ids, pending = self.split(written)

@@ -110,7 +110,7 @@ def score_package(name: str, model: object, tokenizer: object, workdir: Path, wi
         matcher = TextMatcher(Matcher(sources), tokenizer)
         matcher.bind("")
         for t in range(1, len(ids)):
-            estimate = matcher.estimate(text[: offsets[t][0]])
+            estimate = matcher.estimate(text[: offsets[t][0]], within_piece=True)  # as the mixing asks
             scores.model.append(float(p_model[t]))
             if estimate.empty or estimate.match.length <= 0:
                 scores.memory.append(0.0)

@@ -174,7 +174,7 @@ class MemoryProcessor:
         written = self.tokenizer.decode(list(generated_ids))
         if written.endswith("\ufffd"):
             return None  # inside a character's bytes: no text to match yet
-        return self.text.estimate(written)
+        return self.text.estimate(written, within_piece=True)
 
     def __call__(self, generated_ids: Sequence[int], logits: Any) -> Any:
         self.steps += 1
