@@ -75,6 +75,22 @@ def test_suffix_array_is_sorted_and_matches_the_numpy_fallback() -> None:
     assert suffixes == sorted(suffixes)
 
 
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_the_suffix_array_cut_to_whole_tokens_a_chunk_at_a_time_is_pydivsufsorts(dtype, monkeypatch) -> None:
+    from pydivsufsort import divsufsort
+
+    from glm5_lsp.memory import index as index_module
+
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, 600, 5000).astype(dtype)  # ids past one byte: both bytes matter
+    tokens[::97] = np.iinfo(dtype).max  # separators, the largest id
+    tokens[3000:3600] = tokens[100:700]
+    monkeypatch.setattr(index_module, "ALIGN_CHUNK", 7)  # chunk edges everywhere
+    sa = suffix_array(tokens)
+    assert sa.dtype == np.int32 and np.array_equal(sa, divsufsort(tokens))
+    assert np.array_equal(sa, _suffix_array_numpy(tokens))
+
+
 def brute_count(tokens: np.ndarray, pattern: list[int]) -> int:
     n = len(pattern)
     return sum(1 for i in range(len(tokens) - n + 1) if list(tokens[i:i + n]) == pattern)

@@ -30,7 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from glm5_lsp.memory.index import SuffixIndex
+from glm5_lsp.memory.index import SuffixIndex, release_freed_memory
 from glm5_lsp.memory.tokens import Encoder, encode_batch, token_dtype
 
 log = logging.getLogger(__name__)
@@ -216,11 +216,14 @@ class LibraryCache:
                     total += size
                 if progress is not None:
                     progress("indexing libraries", 0.95)
+                release_freed_memory()  # the tokenizer's batches, under the suffix array built next
                 index = SuffixIndex.build(docs, self.dtype)
+                del docs
                 try:
                     index.save(folder)
                 except OSError as error:
                     log.warning("cannot cache the libraries' memory at %s (%s)", folder, error)
+                release_freed_memory()
             self._loaded[key] = index
         report.update(tokens=len(index), bytes=index.nbytes, seconds=round(time.perf_counter() - started, 3))
         return index, report
