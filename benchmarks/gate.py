@@ -37,6 +37,7 @@ where the rule's count and share were chosen, never on the figures above.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -57,7 +58,7 @@ from glm5_lsp.gate.train import (
     roc_auc,
     used_features,
 )
-from glm5_lsp.pipeline.gating import LINE_MIN_COUNT, LINE_MIN_SHARE
+from glm5_lsp.pipeline.gating import LINE_MIN_COUNT, LINE_MIN_SHARE, settled
 from glm5_lsp.postprocess import trailing_identifier
 from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_REPORT
 
@@ -153,7 +154,7 @@ def _line(row: dict, min_count: int, min_share: float) -> str | None:
     """The workspace's lines' rest of the line at the row's cursor where the rule holds, else None."""
     recalled = (row["single"].get("raw") or {}).get("result", {}).get("recalled") or {}
     line, count, total = recalled.get("line") or "", recalled.get("line_count") or 0, recalled.get("line_total") or 0
-    if not line.strip() or not total or count < min_count or count / total < min_share:
+    if not line.strip() or not settled(count, total, min_count, min_share):
         return None
     healed = int(row["single"]["features"].get("healed_chars") or 0)
     text = line.split("\n", 1)[0].rstrip()[healed:]
@@ -187,7 +188,7 @@ def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float |
             if text is None:
                 return False, False, False
             typed = trailing_identifier(row["typed_line"])
-            word = typed + text[: len(text) - len(text.lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"))]
+            word = typed + re.match(r"\w*", text, re.ASCII).group(0)
             return True, text == row["rest"].rstrip(), word == row["word"]
         return False, False, False
 

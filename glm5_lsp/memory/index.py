@@ -61,11 +61,11 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
         from pydivsufsort import divsufsort
     except ImportError:  # pragma: no cover - a declared dependency; the fallback is slow but correct
         return _suffix_array_numpy(tokens)
-    width = tokens.dtype.itemsize
-    if width == 1:
-        return np.ascontiguousarray(divsufsort(np.ascontiguousarray(tokens, dtype=np.uint8)))
     if tokens.dtype.kind != "u":
         raise TypeError(f"token ids must be unsigned, not {tokens.dtype}")
+    width = tokens.dtype.itemsize
+    if width == 1:
+        return np.ascontiguousarray(divsufsort(np.ascontiguousarray(tokens)))
     wide = tokens.astype(f">u{width}")
     by_byte = divsufsort(wide.view(np.uint8))
     del wide

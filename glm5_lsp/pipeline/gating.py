@@ -74,10 +74,8 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
             word = word[len(heal):] if word.startswith(heal) else ""
         if word.strip() and word != rejected:
             result.text, result.finished_word = word, True
-            # what the acceptance log records is what is shown: the finished word's own features
-            shown = gate.judge(result, document, offset, language=language, multiline=multiline, trigger=trigger,
-                               internals=internals, count=False)
-            result.score, result.features = shown.score, shown.features
+            _judge_shown(gate, result, document, offset, language=language, multiline=multiline, trigger=trigger,
+                         internals=internals)
             log.debug("%s: showing the typed word finished (%r)", why, word)
             return result
         why += " (no clean finished word)"
@@ -97,10 +95,18 @@ def _from_lines(gate: Any, result: Any, line: Callable[[Any], str], document: st
         return False
     result.text, result.clean, result.from_lines, result.finished_word = text, True, True, False
     result.diagnostics_after = []
-    shown = gate.judge(result, document, offset, language=language, multiline=False, trigger=trigger,
+    _judge_shown(gate, result, document, offset, language=language, multiline=False, trigger=trigger,
+                 internals=internals)
+    return True
+
+
+def _judge_shown(gate: Any, result: Any, document: str, offset: int, *, language: str, multiline: bool,
+                 trigger: str | None, internals: Any) -> None:
+    """What the acceptance log records is what is shown: the score and features of the text put on
+    ``result`` in place of the rejected one (not counted again for drift)."""
+    shown = gate.judge(result, document, offset, language=language, multiline=multiline, trigger=trigger,
                        internals=internals, count=False)
     result.score, result.features = shown.score, shown.features
-    return True
 
 
 def workspace_line(loop: Any, target: Any, recalled: Any, forced_prefix: str) -> str:
@@ -108,18 +114,25 @@ def workspace_line(loop: Any, target: Any, recalled: Any, forced_prefix: str) ->
     ``pipeline.memory.Recollection``) as insertion text less the healed ``forced_prefix``, where at
     least :data:`LINE_MIN_COUNT` lines and :data:`LINE_MIN_SHARE` of those that start as the typed
     one go on that way and it adds no blocking diagnostic; "" otherwise."""
-    if recalled is None or not recalled.line.strip() or recalled.line_total <= 0:
-        return ""
-    if recalled.line_count < LINE_MIN_COUNT or recalled.line_count / recalled.line_total < LINE_MIN_SHARE:
+    if recalled is None or not recalled.line.strip() or not settled(recalled.line_count, recalled.line_total):
         return ""
     text = recalled.line.split("\n", 1)[0].rstrip()
     if not text.startswith(forced_prefix) or not text[len(forced_prefix):].strip():
         return ""
+    return text[len(forced_prefix):] if _passes(loop, target, text) else ""
+
+
+def settled(count: int, total: int, min_count: int = LINE_MIN_COUNT, min_share: float = LINE_MIN_SHARE) -> bool:
+    """Whether ``count`` of the ``total`` lines that start as the typed one going on one way is enough
+    for that rest of the line to stand in for a withheld candidate."""
+    return total > 0 and count >= min_count and count / total >= min_share
+
+
+def _passes(loop: Any, target: Any, text: str) -> bool:
+    """Whether ``text`` in place of ``target``'s range adds no blocking diagnostic to its document."""
     verdict = judge(Splice(target.document, target.start, target.end, text), loop.runner_for(target.language),
                     target.path, target.language)
-    if verdict.blocking(loop.settings.blocking_severities):
-        return ""
-    return text[len(forced_prefix):]
+    return not verdict.blocking(loop.settings.blocking_severities)
 
 
 class StatsWatch(BlockWatch):
@@ -152,6 +165,4 @@ def finished_word(loop: Any, target: Any, forced_prefix: str) -> str:
     text = words[0] if forced_prefix else words[0][len(typed):]
     if not text:
         return ""
-    verdict = judge(Splice(document, target.start, target.end, text), loop.runner_for(target.language),
-                    target.path, target.language)
-    return "" if verdict.blocking(loop.settings.blocking_severities) else text
+    return text if _passes(loop, target, text) else ""
