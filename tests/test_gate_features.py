@@ -65,16 +65,25 @@ def test_the_line_at_the_cursor(line: str, kind: str, brackets: int, in_string: 
 def test_what_the_workspace_memory_said_is_read_against_the_candidate() -> None:
     from glm5_lsp.pipeline.memory import Recollection
 
+    # The cursor is after ``handle.re``: token healing writes ``re`` again, so the memory's views
+    # (insertion text at the healed word's start) begin with it; the candidate is text after the cursor.
     info = request_info(DOCUMENT, CURSOR, language="python", multiline=False)
-    recalled = Recollection("ad()\n", "adline()", line_count=3, line_total=4, line_distinct=2)
+    assert info.healed == "re"
+    recalled = Recollection("read()\n", "readline()", line_count=3, line_total=4, line_distinct=2)
     values = features(result("ad()", recalled=recalled), info)
     assert values["memory_equal"] == 1.0 and values["memory_agree_chars"] == 4 and values["memory_chars"] == 4
     assert values["line_equal"] == 0.0 and values["line_agree_chars"] == 2 and values["line_chars"] == 8
     assert (values["line_count"], values["line_total"], values["line_distinct"]) == (3, 4, 2)
     assert values["line_share"] == 0.75 and values["memory_views_agree"] == 0.0
-    as_row = features(result("ad()", recalled={"continuation": "", "line": "ad()", "line_count": 1,
+    as_row = features(result("ad()", recalled={"continuation": "", "line": "read()", "line_count": 1,
                                                "line_total": 1, "line_distinct": 1}), info)  # a row's raw dict
     assert math.isnan(as_row["memory_equal"]) and as_row["line_equal"] == 1.0 and as_row["memory_chars"] == 0
+    # a view that rewrites the typed word agrees on nothing
+    other = features(result("ad()", recalled=Recollection("rad()", "")), info)
+    assert other["memory_equal"] == 0.0 and other["memory_agree_chars"] == 0
+    # without healing (a backend with no forced prefix) both are text after the cursor already
+    plain = request_info(DOCUMENT, CURSOR, language="python", multiline=False, healing=False)
+    assert features(result("ad()", recalled=Recollection("ad()", "ad()")), plain)["memory_views_agree"] == 1.0
 
 
 def test_every_feature_is_present_and_what_is_unknown_is_nan() -> None:

@@ -396,3 +396,38 @@ def test_edits_are_folded_back_into_one_shard_now_and_then(tokenizer, workspace:
     assert memory.text_of(paths[COMPACT_EVERY % 2]) == LIBRARY + "# the last edit\n"
     typed = "    return compute_total(items, discount=0.25, roun"
     assert memory.continuation(None, typed, len(typed)) == 'ding="banker")'
+
+
+@dataclass
+class Healing(InProcess):
+    """An in-process model that honours token healing: it writes the healed word again, then its answer."""
+
+    supports_forced_prefix: bool = True
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        self.requests.append(request)
+        return Completion(request.forced_prefix + self.text, "stop", logprob=-1.0, completion_tokens=3)
+
+
+def test_the_gate_reads_the_memory_in_the_candidates_frame_when_the_word_is_healed(tokenizer, disputed: Path) -> None:
+    from glm5_lsp.gate.features import features, request_info
+
+    memory = session_memory(tokenizer, disputed)
+    seen = []
+
+    class Reading(Recording):
+        def judge(self, result, document, offset, **kwargs):
+            info = request_info(document, offset, language="python", multiline=False, healing=True)
+            seen.append((result.text, info.healed, features(result, info)))
+            return super().judge(result, document, offset, **kwargs)
+
+    backend = Healing(EXPECTED)
+    pipeline = Pipeline(backend, settings(), memory=memory)
+    pipeline.install_gate(Reading())
+    pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python", multiline=False,
+                      gated=True)
+    assert backend.requests[0].forced_prefix == "dis"  # the typed word was healed
+    [(text, healed, values)] = seen
+    assert (text, healed) == (EXPECTED, "dis")  # the candidate is text after the cursor
+    assert values["memory_equal"] == 1.0 and values["memory_agree_chars"] == len(EXPECTED)
+    assert values["line_equal"] == 0.0 and values["line_agree_chars"] == len("count=0.")

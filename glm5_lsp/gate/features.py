@@ -438,22 +438,28 @@ def features(result: Any, info: RequestInfo, stats: DecodeStats | None = None) -
         out.update(_step_features(stats, kept, text, len(info.healed)))
     recalled = getattr(result, "recalled", None)
     if recalled is not None:
-        out.update(_memory_features(first, recalled))
+        out.update(_memory_features(first, recalled, info.healed))
     return out
 
 
-def _memory_features(first: str, recalled: Any) -> dict[str, float]:
+def _memory_features(first: str, recalled: Any, healed: str = "") -> dict[str, float]:
     """The candidate's first line against what the memory said at the cursor (``recalled``: a
-    ``Recollection`` or its dict); a view that said nothing is NaN."""
+    ``Recollection`` or its dict); a view that said nothing is NaN. The candidate is text after the
+    cursor; the memory's views are insertion text at the healed word's start (``healed`` included),
+    so they are read after it: a view that does not keep the typed word agrees on nothing."""
     get = recalled.get if isinstance(recalled, Mapping) else lambda name, default=None: getattr(recalled, name, default)
-    memory = str(get("continuation", "") or "").split("\n", 1)[0].rstrip()
-    line = str(get("line", "") or "").rstrip()
     candidate = first.rstrip()
     out: dict[str, float] = {}
-    for name, view in (("memory", memory), ("line", line)):
+    views = {}
+    for name, key in (("memory", "continuation"), ("line", "line")):
+        view = str(get(key, "") or "").split("\n", 1)[0].rstrip()
+        kept = view.startswith(healed)
+        view = view[len(healed):] if kept else view
+        views[name] = view
         out[f"{name}_chars"] = float(len(view))
-        out[f"{name}_agree_chars"] = float(common_prefix(candidate, view)) if view else NAN
-        out[f"{name}_equal"] = float(candidate == view) if view else NAN
+        out[f"{name}_agree_chars"] = float(common_prefix(candidate, view) if kept else 0) if view else NAN
+        out[f"{name}_equal"] = float(kept and candidate == view) if view else NAN
+    memory, line = views["memory"], views["line"]
     total = float(get("line_total", 0) or 0)
     out["line_count"] = float(get("line_count", 0) or 0)
     out["line_total"] = total

@@ -181,7 +181,8 @@ class SessionMemory:
 
 @dataclass(frozen=True)
 class Recollection:
-    """What the memory says at one request's cursor, as insertion text ("" for nothing): its token-level
+    """What the memory says at one request's cursor, as insertion text at the repair target's start (the
+    healed word's, so a healed word comes first; "" for nothing): its token-level
     continuation and the workspace's lines' most frequent rest (``memory.lines``), with how many of
     those lines go on that way, out of how many that start as the typed one, in how many ways."""
 
