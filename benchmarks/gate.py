@@ -54,6 +54,7 @@ from glm5_lsp.gate.train import (
     TARGET_PRECISION,
     best_threshold,
     fit_binary,
+    quality_kinds,
     quality_rows,
     roc_auc,
     used_features,
@@ -162,8 +163,9 @@ def _line(row: dict, min_count: int, min_share: float) -> str | None:
 
 
 def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float | None = None) -> None:
-    """``score(row)``: the gate's score of the row's candidate (default: ``gate`` itself)."""
-    score = score or (lambda r: gate.score(_values(r["single"])))
+    """``score(row, part)``: the gate's score of the row's candidate (``part`` "single", the model's)
+    or of the memory's continuation standing in for it ("memory"); default: ``gate`` itself."""
+    score = score or (lambda r, part="single": gate.score(_values(r[part])))
     threshold = gate.threshold if threshold is None else threshold
     rejected = [r for r in rows if "single" in r and "regen" in r and "finish" in r and
                 (not r["single"]["shown"] or score(r) < threshold)]
@@ -182,6 +184,9 @@ def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float |
             right = bool(row["finish"]["right"])
             typed = trailing_identifier(row["typed_line"])
             return bool(word), right and row["rest"] == word[len(typed):], right
+        if action == "memory":
+            stand = row.get("memory") or {}
+            return bool(stand.get("shown")), bool(stand.get("exact")), bool(stand.get("right_word"))
         if action.startswith("line "):
             _, count, share = action.split()
             text = _line(row, int(count), float(share))
@@ -196,10 +201,16 @@ def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float |
     shipped = f"line {LINE_MIN_COUNT} {LINE_MIN_SHARE}"
     policies = {"silent": lambda r: "silent", "finish the word": lambda r: "finish_word",
                 "regenerate": lambda r: "regenerate"}
+    def remembered(row: dict) -> bool:  # the memory's continuation, where the gate would show it
+        return "memory" in row and row["memory"]["shown"] and score(row, "memory") >= threshold
+
     if head is not None:
         policies["strategy head"] = head
-        policies[f"the workspace's line (>= {LINE_MIN_COUNT} lines, >= {LINE_MIN_SHARE:.0%}), else the head "
-                 "(what ships)"] = lambda r: shipped if _line(r, LINE_MIN_COUNT, LINE_MIN_SHARE) is not None else head(r)
+        policies[f"the workspace's line (>= {LINE_MIN_COUNT} lines, >= {LINE_MIN_SHARE:.0%}), else the head"] = (
+            lambda r: shipped if _line(r, LINE_MIN_COUNT, LINE_MIN_SHARE) is not None else head(r))
+        policies["the workspace's line, else the memory's continuation the gate shows, else the head "
+                 "(what ships)"] = (lambda r: shipped if _line(r, LINE_MIN_COUNT, LINE_MIN_SHARE) is not None
+                                    else "memory" if remembered(r) else head(r))
     print(f"{n} cursors whose first candidate is not shown (gate below threshold, or nothing passed)")
     print()
     print("| after a rejected candidate | shown | exact | right word |")
@@ -237,8 +248,8 @@ def out_of_fold(rows: list[dict]) -> tuple[Any, float]:
     feats, labels, groups, index = quality_rows(rows)
     fitted = fit_binary(feats, labels, groups, used_features(feats))
     threshold, _ = best_threshold(fitted.oof, labels, TARGET_PRECISION)
-    by_row = {id(rows[i]): s for i, s in zip(index, fitted.oof)}
-    return (lambda r: by_row.get(id(r), NAN)), threshold
+    by_row = {(id(rows[i]), kind): s for i, s, kind in zip(index, fitted.oof, quality_kinds(rows))}
+    return (lambda r, part="single": by_row.get((id(r), part), NAN)), threshold
 
 
 def cost(rows: list[dict], roots: dict[str, Path], gate: Gate, vocab: int, repeats: int) -> None:

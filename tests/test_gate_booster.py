@@ -156,3 +156,27 @@ def test_too_few_exact_candidates_is_a_clear_error() -> None:
         row["single"]["exact"] = False
     with pytest.raises(ValueError, match="too few exact"):
         train_gate(rows)
+
+
+def test_the_memorys_stand_ins_are_rows_of_the_quality_head_beside_the_models() -> None:
+    from glm5_lsp.gate.features import FINISH_REASONS
+    from glm5_lsp.gate.train import quality_kinds, quality_rows
+
+    rows = gate_data.rows(300, seed=3)
+    rng = random.Random(4)
+    for row in rows[::3]:  # a stand-in at every third cursor; it is exact where it says "remembered" loudly
+        good = rng.random() < 0.5
+        values = dict(gate_data.features(rng), remembered=1.0, finish_reason=float(FINISH_REASONS.index("memory")),
+                      lp_mean=None, memory_equal=1.0 if good else 0.0)
+        row["memory"] = {"text": "lue" if good else "ss", "features": values, "shown": True, "exact": good,
+                         "similarity": 1.0 if good else 0.2, "right_word": good}
+    feats, _, _, index = quality_rows(rows)
+    kinds = quality_kinds(rows)
+    singles = sum(bool(r["single"]["shown"]) for r in rows)
+    assert len(feats) == len(kinds) == singles + len(rows[::3]) and kinds.count("memory") == len(rows[::3])
+    assert all(feats[k].get("remembered") == 1.0 for k, kind in enumerate(kinds) if kind == "memory")
+    assert [index[k] for k, kind in enumerate(kinds) if kind == "memory"] == list(range(0, 300, 3))
+    gate, report = train_gate(rows)
+    assert report.shown == len(feats)
+    stand_in = dict(rows[0]["memory"]["features"], memory_equal=1.0)
+    assert gate.score(stand_in) > gate.score(dict(stand_in, memory_equal=0.0))  # it learnt from them

@@ -91,8 +91,31 @@ def test_one_cursor_collected_end_to_end(tiny_checkpoint: Path, tmp_path: Path) 
     out.write_text(json.dumps(row) + "\n")
     again = read_rows([out])
     before = copy.deepcopy(again)
-    assert recompute(again, {"pkg": root}) == 2
-    for key in ("single", "block"):
+    assert recompute(again, {"pkg": root}) == 2 + ("memory" in row)
+    for key in ("single", "block", *(["memory"] if "memory" in row else [])):
         for name, value in before[0][key]["features"].items():
             other = again[0][key]["features"][name]
             assert (value is None) == (other is None) and (value is None or other == pytest.approx(value, abs=1e-3))
+
+
+def test_the_memorys_continuation_is_collected_as_the_candidate_that_stands_in(tiny_checkpoint: Path,
+                                                                               tmp_path: Path) -> None:
+    from glm5_lsp.healing import partial_word
+    from glm5_lsp.pipeline import PipelineResult
+    from glm5_lsp.pipeline.memory import Recollection
+
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "m.py").write_text(DOCUMENT.replace("in it\n", "in items:\n        total += item\n"))
+    case = cursor_cases(root / "m.py", 1, random.Random(1))[0]
+    collector = Collector(root, budget_ms=3000, model_path=str(tiny_checkpoint))
+    heal = partial_word(case.document[: case.offset], case.document[case.offset:])
+    assert heal  # the cursor is inside a word: the memory's views begin with it
+    recalled = Recollection(heal + case.rest, "")
+    stand = collector._stand_in(PipelineResult("zzz", True, rounds=1, recalled=recalled), case, str(case.path))
+    assert stand.text == case.rest and stand.remembered and stand.finish_reason == "memory"
+    assert stand.completion_tokens == 0 and stand.recalled is recalled
+    same = PipelineResult(case.rest, True, recalled=recalled)  # what the model wrote already: nothing to add
+    assert collector._stand_in(same, case, str(case.path)) is None
+    broken = Recollection(heal + case.rest + ")))", "")  # adds a syntax error: never stands in
+    assert collector._stand_in(PipelineResult("zzz", True, recalled=broken), case, str(case.path)) is None

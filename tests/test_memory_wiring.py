@@ -328,9 +328,40 @@ def test_the_gate_judges_every_answer_knowing_what_the_memory_said(tokenizer, di
         pipeline.install_gate(gate)
         result = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False, gated=True)
         assert result.text == ""  # withheld, vouched for or not
-        [(text, was_vouched, recalled)] = gate.judged
+        (text, was_vouched, recalled), *stand_ins = gate.judged
         assert text == (EXPECTED if vouched else answer) and was_vouched is vouched and recalled.continuation == EXPECTED and recalled.line == "count=0.5)"
         assert (recalled.line_count, recalled.line_total, recalled.line_distinct) == (2, 3, 2)
+        # then the memory's continuation, where it is not what was withheld (withheld too, here)
+        assert [t for t, _, _ in stand_ins] == ([] if vouched else [EXPECTED])
+
+
+class Remembering(Recording):
+    """A gate that withholds what the model wrote and shows what it did not (the memory's)."""
+
+    def judge(self, result, *args, generated=True, **kwargs):
+        from types import SimpleNamespace
+
+        self.judged.append((result.text, generated, result.remembered))
+        show = not generated
+        return SimpleNamespace(show=show, score=0.9 if show else 0.1, features={"remembered": 1.0},
+                               text=result.text if show else "", strategy="silent")
+
+
+@pytest.mark.parametrize("answer", ["count=0.75)", "count=)))("])  # rejected by the gate; no clean answer
+def test_where_the_gate_withholds_the_models_answer_it_may_show_the_memorys(tokenizer, disputed: Path,
+                                                                           answer: str) -> None:
+    memory = session_memory(tokenizer, disputed)  # the workspace's lines are not settled here
+    gate = Remembering()
+    pipeline = Pipeline(InProcess(answer), settings(), memory=memory)
+    pipeline.install_gate(gate)
+    result = pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python",
+                               multiline=False, gated=True)
+    assert result.text == EXPECTED and result.clean and result.remembered and not result.from_lines
+    assert result.finish_reason == "memory" and result.score == 0.9 and result.withheld == ""
+    assert gate.judged[-1] == (EXPECTED, False, True)  # judged as a text the model did not write
+    block = pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python",
+                              multiline=True, gated=True)
+    assert not block.remembered  # a multi-line request never gets a single line in its place
 
 
 # A third line going on as two of the others do: the workspace's lines now say "count=0.5)" three

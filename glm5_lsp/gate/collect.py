@@ -6,6 +6,9 @@ after another, through the server's own engine (``server.loader.Engine``: the de
 context engine, the repair loop with its decoding monitor, token healing, the as-you-type budget):
 
 - **single**: the as-you-type single-line completion, its features and its labels (``labels``);
+- **memory**: where the workspace memory's own continuation says something else, that continuation
+  as the candidate standing in for a withheld one (``pipeline.gating.stand_in``: not generated, no
+  step statistics), its features and labels; the quality head learns from these rows too;
 - **regen**: the same request generated again without the unsure stop (``completion.minTokenProb`` 0:
   the model's whole greedy line), what "regenerate" would show;
 - **finish**: the typed word finished from the names around it (the repair loop's word finisher), what
@@ -84,7 +87,8 @@ def _json_features(values: dict[str, float]) -> dict[str, float | None]:
     return {k: (None if isinstance(v, float) and math.isnan(v) else round(v, 6)) for k, v in values.items()}
 
 
-RESULT_FIELDS = ("text", "clean", "rounds", "prompt_tokens", "completion_tokens", "finish_reason", "finished_word")
+RESULT_FIELDS = ("text", "clean", "rounds", "prompt_tokens", "completion_tokens", "finish_reason", "finished_word",
+                 "remembered")
 
 
 def _raw(result: Any, stats: DecodeStats | None) -> dict[str, Any]:
@@ -140,6 +144,21 @@ class Collector:
             result.text = ""  # what the server shows
         return result, self.recorder.last()
 
+    def _stand_in(self, result: Any, case: Any, path: str) -> Any:
+        """What the pipeline's gating would judge in place of ``result`` were it withheld: the memory's
+        continuation at the cursor, checked, where it is not ``result``'s text (None otherwise)."""
+        from glm5_lsp.healing import partial_word
+        from glm5_lsp.pipeline.gating import memory_line, stand_in
+        from glm5_lsp.repair.loop import RepairTarget
+
+        before, after = case.document[: case.offset], case.document[case.offset:]
+        heal = partial_word(before, after) if self.healing else ""
+        target = RepairTarget(case.document, case.offset - len(heal), case.offset, path, "python")
+        text = memory_line(self.pipeline.repair, target, getattr(result, "recalled", None), heal)
+        if not text.strip() or text == result.text:
+            return None
+        return stand_in(result, text)
+
     def _features(self, result: Any, stats: Any, document: str, offset: int, multiline: bool) -> tuple[dict, float]:
         started = time.perf_counter()
         info = request_info(document, offset, language="python", multiline=multiline, trigger="automatic",
@@ -163,6 +182,14 @@ class Collector:
                              "seconds": round(result.seconds, 3), "exact": mark.exact,
                              "similarity": round(mark.similarity, 4), "shown": mark.shown, "right_word": mark.right_word,
                              "finish_reason": result.finish_reason, "raw": _raw(result, stats)}
+        if single:
+            stand = self._stand_in(result, case, path)
+            if stand is not None:
+                mark = label(stand.text, case.rest, case.word, typed)
+                values, _ = self._features(stand, None, case.document, case.offset, False)
+                out["memory"] = {"text": stand.text, "features": _json_features(values), "exact": mark.exact,
+                                 "similarity": round(mark.similarity, 4), "shown": mark.shown,
+                                 "right_word": mark.right_word, "raw": _raw(stand, None)}
         if single and regen:
             again, _ = self._complete(self.regen, case.document, case.offset, path, False)
             mark = label(again.text, case.rest, case.word, typed)
@@ -287,7 +314,7 @@ def recompute(rows: Sequence[dict[str, Any]], roots: Mapping[str, Path], *, heal
             continue
         document = case_document(root, row)
         offset = int(row["offset"])
-        parts = [("single", document, offset, False)]
+        parts = [("single", document, offset, False), ("memory", document, offset, False)]
         if "block" in row:
             block_doc, block_offset, _ = block_document(document, offset, int(row["line"]), str(row["rest"]),
                                                         str(row["block"].get("at", "cursor")))

@@ -33,7 +33,7 @@ NAN = float("nan")
 
 LANGUAGES: tuple[str, ...] = ("python", "javascript", "typescript", "tsx", "go", "rust", "c", "cpp")
 TRIGGERS: tuple[str, ...] = ("automatic", "invoked")
-FINISH_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "unsure")
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "cancelled", "unsure", "memory")
 # The statement the cursor's line starts with (Python's keywords, then the shapes every language has).
 LINE_KINDS: tuple[str, ...] = (
     "other", "def", "class", "if", "elif", "else", "for", "while", "return", "import", "from", "with",
@@ -73,7 +73,7 @@ FEATURES: tuple[str, ...] = (
     "line_number", "lines_from_block_start", "line_kind", "after_dot", "open_brackets", "in_string",
     "line_prefix_words", "suffix_line_chars", "next_line_indent_delta", "before_word", "line_is_word",
     # the repair loop's outcome
-    "rounds", "finished_word", "truncated", "clean", "finish_reason", "prompt_tokens", "completion_tokens",
+    "rounds", "finished_word", "remembered", "truncated", "clean", "finish_reason", "prompt_tokens", "completion_tokens",
     # the candidate's shape
     "chars", "lines", "first_line_chars", "first_line_words", "ending", "closes_line", "net_brackets",
     "has_quote", "word_chars", "cut_chars", "word_kind", "only_word", "ends_line", "line_complete",
@@ -400,6 +400,7 @@ def features(result: Any, info: RequestInfo, stats: DecodeStats | None = None) -
         "in_string": float(info.in_string), "line_prefix_words": float(info.line_prefix_words),
         "suffix_line_chars": float(info.suffix_line_chars), "next_line_indent_delta": info.next_line_indent_delta,
         "rounds": float(result.rounds), "finished_word": float(bool(result.finished_word)),
+        "remembered": float(bool(getattr(result, "remembered", False))),
         "clean": float(bool(result.clean)), "finish_reason": _code(result.finish_reason, FINISH_REASONS),
         "prompt_tokens": float(result.prompt_tokens), "completion_tokens": float(result.completion_tokens),
         "chars": float(len(text)), "lines": float(len(lines)) if text else 0.0, "first_line_chars": float(len(first)),

@@ -115,16 +115,18 @@ class CompletionGate:
             self.recorder.begin()
 
     def judge(self, result: Any, document: str, offset: int, *, language: str, multiline: bool,
-              trigger: str | None = None, internals: Any = None, count: bool = True) -> Verdict:
+              trigger: str | None = None, internals: Any = None, count: bool = True,
+              generated: bool = True) -> Verdict:
         """The verdict on ``result`` (its ``text`` goes in at character ``offset`` of ``document``).
         ``internals``: the runtime's per-step statistics of the candidate's generation
         (``Completion.stats``, where the backend was asked for them). ``count``: add its features to
-        the drift counts."""
+        the drift counts. ``generated``: False for a text the model did not write (the memory's
+        continuation in place of a withheld candidate): the last generation's statistics are not read."""
         text = result.text or ""
         if self.gate is None or not text.strip():
             return Verdict(show=bool(text.strip()), text=text)
         values = self.features(result, document, offset, language=language, multiline=multiline, trigger=trigger,
-                               internals=internals)
+                               internals=internals, generated=generated)
         score = self.gate.score(values)
         if count:
             self._count(values)
@@ -138,11 +140,11 @@ class CompletionGate:
         return Verdict(show=True, text=text, score=score, length=length, features=values)
 
     def features(self, result: Any, document: str, offset: int, *, language: str, multiline: bool,
-                 trigger: str | None = None, internals: Any = None) -> dict[str, float]:
+                 trigger: str | None = None, internals: Any = None, generated: bool = True) -> dict[str, float]:
         """The candidate's features: the request, the result, the last generation's statistics (the
         observer's, with the runtime's ``internals`` where given)."""
-        stats = self.recorder.last() if self.recorder is not None else None
-        if internals is not None and getattr(internals, "per_layer", None) is not None:
+        stats = self.recorder.last() if self.recorder is not None and generated else None
+        if generated and internals is not None and getattr(internals, "per_layer", None) is not None:
             stats = stats if stats is not None else DecodeStats()
             stats.per_layer = dict(internals.per_layer)
             stats.per_step = dict(getattr(internals, "per_step", None) or {})

@@ -206,18 +206,30 @@ def _features(part: Mapping[str, Any]) -> dict[str, float | None]:
     return dict(part.get("features") or {})
 
 
-def quality_rows(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[bool], list[str], list[int]]:
-    """Features, labels (exact), groups (package) and row indices of the cursors where something was shown."""
+QUALITY_PARTS = ("single", "memory")  # the candidates the quality head judges: the model's, the memory's
+
+
+def quality_rows(rows: Sequence[Mapping[str, Any]], parts: Sequence[str] = QUALITY_PARTS,
+                 ) -> tuple[list[dict], list[bool], list[str], list[int]]:
+    """Features, labels (exact), groups (package) and row indices of the candidates shown: each
+    cursor's model candidate, and the memory's continuation where it said something else (a row
+    index then appears twice: :func:`quality_kinds` tells which)."""
     feats, labels, groups, index = [], [], [], []
-    for i, row in enumerate(rows):
-        single = row.get("single") or {}
-        if not single.get("shown"):
-            continue
-        feats.append(_features(single))
-        labels.append(bool(single.get("exact")))
-        groups.append(str(row.get("package", "")))
-        index.append(i)
+    for part in parts:
+        for i, row in enumerate(rows):
+            candidate = row.get(part) or {}
+            if not candidate.get("shown"):
+                continue
+            feats.append(_features(candidate))
+            labels.append(bool(candidate.get("exact")))
+            groups.append(str(row.get("package", "")))
+            index.append(i)
     return feats, labels, groups, index
+
+
+def quality_kinds(rows: Sequence[Mapping[str, Any]], parts: Sequence[str] = QUALITY_PARTS) -> list[str]:
+    """Which candidate each of :func:`quality_rows`' rows is ("single" or "memory"), in its order."""
+    return [part for part in parts for row in rows if (row.get(part) or {}).get("shown")]
 
 
 def length_label(options: Mapping[str, float]) -> tuple[int, float]:
@@ -289,7 +301,8 @@ def train_gate(rows: Sequence[Mapping[str, Any]], *, model_fingerprint: str | No
         raise ValueError(f"too few exact candidates to train on ({sum(labels)} of {len(labels)} shown)")
     names = used_features(feats)
     fitted = fit_binary(feats, labels, groups, names)
-    similar = [bool((rows[i].get("single") or {}).get("similarity", 0) >= 0.8) for i in index]
+    kinds = quality_kinds(rows)
+    similar = [bool((rows[i].get(kind) or {}).get("similarity", 0) >= 0.8) for i, kind in zip(index, kinds)]
     threshold, at = best_threshold(fitted.oof, labels, TARGET_PRECISION)
     report = TrainReport(rows=len(rows), shown=len(feats), exact=sum(labels), rounds=fitted.rounds,
                          threshold=threshold, oof_auc=roc_auc(fitted.oof, labels),
@@ -302,7 +315,7 @@ def train_gate(rows: Sequence[Mapping[str, Any]], *, model_fingerprint: str | No
         length_head = fit_multiclass(l_feats, l_labels, LENGTH_OPTIONS, l_names, l_weights, rounds=LENGTH_ROUNDS)
         report.length_rows = sum(useful)
     # the strategy head: cursors whose first candidate the gate would not show (out of fold), or none shown
-    oof_of = dict(zip(index, fitted.oof))
+    oof_of = {i: score for i, score, kind in zip(index, fitted.oof, kinds) if kind == "single"}
     s_feats, s_labels = [], []
     for i, row in enumerate(rows):
         if "regen" not in row or "finish" not in row:

@@ -31,7 +31,7 @@ from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.healing import partial_word
 from glm5_lsp.indentation import indent_unit, reindent
 from glm5_lsp.languages import detect_language
-from glm5_lsp.pipeline.gating import StatsWatch, finished_word, judged, workspace_line
+from glm5_lsp.pipeline.gating import StatsWatch, finished_word, judged, memory_line, workspace_line
 from glm5_lsp.pipeline.memory import SessionMemory, wire_memory
 from glm5_lsp.postprocess import cut_at_block_end, cut_at_stops, first_line, strip_special_tokens, tidy
 from glm5_lsp.pynames.jedi import warm_jedi
@@ -133,6 +133,10 @@ class PipelineResult:
     # (``pipeline.memory``). The gate still judges it, knowing what the memory said (on
     # BENCHMARK_FIT such answers were exact 52% of the time, the model's others 4%).
     vouched: bool = False
+    # The text is the workspace memory's, not the model's: its model-free answer, the end the memory
+    # gave a stopped-short answer, or its continuation standing in for a withheld candidate
+    # (``pipeline/gating.py``); the gate reads it (a generation's statistics are not the text's own).
+    remembered: bool = False
     # An as-you-type completion judged by the gate (``complete(gated=True)``, ``pipeline/gating.py``): its
     # P(kept) (None: no gate), the features it read (for the acceptance log), and why the text is empty
     # when the gate withheld the candidate ("" otherwise).
@@ -327,7 +331,8 @@ class Pipeline:
             result = judged(gate, result, target.document, target.end, language=language, multiline=multiline,
                             trigger=trigger, heal=heal, unclean_shown=settings.repair.return_unclean,
                             finish=lambda: finished_word(self.repair, target, heal), internals=task.internals,
-                            line=lambda shown: workspace_line(self.repair, target, shown.recalled, heal))
+                            line=lambda shown: workspace_line(self.repair, target, shown.recalled, heal),
+                            remembered=lambda shown: memory_line(self.repair, target, shown.recalled, heal))
         return result
 
     def _can_heal(self) -> bool:
@@ -577,7 +582,8 @@ class Pipeline:
             diagnostics_after=[diagnostic_dict(d) for d in repaired.diagnostics_after], rounds=repaired.rounds,
             prompt_tokens=repaired.prompt_tokens, completion_tokens=repaired.tokens,
             seconds=time.perf_counter() - started, finish_reason="cancelled" if cancelled else repaired.finish_reason,
-            finished_word=repaired.finished_word, vouched=repaired.vouched, recalled=repaired.recalled,
+            finished_word=repaired.finished_word, vouched=repaired.vouched, remembered=repaired.remembered,
+            recalled=repaired.recalled,
         )
 
 def _skipping(count: int, on_text: Callable[[str], None]) -> Callable[[str], None]:

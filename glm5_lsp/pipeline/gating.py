@@ -10,8 +10,11 @@ acceptance log, and ``withheld``, why nothing is shown).
 
 After a rejected candidate, or where the model gave none that passed the checks, the workspace's
 lines come first: when enough of the lines that start as the typed one go on the same way
-(:func:`workspace_line`), that rest of the line is shown, checked like any candidate. Otherwise the
-strategy head chooses between finishing the typed word (the repair loop's word finisher, its first
+(:func:`workspace_line`), that rest of the line is shown, checked like any candidate. Then the
+memory's own continuation (:func:`memory_line`), where it says something else than the rejected
+candidate: the gate judges it as a candidate that was not generated (``remembered``, no step
+statistics: the model's are not its text's), and shows it at or above the same threshold. Otherwise
+the strategy head chooses between finishing the typed word (the repair loop's word finisher, its first
 word, checked like any candidate) and staying silent. It was also trained with "regenerate", which
 on held-out code was worse than finishing the word on every figure and costs another generation
 (BENCHMARKS.md, "The gate"): that choice stays silent.
@@ -19,6 +22,7 @@ on held-out code was worse than finishing the word on every figure and costs ano
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -41,18 +45,22 @@ LINE_MIN_SHARE = 0.7
 
 def judged(gate: Any, result: Any, document: str, offset: int, *, language: str, multiline: bool,
            trigger: str | None, finish: Callable[[], str], heal: str = "", unclean_shown: bool = False,
-           internals: Any = None, line: Callable[[Any], str] | None = None) -> Any:
+           internals: Any = None, line: Callable[[Any], str] | None = None,
+           remembered: Callable[[Any], str] | None = None) -> Any:
     """``result`` (a ``PipelineResult`` whose ``text`` goes in at ``offset`` of ``document``) as the
     gate leaves it: unchanged when shown (``score`` and ``features`` filled in), else the
-    workspace's rest of the line (``line(result)``: its checked insertion text, "" for none), or
-    the finished word the strategy head asked for (``finish()``: the word's insertion text, the
+    workspace's rest of the line (``line(result)``: its checked insertion text, "" for none), or the
+    memory's continuation the gate shows (``remembered(result)``, the same), or the finished word the strategy head asked for (``finish()``: the word's insertion text, the
     healed word ``heal`` included), or empty, with ``withheld`` saying why. A result the checks
     already emptied (or left unclean, unless ``unclean_shown``) is not judged: only the workspace's
-    line may stand in for it."""
+    line or the memory's continuation may stand in for it."""
     if not (result.text or "").strip() or (not result.clean and not unclean_shown):
         if line is not None and not multiline and _from_lines(gate, result, line, document, offset,
                                                               language=language, trigger=trigger, internals=internals):
             log.debug("no clean candidate: showing the workspace's rest of the line (%r)", result.text)
+        elif remembered is not None and not multiline and _from_memory(gate, result, remembered, document, offset,
+                                                                       language=language, trigger=trigger):
+            log.debug("no clean candidate: showing the memory's continuation (%r)", result.text)
         return result
     verdict = gate.judge(result, document, offset, language=language, multiline=multiline, trigger=trigger,
                          internals=internals)
@@ -67,6 +75,10 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
     if line is not None and not multiline and _from_lines(gate, result, line, document, offset, language=language,
                                                           trigger=trigger, internals=internals, rejected=rejected):
         log.debug("%s; the workspace's rest of the line shown instead (%r)", why, result.text)
+        return result
+    if remembered is not None and not multiline and _from_memory(gate, result, remembered, document, offset,
+                                                                 language=language, trigger=trigger, rejected=rejected):
+        log.debug("%s; the memory's continuation shown instead (%r, %.3f)", why, result.text, result.score)
         return result
     if strategy == "finish_word" and not result.finished_word:
         word = finish()
@@ -100,6 +112,34 @@ def _from_lines(gate: Any, result: Any, line: Callable[[Any], str], document: st
     return True
 
 
+def stand_in(result: Any, text: str) -> Any:
+    """``result`` (a ``PipelineResult``) with the memory's continuation ``text`` (checked, insertion
+    text at the cursor) in place of its candidate: clean, not generated (``remembered``: no tokens of
+    its own), what the memory said kept. The gate's data (``gate.collect``) judges the same copy."""
+    return dataclasses.replace(result, text=text, clean=True, remembered=True, finished_word=False,
+                               from_lines=False, vouched=False, diagnostics_after=[], completion_tokens=0,
+                               finish_reason="memory", score=None, features={}, withheld="")
+
+
+def _from_memory(gate: Any, result: Any, remembered: Callable[[Any], str], document: str, offset: int, *,
+                 language: str, trigger: str | None, rejected: str = "") -> bool:
+    """Put the memory's continuation (``remembered(result)``) on ``result`` (True) where it is not the
+    rejected text and the gate, judging it as a candidate that was not generated, would show it."""
+    text = remembered(result)
+    if not text.strip() or text == rejected:
+        return False
+    candidate = stand_in(result, text)
+    verdict = gate.judge(candidate, document, offset, language=language, multiline=False, trigger=trigger,
+                         generated=False, count=False)
+    if not verdict.show:
+        return False
+    for name in ("text", "clean", "remembered", "finished_word", "from_lines", "vouched", "diagnostics_after",
+                 "completion_tokens", "finish_reason"):
+        setattr(result, name, getattr(candidate, name))
+    result.score, result.features = verdict.score, verdict.features
+    return True
+
+
 def _judge_shown(gate: Any, result: Any, document: str, offset: int, *, language: str, multiline: bool,
                  trigger: str | None, internals: Any) -> None:
     """What the acceptance log records is what is shown: the score and features of the text put on
@@ -114,9 +154,19 @@ def workspace_line(loop: Any, target: Any, recalled: Any, forced_prefix: str) ->
     ``pipeline.memory.Recollection``) as insertion text less the healed ``forced_prefix``, where at
     least :data:`LINE_MIN_COUNT` lines and :data:`LINE_MIN_SHARE` of those that start as the typed
     one go on that way and it adds no blocking diagnostic; "" otherwise."""
-    if recalled is None or not recalled.line.strip() or not settled(recalled.line_count, recalled.line_total):
+    if recalled is None or not settled(recalled.line_count, recalled.line_total):
         return ""
-    text = recalled.line.split("\n", 1)[0].rstrip()
+    return _checked_line(loop, target, recalled.line, forced_prefix)
+
+
+def memory_line(loop: Any, target: Any, recalled: Any, forced_prefix: str) -> str:
+    """The memory's token-level continuation at ``target`` (``recalled``), its first line, as insertion
+    text less the healed ``forced_prefix``, where it adds no blocking diagnostic; "" otherwise."""
+    return _checked_line(loop, target, recalled.continuation, forced_prefix) if recalled is not None else ""
+
+
+def _checked_line(loop: Any, target: Any, view: str, forced_prefix: str) -> str:
+    text = view.split("\n", 1)[0].rstrip()
     if not text.startswith(forced_prefix) or not text[len(forced_prefix):].strip():
         return ""
     return text[len(forced_prefix):] if _passes(loop, target, text) else ""

@@ -146,6 +146,7 @@ class RepairResult:
     candidates: list[Candidate] = field(default_factory=list)
     finished_word: bool = False  # the text is the typed word finished from the names around it
     vouched: bool = False  # the model and the workspace memory agree on the text (``extension``)
+    remembered: bool = False  # the text (or its end) is the workspace memory's, not generated
     prompt_tokens: int = 0  # over every round
     finish_reason: str = "stop"  # the last generation's
     recalled: Any = None  # what the workspace memory said at the cursor (``recall``), for the gate
@@ -544,4 +545,5 @@ class RepairLoop:
             seconds=self.clock() - started, tokens=tokens, skipped_providers=skipped, candidates=candidates,
             finished_word=returned is not None and returned.finished_word,
             vouched=returned is not None and returned.vouched,
+            remembered=returned is not None and returned.remembered,
         )
