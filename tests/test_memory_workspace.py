@@ -211,6 +211,36 @@ def test_a_long_prefix_is_bound_by_its_last_chunks_only(tokenizer, workspace: Pa
     assert tokenizer.decode(tail.continuation("", 12)).startswith('ctor, label="scaled")')
 
 
+def test_a_request_binds_with_the_memorys_own_ids_of_the_document(tokenizer, workspace: Path, monkeypatch) -> None:
+    """The document's ids before the cursor's chunk are the memory's already: a request's matcher
+    takes them instead of encoding the prefix again, and follows the same context."""
+    from glm5_lsp.memory.align import TextMatcher
+    from glm5_lsp.memory.mixing import bound_text
+    from glm5_lsp.memory.tokens import last_chunk_start
+
+    memory = memory_for(tokenizer, workspace)
+    filler = "".join(f"value_{i} = compute({i}, 'x')\n" for i in range(300))
+    document = filler + "def scaled(point, factor):\n    return Point(point.x * factor, point.y * fa\n\nx = 1\n"
+    offset = document.index("point.y * fa") + len("point.y * fa")
+    key = as_key(workspace / "long.py")
+    memory.update(key, document)
+    encoded = []
+    real = tokenizer.encode
+    monkeypatch.setattr(tokenizer, "encode", lambda text: encoded.append(len(text)) or real(text))
+    bound = bound_text(memory, tokenizer, key, document, offset)
+    assert max(encoded, default=0) < 200  # only the cursor's own line was encoded
+    again = TextMatcher(memory.matcher(key, document, offset), tokenizer)
+    again.bind(document[:offset])  # the prefix encoded
+    n = len(bound.matcher.context)
+    assert n > bound.matcher.max_match and again.matcher.context[-n:] == bound.matcher.context
+    assert bound.continuation("", 8) == again.continuation("", 8)
+    # a document the memory holds otherwise (not yet updated) is encoded as before
+    end = last_chunk_start(document[:offset])
+    assert memory.ids_before(key, document, end, 10**6) is not None
+    assert memory.ids_before(key, document.replace("value_3 ", "value_9 "), end, 10**6) is None
+    assert memory.ids_before(key, document, end + 1, 8) is None  # not where a chunk starts
+
+
 def test_within_the_last_piece_the_mixing_gets_what_followed_it_and_a_continuation_does_not(
         tokenizer, tmp_path: Path) -> None:
     """Where no longer context goes on as the text's last piece does, the estimate the mixing asks for

@@ -17,7 +17,7 @@ With nothing pending the estimate is the memory's own counts, id for id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -98,11 +98,16 @@ class TextMatcher:
         self._stable: tuple[str, list[int]] = ("", [])  # a chunk-aligned start of the tail and its ids
         self._recent: dict[tuple[str, bool], Estimate] = {}
 
-    def bind(self, code: str) -> None:
+    def bind(self, code: str, known: Callable[[int, int], list[int] | None] | None = None) -> None:
+        """Follow ``code`` (the prompt's code, up to the cursor). ``known(end, need)``: the ids of
+        ``code[:end]`` (or of its last chunks, more than ``need`` of them) where they are at hand
+        already (the memory's own tokens of the document), None where not: then they are encoded."""
         self.code = code
         self._recent = {}
         self._tail_start = last_chunk_start(code)
-        self.matcher.bind(self._head_ids(code[: self._tail_start]))
+        need = getattr(self.matcher, "max_match", None)
+        ids = known(self._tail_start, need) if known is not None and need is not None else None
+        self.matcher.bind(ids if ids is not None else self._head_ids(code[: self._tail_start]))
         self._stable = ("", [])
 
     def _head_ids(self, head: str) -> list[int]:

@@ -238,7 +238,10 @@ def bound_text(memory: Any, tokenizer: Any, key: str | None, document: str, offs
     code before it (the cursor's own line excluded from what the matches found)."""
     matcher = memory.matcher(key, document, offset) if key is not None else memory.matcher()
     text = TextMatcher(matcher, tokenizer)
-    text.bind(document[:offset])
+    # the document's ids before the cursor's chunk are the memory's already (``matcher`` brought it up to date)
+    at_hand = getattr(memory, "ids_before", None) if key is not None else None
+    known = (lambda end, need: at_hand(key, document, end, need)) if at_hand is not None else None
+    text.bind(document[:offset], known)
     return text
 
 

@@ -114,6 +114,24 @@ class TokenizedText:
                 return base + i
         return base + len(offsets)
 
+    def ids_before(self, end: int, need: int) -> tuple[int, np.ndarray] | None:
+        """The ids of the whole chunks before character ``end`` (a chunk start, or the text's end), as
+        ``(first character, ids)``: the last chunks that hold more than ``need`` ids, or all of them.
+        None where ``end`` is not where a chunk starts (its ids would not be the text's)."""
+        chars = self._chunk_chars
+        last = bisect_right(chars, end) - 1  # the chunk that starts at ``end``, or the one holding it
+        if end == len(self.text):
+            last = len(chars)
+        elif last < 0 or chars[last] != end:
+            return None
+        first, count = last, 0
+        while first > 0 and count <= need:
+            first -= 1
+            count += len(self._chunk_ids[first])
+        if first == last:
+            return 0, np.zeros(0, dtype=self.dtype)
+        return chars[first], np.concatenate(self._chunk_ids[first:last])
+
     # ---- writing ----------------------------------------------------------------------------
 
     def _set_all(self, text: str, ids: Sequence[int] | None, token_starts: Sequence[int] | None = None) -> None:

@@ -228,6 +228,22 @@ class WorkspaceMemory:
             self.lines.set(key, text)
             return True
 
+    def ids_before(self, key: str, document: str, end: int, need: int) -> list[int] | None:
+        """The ids of ``document[:end]`` (``end`` a chunk start), or of its last chunks where those
+        hold more than ``need`` ids, from the memory's own tokens of document ``key`` where it holds
+        that text; None where it does not (the caller encodes it)."""
+        with self._lock:
+            doc = self._edited.get(key)
+            if doc is None:
+                return None
+            found = doc.ids_before(end, need)
+            if found is None:
+                return None
+            start, ids = found
+            if doc.text[start:end] != document[start:end] or len(doc.text) < end:
+                return None
+            return ids.tolist()
+
     def remove(self, key: str) -> bool:
         """Forget a document (deleted, or renamed away). False when the memory did not hold it."""
         with self._lock:
