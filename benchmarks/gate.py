@@ -162,6 +162,16 @@ def _line(row: dict, min_count: int, min_share: float) -> str | None:
     return text if text.strip() else None
 
 
+def _memory_word(row: dict) -> str | None:
+    """The typed word as the memory's continuation finishes it (insertion text at the healed word's
+    start), where that goes on from what was typed; None otherwise."""
+    recalled = (row["single"].get("raw") or {}).get("result", {}).get("recalled") or {}
+    healed = int(row["single"]["features"].get("healed_chars") or 0)
+    typed = trailing_identifier(row["typed_line"])
+    word = typed[: len(typed) - healed] + re.match(r"\w*", recalled.get("continuation") or "", re.ASCII).group(0)
+    return word if word.startswith(typed) and len(word) > len(typed) else None
+
+
 def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float | None = None) -> None:
     """``score(row, part)``: the gate's score of the row's candidate (``part`` "single", the model's)
     or of the memory's continuation standing in for it ("memory"); default: ``gate`` itself."""
@@ -184,6 +194,12 @@ def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float |
             right = bool(row["finish"]["right"])
             typed = trailing_identifier(row["typed_line"])
             return bool(word), right and row["rest"] == word[len(typed):], right
+        if action == "memory_word":  # the memory's first word finishes the typed one, else the finisher's
+            word = _memory_word(row)
+            if word is None:
+                return outcome(row, "finish_word")
+            typed = trailing_identifier(row["typed_line"])
+            return True, row["rest"] == word[len(typed):], word == row["word"]
         if action == "memory":
             stand = row.get("memory") or {}
             return bool(stand.get("shown")), bool(stand.get("exact")), bool(stand.get("right_word"))
@@ -200,6 +216,7 @@ def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float |
     head = (lambda r: gate.strategy(_values(r["single"])) or "silent") if gate.strategy_head is not None else None
     shipped = f"line {LINE_MIN_COUNT} {LINE_MIN_SHARE}"
     policies = {"silent": lambda r: "silent", "finish the word": lambda r: "finish_word",
+                "finish the word as the memory does (else the finisher)": lambda r: "memory_word",
                 "regenerate": lambda r: "regenerate"}
     def remembered(row: dict) -> bool:  # the memory's continuation, where the gate would show it
         return "memory" in row and row["memory"]["shown"] and score(row, "memory") >= threshold
@@ -211,6 +228,9 @@ def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float |
         policies["the workspace's line, else the memory's continuation the gate shows, else the head "
                  "(what ships)"] = (lambda r: shipped if _line(r, LINE_MIN_COUNT, LINE_MIN_SHARE) is not None
                                     else "memory" if remembered(r) else head(r))
+        policies["... the head's word finished as the memory does"] = (
+            lambda r: shipped if _line(r, LINE_MIN_COUNT, LINE_MIN_SHARE) is not None
+            else "memory" if remembered(r) else "memory_word" if head(r) == "finish_word" else head(r))
     print(f"{n} cursors whose first candidate is not shown (gate below threshold, or nothing passed)")
     print()
     print("| after a rejected candidate | shown | exact | right word |")

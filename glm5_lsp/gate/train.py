@@ -49,9 +49,10 @@ UPDATE_ROUNDS = 50
 STABILITY_DROP = 0.02  # an update may cost this much ROC AUC on the training check rows, no more
 LOCAL_HELD_OUT = "local held out"
 # The default threshold shows the most exact answers whose out-of-fold precision (exact / shown) is at
-# least this: the issue's floor is 50%, and held-out packages score below the training ones' folds.
-# On BENCHMARK_FIT rows (20.8M-token weights) the F1 threshold kept 76% of the exact answers at 68%.
-TARGET_PRECISION = 0.65
+# least this: the floor users were promised is 50% (issue 22), with a margin for held-out packages. On
+# BENCHMARK_FIT rows (43.2M-token weights, 388 cursors, candidates scored out of fold by package) 55%
+# showed 18.8% of cursors exact where 65% showed 16.2% (BENCHMARKS.md, "The gate's threshold").
+TARGET_PRECISION = 0.55
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
