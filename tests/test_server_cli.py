@@ -43,8 +43,13 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+_PENDING: dict[int, bytes] = {}  # per connection: bytes read past the last message (the next one's start)
+
+
 def _read_message(conn: socket.socket) -> dict:
-    data = b""
+    """The next message on ``conn``; what one read brought of the messages after it is kept for them
+    (the server may send a notification and an answer in one segment)."""
+    data = _PENDING.pop(conn.fileno(), b"")
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(4096)
         assert chunk, "the server closed the connection"
@@ -52,7 +57,11 @@ def _read_message(conn: socket.socket) -> dict:
     header, _, body = data.partition(b"\r\n\r\n")
     length = int(next(line.split(b":")[1] for line in header.split(b"\r\n") if line.lower().startswith(b"content-length")))
     while len(body) < length:
-        body += conn.recv(4096)
+        chunk = conn.recv(4096)
+        assert chunk, "the server closed the connection"
+        body += chunk
+    if body[length:]:
+        _PENDING[conn.fileno()] = body[length:]
     return json.loads(body[:length])
 
 
@@ -70,7 +79,9 @@ def _serve_tcp(stderr: Path) -> tuple[subprocess.Popen[bytes], socket.socket]:
     deadline = time.monotonic() + 30
     while True:
         try:
-            return server, socket.create_connection(("127.0.0.1", port), timeout=10)
+            conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+            _PENDING.pop(conn.fileno(), None)  # a closed connection's leftovers under a reused number
+            return server, conn
         except OSError:
             if time.monotonic() >= deadline or server.poll() is not None:
                 server.kill()
