@@ -117,5 +117,8 @@ def test_the_memorys_continuation_is_collected_as_the_candidate_that_stands_in(t
     assert stand.completion_tokens == 0 and stand.recalled is recalled
     same = PipelineResult(case.rest, True, recalled=recalled)  # what the model wrote already: nothing to add
     assert collector._stand_in(same, case, str(case.path)) is None
-    broken = Recollection(heal + case.rest + ")))", "")  # adds a syntax error: never stands in
+    # post-processed as a candidate is (the brackets nothing opened dropped) ...
+    extra = Recollection(heal + case.rest + ")))", "")
+    assert collector._stand_in(PipelineResult("zzz", True, recalled=extra), case, str(case.path)).text == case.rest
+    broken = Recollection(heal + case.rest + " = = 1", "")  # ... and checked: a syntax error never stands in
     assert collector._stand_in(PipelineResult("zzz", True, recalled=broken), case, str(case.path)) is None

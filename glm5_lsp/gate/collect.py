@@ -146,15 +146,12 @@ class Collector:
 
     def _stand_in(self, result: Any, case: Any, path: str) -> Any:
         """What the pipeline's gating would judge in place of ``result`` were it withheld: the memory's
-        continuation at the cursor, checked, where it is not ``result``'s text (None otherwise)."""
-        from glm5_lsp.healing import partial_word
-        from glm5_lsp.pipeline.gating import memory_line, stand_in
-        from glm5_lsp.repair.loop import RepairTarget
+        continuation at the cursor (``Pipeline.stand_in_text``), where it is not ``result``'s text
+        (None otherwise)."""
+        from glm5_lsp.pipeline.gating import stand_in
 
-        before, after = case.document[: case.offset], case.document[case.offset:]
-        heal = partial_word(before, after) if self.healing else ""
-        target = RepairTarget(case.document, case.offset - len(heal), case.offset, path, "python")
-        text = memory_line(self.pipeline.repair, target, getattr(result, "recalled", None), heal)
+        text = self.pipeline.stand_in_text(case.document, case.offset, getattr(result, "recalled", None), path=path,
+                                           language="python")
         if not text.strip() or text == result.text:
             return None
         return stand_in(result, text)

@@ -159,14 +159,21 @@ def workspace_line(loop: Any, target: Any, recalled: Any, forced_prefix: str) ->
     return _checked_line(loop, target, recalled.line, forced_prefix)
 
 
-def memory_line(loop: Any, target: Any, recalled: Any, forced_prefix: str) -> str:
-    """The memory's token-level continuation at ``target`` (``recalled``), its first line, as insertion
-    text less the healed ``forced_prefix``, where it adds no blocking diagnostic; "" otherwise."""
-    return _checked_line(loop, target, recalled.continuation, forced_prefix) if recalled is not None else ""
+def memory_line(loop: Any, target: Any, recalled: Any, forced_prefix: str,
+                tidy: Callable[[str], str] | None = None) -> str:
+    """The memory's token-level continuation at ``target`` (``recalled``), its first line (through
+    ``tidy``, the post-processing a candidate gets), as insertion text less the healed
+    ``forced_prefix``, where it adds no blocking diagnostic; "" otherwise."""
+    if recalled is None:
+        return ""
+    return _checked_line(loop, target, recalled.continuation, forced_prefix, tidy)
 
 
-def _checked_line(loop: Any, target: Any, view: str, forced_prefix: str) -> str:
+def _checked_line(loop: Any, target: Any, view: str, forced_prefix: str,
+                  tidy: Callable[[str], str] | None = None) -> str:
     text = view.split("\n", 1)[0].rstrip()
+    if tidy is not None:
+        text = tidy(text).rstrip()
     if not text.startswith(forced_prefix) or not text[len(forced_prefix):].strip():
         return ""
     return text[len(forced_prefix):] if _passes(loop, target, text) else ""
