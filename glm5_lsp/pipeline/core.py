@@ -296,12 +296,7 @@ class Pipeline:
         before, after = text[:offset], text[offset:]
         if multiline is None:
             multiline = wants_multiline(text, offset, language)
-        whole_lines = (not before or before.endswith("\n")) and after[:1] not in ("", "\n", "\r")
-        heal = partial_word(before, after) if self._can_heal() else ""
-        text_at, offset_at = text, offset  # the document as the user has it (healing cuts the word below)
-        # The candidate replaces the word typed at the cursor in the document as it is, so it is judged
-        # against what the user has (not the document without the word, which breaks differently).
-        target = RepairTarget(text, offset - len(heal), offset, path or default_path(language), language)
+        heal, target, whole_lines = self._cursor_target(text, offset, path, language)
         if heal:  # the model sees the document without the word and writes it again (forced)
             before = before[: -len(heal)]
             text, offset = before + after, offset - len(heal)
@@ -333,8 +328,7 @@ class Pipeline:
                             trigger=trigger, heal=heal, unclean_shown=settings.repair.return_unclean,
                             finish=lambda: finished_word(self.repair, target, heal), internals=task.internals,
                             line=lambda shown: workspace_line(self.repair, target, shown.recalled, heal),
-                            remembered=lambda shown: self.stand_in_text(text_at, offset_at, shown.recalled,
-                                                                        path=path, language=language))
+                            remembered=lambda shown: self._stand_in(heal, target, whole_lines, shown.recalled))
         return result
 
     def stand_in_text(self, document: str, offset: int, recalled: Any, *, path: str | None = None,
@@ -343,14 +337,25 @@ class Pipeline:
         a withheld single-line candidate at ``offset`` of ``document``: its first line post-processed as a
         candidate's is, less the typed word token healing writes again, where it adds no blocking
         diagnostic; "" for none. The gate's data (``gate.collect``) asks the same."""
-        language = language or guess_language(path)
+        return self._stand_in(*self._cursor_target(document, offset, path, language or guess_language(path)),
+                              recalled)
+
+    def _stand_in(self, heal: str, target: RepairTarget, whole_lines: bool, recalled: Any) -> str:
+        task = _Task(prompt=Prompt(prefix=""), target=target, multiline=False, stop=["\n"], max_tokens=0,
+                     block_prefix=target.document[: target.start], wrap=_end_line if whole_lines else None)
+        return memory_line(self.repair, target, recalled, heal, tidy=lambda line: self.postprocess(line, task))
+
+    def _cursor_target(self, document: str, offset: int, path: str | None,
+                       language: str) -> tuple[str, RepairTarget, bool]:
+        """Where a completion at ``offset`` goes: the typed word token healing writes again ("" for
+        none), the target it replaces (the word typed at the cursor in the document as it is, so a
+        candidate is judged against what the user has, not the document without the word, which breaks
+        differently), and whether the answer must be whole lines (the cursor starts a line before code)."""
         before, after = document[:offset], document[offset:]
+        whole_lines = (not before or before.endswith("\n")) and after[:1] not in ("", "\n", "\r")
         heal = partial_word(before, after) if self._can_heal() else ""
         target = RepairTarget(document, offset - len(heal), offset, path or default_path(language), language)
-        whole_lines = (not before or before.endswith("\n")) and after[:1] not in ("", "\n", "\r")
-        task = _Task(prompt=Prompt(prefix=""), target=target, multiline=False, stop=["\n"], max_tokens=0,
-                     block_prefix=before[: len(before) - len(heal)], wrap=_end_line if whole_lines else None)
-        return memory_line(self.repair, target, recalled, heal, tidy=lambda line: self.postprocess(line, task))
+        return heal, target, whole_lines
 
     def _can_heal(self) -> bool:
         return self.settings.token_healing and capabilities(self.backend).forced_prefix
