@@ -210,27 +210,33 @@ def _features(part: Mapping[str, Any]) -> dict[str, float | None]:
 QUALITY_PARTS = ("single", "memory")  # the candidates the quality head judges: the model's, the memory's
 
 
+def _shown(rows: Sequence[Mapping[str, Any]], parts: Sequence[str]):
+    """``(part, row index, candidate)`` of each shown candidate, part by part: the one order
+    :func:`quality_rows` and :func:`quality_kinds` share."""
+    for part in parts:
+        for i, row in enumerate(rows):
+            candidate = row.get(part) or {}
+            if candidate.get("shown"):
+                yield part, i, candidate
+
+
 def quality_rows(rows: Sequence[Mapping[str, Any]], parts: Sequence[str] = QUALITY_PARTS,
                  ) -> tuple[list[dict], list[bool], list[str], list[int]]:
     """Features, labels (exact), groups (package) and row indices of the candidates shown: each
     cursor's model candidate, and the memory's continuation where it said something else (a row
     index then appears twice: :func:`quality_kinds` tells which)."""
     feats, labels, groups, index = [], [], [], []
-    for part in parts:
-        for i, row in enumerate(rows):
-            candidate = row.get(part) or {}
-            if not candidate.get("shown"):
-                continue
-            feats.append(_features(candidate))
-            labels.append(bool(candidate.get("exact")))
-            groups.append(str(row.get("package", "")))
-            index.append(i)
+    for _, i, candidate in _shown(rows, parts):
+        feats.append(_features(candidate))
+        labels.append(bool(candidate.get("exact")))
+        groups.append(str(rows[i].get("package", "")))
+        index.append(i)
     return feats, labels, groups, index
 
 
 def quality_kinds(rows: Sequence[Mapping[str, Any]], parts: Sequence[str] = QUALITY_PARTS) -> list[str]:
     """Which candidate each of :func:`quality_rows`' rows is ("single" or "memory"), in its order."""
-    return [part for part in parts for row in rows if (row.get(part) or {}).get("shown")]
+    return [part for part, _, _ in _shown(rows, parts)]
 
 
 def length_label(options: Mapping[str, float]) -> tuple[int, float]:
