@@ -49,18 +49,22 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
            remembered: Callable[[Any], str] | None = None) -> Any:
     """``result`` (a ``PipelineResult`` whose ``text`` goes in at ``offset`` of ``document``) as the
     gate leaves it: unchanged when shown (``score`` and ``features`` filled in), else the
-    workspace's rest of the line (``line(result)``: its checked insertion text, "" for none), or the
-    memory's continuation the gate shows (``remembered(result)``, the same), or the finished word the strategy head asked for (``finish()``: the word's insertion text, the
-    healed word ``heal`` included), or empty, with ``withheld`` saying why. A result the checks
+    workspace's rest of the line (``line(result)``: its checked insertion text, "" for none), or a
+    copy holding the memory's continuation the gate shows (``remembered(result)``, the same), or the
+    finished word the strategy head asked for (``finish()``: the word's insertion text, the healed
+    word ``heal`` included), or empty, with ``withheld`` saying why. A result the checks
     already emptied (or left unclean, unless ``unclean_shown``) is not judged: only the workspace's
     line or the memory's continuation may stand in for it."""
     if not (result.text or "").strip() or (not result.clean and not unclean_shown):
         if line is not None and not multiline and _from_lines(gate, result, line, document, offset,
                                                               language=language, trigger=trigger, internals=internals):
             log.debug("no clean candidate: showing the workspace's rest of the line (%r)", result.text)
-        elif remembered is not None and not multiline and _from_memory(gate, result, remembered, document, offset,
-                                                                       language=language, trigger=trigger):
-            log.debug("no clean candidate: showing the memory's continuation (%r)", result.text)
+            return result
+        shown = (_from_memory(gate, result, remembered, document, offset, language=language, trigger=trigger)
+                 if remembered is not None and not multiline else None)
+        if shown is not None:
+            log.debug("no clean candidate: showing the memory's continuation (%r)", shown.text)
+            return shown
         return result
     verdict = gate.judge(result, document, offset, language=language, multiline=multiline, trigger=trigger,
                          internals=internals)
@@ -76,10 +80,11 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
                                                           trigger=trigger, internals=internals, rejected=rejected):
         log.debug("%s; the workspace's rest of the line shown instead (%r)", why, result.text)
         return result
-    if remembered is not None and not multiline and _from_memory(gate, result, remembered, document, offset,
-                                                                 language=language, trigger=trigger, rejected=rejected):
-        log.debug("%s; the memory's continuation shown instead (%r, %.3f)", why, result.text, result.score)
-        return result
+    shown = (_from_memory(gate, result, remembered, document, offset, language=language, trigger=trigger,
+                          rejected=rejected) if remembered is not None and not multiline else None)
+    if shown is not None:
+        log.debug("%s; the memory's continuation shown instead (%r, %.3f)", why, shown.text, shown.score)
+        return shown
     if strategy == "finish_word" and not result.finished_word:
         word = finish()
         if heal:
@@ -122,22 +127,20 @@ def stand_in(result: Any, text: str) -> Any:
 
 
 def _from_memory(gate: Any, result: Any, remembered: Callable[[Any], str], document: str, offset: int, *,
-                 language: str, trigger: str | None, rejected: str = "") -> bool:
-    """Put the memory's continuation (``remembered(result)``) on ``result`` (True) where it is not the
-    rejected text and the gate, judging it as a candidate that was not generated, would show it."""
+                 language: str, trigger: str | None, rejected: str = "") -> Any:
+    """``result`` with the memory's continuation (``remembered(result)``) in its place (:func:`stand_in`)
+    where it is not the rejected text and the gate, judging it as a candidate that was not generated,
+    would show it; None otherwise."""
     text = remembered(result)
     if not text.strip() or text == rejected:
-        return False
+        return None
     candidate = stand_in(result, text)
     verdict = gate.judge(candidate, document, offset, language=language, multiline=False, trigger=trigger,
                          generated=False, count=False)
     if not verdict.show:
-        return False
-    for name in ("text", "clean", "remembered", "finished_word", "from_lines", "vouched", "diagnostics_after",
-                 "completion_tokens", "finish_reason"):
-        setattr(result, name, getattr(candidate, name))
-    result.score, result.features = verdict.score, verdict.features
-    return True
+        return None
+    candidate.score, candidate.features = verdict.score, verdict.features
+    return candidate
 
 
 def _judge_shown(gate: Any, result: Any, document: str, offset: int, *, language: str, multiline: bool,
