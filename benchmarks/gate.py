@@ -218,6 +218,7 @@ def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float |
     policies = {"silent": lambda r: "silent", "finish the word": lambda r: "finish_word",
                 "finish the word as the memory does (else the finisher)": lambda r: "memory_word",
                 "regenerate": lambda r: "regenerate"}
+
     def remembered(row: dict) -> bool:  # the memory's continuation, where the gate would show it
         return "memory" in row and row["memory"]["shown"] and score(row, "memory") >= threshold
 
@@ -228,9 +229,6 @@ def strategy(rows: list[dict], gate: Gate, score: Any = None, threshold: float |
         policies["the workspace's line, else the memory's continuation the gate shows, else the head "
                  "(what ships)"] = (lambda r: shipped if _line(r, LINE_MIN_COUNT, LINE_MIN_SHARE) is not None
                                     else "memory" if remembered(r) else head(r))
-        policies["... the head's word finished as the memory does"] = (
-            lambda r: shipped if _line(r, LINE_MIN_COUNT, LINE_MIN_SHARE) is not None
-            else "memory" if remembered(r) else "memory_word" if head(r) == "finish_word" else head(r))
     print(f"{n} cursors whose first candidate is not shown (gate below threshold, or nothing passed)")
     print()
     print("| after a rejected candidate | shown | exact | right word |")
