@@ -217,8 +217,11 @@ def open_session(
     if warm_names:
         report("warming jedi up", 90)
         started = time.perf_counter()
-        warm_jedi("")  # Python's builtins
-        log.debug("jedi's builtins loaded in %.0f ms", (time.perf_counter() - started) * 1000)
+        try:
+            warm_jedi("")  # Python's builtins
+            log.debug("jedi's builtins loaded in %.0f ms", (time.perf_counter() - started) * 1000)
+        except Exception:  # a warm-up: the first lookups pay for it instead; the model is loaded
+            log.warning("jedi could not load Python's builtins ahead of the requests", exc_info=True)
     return Session(pipeline=pipeline, context=context, context_tokens=budget, memory=workspace_memory)
 
 

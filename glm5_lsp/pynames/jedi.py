@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import pickle
 import re
+import tempfile
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -20,7 +23,54 @@ log = logging.getLogger(__name__)
 def _jedi() -> Any:
     import jedi  # imported on first use: about 0.3 s
 
+    _guard_parso_cache()
     return jedi
+
+
+@functools.cache
+def _guard_parso_cache() -> bool:
+    """Make parso's disk cache (jedi's parsed modules, pickles under ``~/.cache/parso``) safe to
+    share between processes. parso writes a module's pickle in place and reads it unguarded, so a
+    second process reading while the first writes (two editor windows, or jedi-language-server or
+    pylsp beside us, on a cold cache) gets ``EOFError: Ran out of input`` out of jedi. Here a torn
+    or unreadable pickle is a cache miss (parso parses the file again and rewrites it), and this
+    process writes each pickle to a temporary file renamed into place. Returns whether the guard is
+    in (False where parso's cache no longer has the functions it wraps)."""
+    try:
+        from parso import cache
+    except ImportError:
+        return False
+    load = getattr(cache, "_load_from_file_system", None)
+    hashed_path = getattr(cache, "_get_hashed_path", None)
+    if load is None or hashed_path is None or not hasattr(cache, "_save_to_file_system"):
+        log.debug("parso's cache has changed; its pickles are read and written unguarded")
+        return False
+
+    def guarded_load(hashed_grammar: str, path: Any, p_time: float, cache_path: Any = None) -> Any:
+        try:
+            return load(hashed_grammar, path, p_time, cache_path=cache_path)
+        except Exception as error:  # noqa: BLE001 - torn, truncated or foreign: parse afresh
+            log.debug("parso's cached parse of %s is unreadable (%s: %s); parsing it again",
+                      path, type(error).__name__, error)
+            return None
+
+    def atomic_save(hashed_grammar: str, path: Any, item: Any, cache_path: Any = None) -> None:
+        target = hashed_path(hashed_grammar, path, cache_path=cache_path)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".glm5-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                pickle.dump(item, handle, pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    cache._load_from_file_system = guarded_load
+    cache._save_to_file_system = atomic_save
+    return True
 
 
 def script(code: str, path: str | None = None, project: Any = None) -> Any:
