@@ -533,13 +533,16 @@ def strip_suffix_overlap(text: str, suffix: str, at_line_start: bool = False, la
     return text
 
 
-def balance_brackets(text: str, prefix: str, language: str | None = None) -> str:
+def balance_brackets(text: str, prefix: str, language: str | None = None, suffix: str = "") -> str:
     """Cut ``text`` at a closer that matches nothing open, and close what it leaves open.
 
     A closer is allowed when it matches a bracket opened in ``text`` or still open in ``prefix``.
     Brackets the completion opened and left open get their closers appended: closers already
     after the cursor belong to brackets opened before it (an editor's auto-close). Not where the
-    text ends inside a string or a comment: a closer there would be part of it.
+    text ends inside a string or a comment: a closer there would be part of it. Nor where the code
+    after the cursor (``suffix``) closes every bracket then open, the completion's with the right
+    closers first: the call goes on on the lines below (``raise ValueError(`` before an indented
+    message and a lone ``)``).
     """
     stack = open_brackets(_scan_window(prefix, language), language)
     own: list[str] = []  # brackets opened by the completion itself, still open
@@ -555,7 +558,30 @@ def balance_brackets(text: str, prefix: str, language: str | None = None) -> str
                 own.pop()
     if own and not ends_in_code(text, language):
         return text  # it ends inside a string it opened (a docstring's first line) or a comment
+    if own and suffix and _closed_after(stack, suffix, language):
+        return text
     return text + "".join(OPENERS[b] for b in reversed(own))
+
+
+def _closed_after(stack: list[str], suffix: str, language: str | None) -> bool:
+    """Whether the code in ``suffix`` (its first ``_SCAN_CHARS`` characters) closes all of ``stack``
+    (the brackets open at its start, innermost last), each with its own closer."""
+    wanted = [OPENERS[b] for b in reversed(stack)]
+    depth: list[str] = []  # brackets the suffix opens itself
+    found = 0
+    for _, ch in _brackets(suffix[:_SCAN_CHARS], language):
+        if ch in OPENERS:
+            depth.append(ch)
+        elif depth:
+            if depth.pop() != CLOSERS[ch]:
+                return False  # mismatched code below: no telling what it closes
+        else:
+            if ch != wanted[found]:
+                return False
+            found += 1
+            if found == len(wanted):
+                return True
+    return False
 
 
 def _scan_window(prefix: str, language: str | None) -> str:
@@ -598,7 +624,7 @@ def tidy(text: str, prefix: str, suffix: str, *, multiline: bool, language: str 
     text = fit_cursor(text, prefix, language)
     text = trim_trailing_space(text, suffix)
     text = strip_suffix_overlap(text, suffix, at_line_start, language)
-    text = balance_brackets(text, prefix, language)
+    text = balance_brackets(text, prefix, language, suffix)
     text = close_line_brackets(text, prefix, suffix, language)
     text = trim_trailing_space(text, suffix)
     return text if text.strip() else ""

@@ -226,6 +226,24 @@ def test_brackets_are_balanced(text: str, prefix: str, language: str, expected: 
     assert pp.balance_brackets(text, prefix, language) == expected
 
 
+@pytest.mark.parametrize("text, prefix, suffix, expected", [
+    # the call goes on below: its message on the next line, its closer on the one after
+    ("raise ValueError(", "    if not m:\n        ", '\n            f"bad {m}"\n        )\n', "raise ValueError("),
+    # ... an argument of an enclosing call: both closers below, the completion's first
+    ("**compat_kw(", "g(\n    x,\n    ", "\n        a=1,\n    ),\n)\n", "**compat_kw("),
+    # the code below closes only the enclosing call: the completion's own bracket is closed here
+    ("f(1, 2", "x = [\n    1,\n    ", "\n]\n", "f(1, 2)"),
+    ("raise ValueError(", "    if not m:\n        ", "\n    return m\n", "raise ValueError()"),
+    # a closer of another kind below, or a bracket the code below opens and closes, proves nothing
+    ("f(", "items = {\n    'a': ", "\n}\n", "f()"),
+    ("f(", "    ", "\n    g(1)\n", "f()"),
+    ("f([1", "    ", "\n    ])\n", "f([1"),
+])
+def test_brackets_the_code_below_closes_stay_open(text: str, prefix: str, suffix: str, expected: str) -> None:
+    assert pp.balance_brackets(text, prefix, "python", suffix) == expected
+    assert pp.tidy(text, prefix, suffix, multiline=False, language="python") == expected
+
+
 def test_the_pipeline_applies_the_shared_rules() -> None:
     backend = scripted.ScriptedBackend(" max(len(a), len(b)<|endoftext|>junk")
     document = "a = b = [1]\nx = \n"
