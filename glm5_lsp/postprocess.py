@@ -19,6 +19,7 @@ Rules, in the order :func:`tidy` and the pipeline apply them:
 - a bracket the user opened on the cursor's line not left open (:func:`close_line_brackets`): a
   comment that would swallow the rest of the line is cut, and a line with nothing after the cursor
   gets its closers;
+- no comma ending a Python line outside every bracket (:func:`drop_statement_comma`);
 - trailing whitespace (:func:`trim_trailing_space`).
 
 Every bracket count skips strings and comments by the same rules: :func:`code_chars` walks the
@@ -626,5 +627,23 @@ def tidy(text: str, prefix: str, suffix: str, *, multiline: bool, language: str 
     text = strip_suffix_overlap(text, suffix, at_line_start, language)
     text = balance_brackets(text, prefix, language, suffix)
     text = close_line_brackets(text, prefix, suffix, language)
+    if not multiline:
+        text = drop_statement_comma(text, prefix, suffix, language)
     text = trim_trailing_space(text, suffix)
     return text if text.strip() else ""
+
+
+def drop_statement_comma(text: str, prefix: str, suffix: str, language: str | None = None) -> str:
+    """A single-line Python answer does not end the cursor's line with a comma outside every bracket.
+
+    There a comma makes the statement a tuple (``size = int(n / steps),``): almost never meant, and
+    what a continuation remembered from inside a call or a list brings along. Kept where the rest of
+    the line follows (the comma is then not at its end) or a bracket is still open after the text
+    (an argument list going on below).
+    """
+    if language != "python" or not text.rstrip().endswith(",") or "\n" in text or suffix.split("\n", 1)[0].strip():
+        return text
+    if open_brackets(_scan_window(prefix, language) + text, language) or not ends_in_code(text, language):
+        return text
+    kept = text.rstrip()[:-1].rstrip()
+    return kept if kept.strip() else text

@@ -404,9 +404,19 @@ def test_a_line_too_few_of_the_workspaces_lines_share_is_not_shown(tokenizer, di
     assert result.text == "" and not result.from_lines and "silent" in result.withheld
 
 
-def test_a_settled_line_that_breaks_the_file_is_not_shown(tokenizer, settled: Path) -> None:
+def test_a_settled_line_is_post_processed_as_a_candidate_is(tokenizer, settled: Path) -> None:
     memory = session_memory(tokenizer, settled)
     document = TYPED + ")\n"  # the call already closed after the cursor: "count=0.5)" would close it twice
+    pipeline = Pipeline(InProcess("count=0.75)"), settings(), memory=memory)
+    pipeline.install_gate(Recording())
+    result = pipeline.complete(document, len(TYPED), path=str(settled / "quote.py"), language="python",
+                               multiline=False, gated=True)
+    assert result.recalled.line == "count=0.5" and result.from_lines and result.text == "count=0.5"
+
+
+def test_a_settled_line_that_breaks_the_file_is_not_shown(tokenizer, settled: Path) -> None:
+    memory = session_memory(tokenizer, settled)
+    document = TYPED + " 1)\n"  # "discount=0.5) 1)": no post-processing mends that
     pipeline = Pipeline(InProcess("count=0.75)"), settings(), memory=memory)
     pipeline.install_gate(Recording())
     result = pipeline.complete(document, len(TYPED), path=str(settled / "quote.py"), language="python",

@@ -244,6 +244,23 @@ def test_brackets_the_code_below_closes_stay_open(text: str, prefix: str, suffix
     assert pp.tidy(text, prefix, suffix, multiline=False, language="python") == expected
 
 
+@pytest.mark.parametrize("text, prefix, suffix, expected", [
+    ("eps),", "def f(n, steps):\n    size = int(n / st", "\n    return size\n", "eps)"),  # not a tuple
+    ("ne,", "def f(a,\n      error: Exception | No", "\n):\n", "ne,"),  # an argument list goes on below
+    ("a,", "x = f(\n    ", "\n    b)\n", "a,"),
+    ("lue,", "d[k] = va", " b\n", "lue,"),  # the rest of the line follows the comma
+    ("# a, b,", "x = 1  ", "\n", "# a, b,"),  # in a comment
+])
+def test_a_python_line_does_not_end_with_a_comma_outside_brackets(text: str, prefix: str, suffix: str,
+                                                                   expected: str) -> None:
+    assert pp.tidy(text, prefix, suffix, multiline=False, language="python") == expected
+
+
+def test_only_python_lines_lose_a_comma_outside_brackets() -> None:
+    prefix, suffix = "function f(n, steps) {\n    size = Math.floor(n / st", "\n}\n"
+    assert pp.tidy("eps),", prefix, suffix, multiline=False, language="javascript") == "eps),"
+
+
 def test_the_pipeline_applies_the_shared_rules() -> None:
     backend = scripted.ScriptedBackend(" max(len(a), len(b)<|endoftext|>junk")
     document = "a = b = [1]\nx = \n"

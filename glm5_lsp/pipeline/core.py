@@ -321,6 +321,8 @@ class Pipeline:
             gate.begin()
             task.step_stats = gate.wants_internals
         result = self._run(task, on_text=on_text, should_cancel=should_cancel)
+        if result.recalled is not None:  # the gate reads them beside the candidate, post-processed as it is
+            result.recalled = result.recalled.tidied(functools.partial(self.postprocess, task=task))
         if heal:  # what goes in at the cursor: the candidate less the word already typed
             result.text = result.text[len(heal):] if result.text.startswith(heal) else ""
         if gate is not None:

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from glm5_lsp.memory import (
@@ -195,6 +195,13 @@ class Recollection:
     @property
     def agreed(self) -> bool:
         return bool(self.continuation.strip()) and self.continuation.rstrip() == self.line.rstrip()
+
+    def tidied(self, tidy: Callable[[str], str]) -> Recollection:
+        """The two views post-processed as a candidate is (``tidy``: the request's post-processing, which
+        gives a single-line request's first line), so that a candidate is compared with them, and stood
+        in for by them, like with like."""
+        return replace(self, continuation=tidy(self.continuation) if self.continuation else "",
+                       line=tidy(self.line) if self.line else "")
 
 
 class _Recall:
