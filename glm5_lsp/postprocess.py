@@ -51,6 +51,9 @@ LINE_COMMENTS: dict[str, str] = {"python": "#", "ruby": "#", "shell": "#", "bash
 COMMENT = "#comment"
 # How much text before the cursor is scanned for brackets that are still open.
 _SCAN_CHARS = 4000
+# At most this much text before the cursor is read by a rule that must see every bracket still open
+# (a rare one: one regex pass over 200,000 characters takes about 2 ms).
+_WHOLE_PREFIX_CHARS = 200_000
 _QUOTE_LOOKBACK = 64_000  # before the scanned window: enough to tell whether it starts inside a docstring
 IDENTIFIER_CHARS = string.ascii_letters + string.digits + "_"
 
@@ -612,7 +615,7 @@ def tidy(text: str, prefix: str, suffix: str, *, multiline: bool, language: str 
          at_line_start: bool | None = None) -> str:
     """The rules that need the code around the cursor, after the stops and the block or line end:
     double space, special tokens, single line, the cursor's column, suffix repeats, brackets, the
-    line's own brackets, trailing space.
+    line's own brackets, a statement's last comma, trailing space.
 
     Idempotent: the server may run it again on the pipeline's answer and change nothing. Returns
     "" when nothing useful is left.
@@ -639,11 +642,12 @@ def drop_statement_comma(text: str, prefix: str, suffix: str, language: str | No
     There a comma makes the statement a tuple (``size = int(n / steps),``): almost never meant, and
     what a continuation remembered from inside a call or a list brings along. Kept where the rest of
     the line follows (the comma is then not at its end) or a bracket is still open after the text
-    (an argument list going on below).
+    (an argument list going on below), read from the start of the file: an entry of a literal longer
+    than the usual scan window keeps its comma. Kept too in a file too long to read so.
     """
     if language != "python" or not text.rstrip().endswith(",") or "\n" in text or suffix.split("\n", 1)[0].strip():
         return text
-    if open_brackets(_scan_window(prefix, language) + text, language) or not ends_in_code(text, language):
+    if len(prefix) > _WHOLE_PREFIX_CHARS or open_brackets(prefix + text, language) or not ends_in_code(text, language):
         return text
     kept = text.rstrip()[:-1].rstrip()
     return kept if kept.strip() else text

@@ -256,6 +256,13 @@ def test_a_python_line_does_not_end_with_a_comma_outside_brackets(text: str, pre
     assert pp.tidy(text, prefix, suffix, multiline=False, language="python") == expected
 
 
+def test_an_entry_of_a_long_literal_keeps_its_comma() -> None:
+    """The literal's opening brace lies further back than the bracket scan's usual window."""
+    table = "TABLE = {\n" + "".join(f"    'key{i}': {i},\n" for i in range(600)) + "    'key600': "
+    assert len(table) > 2 * pp._SCAN_CHARS
+    assert pp.tidy("600,", table, "\n}\n", multiline=False, language="python") == "600,"
+
+
 def test_only_python_lines_lose_a_comma_outside_brackets() -> None:
     prefix, suffix = "function f(n, steps) {\n    size = Math.floor(n / st", "\n}\n"
     assert pp.tidy("eps),", prefix, suffix, multiline=False, language="javascript") == "eps),"
