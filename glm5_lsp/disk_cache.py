@@ -32,6 +32,23 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("glm5-lsp"))
 
 
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it renamed into place: a reader in
+    another process sees the old file or the new one, never a part of one. The temporary file is
+    removed when writing fails; the error (``OSError``) is the caller's."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.fspath(path)) or ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def content_hash(data: bytes) -> str:
     """A short, stable digest of a file's bytes (the cache key)."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -62,9 +79,6 @@ class JsonCache:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(value, f, separators=(",", ":"))
-            os.replace(tmp, path)
+            write_atomically(path, json.dumps(value, separators=(",", ":")).encode("utf-8"))
         except OSError as err:
             log.warning("cannot write cache record %s (%s); continuing without it", path, err)

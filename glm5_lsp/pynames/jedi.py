@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import pickle
 import re
-import tempfile
 from typing import Any
+
+from glm5_lsp.disk_cache import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +55,8 @@ def _guard_parso_cache() -> bool:
             return None
 
     def atomic_save(hashed_grammar: str, path: Any, item: Any, cache_path: Any = None) -> None:
-        target = hashed_path(hashed_grammar, path, cache_path=cache_path)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".glm5-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                pickle.dump(item, handle, pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, target)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_atomically(hashed_path(hashed_grammar, path, cache_path=cache_path),
+                         pickle.dumps(item, pickle.HIGHEST_PROTOCOL))
 
     cache._load_from_file_system = guarded_load
     cache._save_to_file_system = atomic_save
