@@ -2,8 +2,9 @@
 copy baseline, and jedi-language-server, on installed packages no one here wrote.
 
 Each package of ``BENCHMARK_REPORT`` (never trained on, never tuned on) is copied into its own
-workspace folder. Cursors are seeded two characters into an identifier of a code line, the rest of
-that line cut off and the lines below kept (``glm5_lsp.memory.heldout``). At each cursor, one after
+workspace folder. Cursors are seeded two characters into an identifier of a code line (``--at space``:
+right after a space that follows code, ``return |``), the rest of that line cut off and the lines below
+kept (``glm5_lsp.memory.heldout``). At each cursor, one after
 the other (never concurrently):
 
 - **model** : ``glm5-lsp serve`` (a subprocess, this repository's code) with the workspace memory
@@ -19,8 +20,9 @@ the other (never concurrently):
 - **jedi**  : jedi-language-server's first completion item (a word only: no rest of line).
 
 Figures: shown (a non-empty first line), exact (the first line equals the real rest of the line,
-trailing spaces aside), right word (the answer finishes the cut identifier as the file has it),
-edit similarity (1 - Levenshtein / longer length, 0 for nothing shown, averaged over all cursors),
+trailing spaces aside), right word (the answer finishes the cut identifier as the file has it; after a
+space, it begins with the line's next word or symbol run), edit similarity (1 - Levenshtein / longer
+length, 0 for nothing shown, averaged over all cursors),
 precision (exact / shown), latency p50/p95 (ms, this process's wall clock around each answer).
 A file is opened in every system before its first cursor (``didOpen``; for the in-process pipeline
 what the server does then: the context engine, its imports' API docs, jedi; the memory's first
@@ -52,9 +54,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from lsp_latency import Server, _model_ready, finishes_word
+from lsp_latency import Server, _model_ready
 
-from glm5_lsp.memory.heldout import Case, copy_package, seeded_cases
+from glm5_lsp.gate.labels import label
+from glm5_lsp.memory.heldout import CURSORS, Case, copy_package, seeded_cases
 from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_REPORT
 
 SYSTEMS = ("model", "memory", "mixed", "copy", "jedi")
@@ -83,12 +86,11 @@ class Tally:
 
     def add(self, answer: str, case: Case, seconds: float, word_only: bool = False, right: bool | None = None) -> dict:
         line = answer.split("\n", 1)[0].rstrip()
-        rest_of_word = case.word[2:]
         self.count += 1
         self.seconds.append(seconds)
         shown = bool(line.strip())
         exact = not word_only and shown and line == case.rest
-        right = finishes_word(line, rest_of_word) if right is None else right
+        right = label(line, case.rest, case.word, case.word[:case.typed]).right_word if right is None else right
         self.shown += shown
         self.exact += exact
         self.right_word += bool(shown and right)
@@ -127,7 +129,7 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
 
     workdir = Path(tempfile.mkdtemp(prefix=f"lines-{name}-"))
     root = copy_package(name, workdir)
-    cases = seeded_cases(root, args.positions + args.warmup, seed=args.seed)
+    cases = seeded_cases(root, args.positions + args.warmup, seed=args.seed, at=args.at)
     memory = WorkspaceMemory(tokenizer)
     started = time.perf_counter()
     stats = memory.index_folder(root)
@@ -253,6 +255,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2, help="cursors per package asked first, not counted")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--at", choices=CURSORS, default="word",
+                        help="where cursors sit: two characters into an identifier, or right after a space")
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("--load-timeout", type=float, default=300.0)
     parser.add_argument("--no-drafts", action="store_true", help="the mixed run without drafts")
@@ -276,7 +280,8 @@ async def main(args: argparse.Namespace) -> int:
 
     tokenizer = load_tokenizer(default_model_path())
     commit = weights_commit()
-    print(f"packages: {', '.join(args.packages)}; {args.positions} cursors each (seed {args.seed}); "
+    print(f"packages: {', '.join(args.packages)}; {args.positions} cursors each (seed {args.seed}, "
+          f"at {args.at}); "
           f"weights from commit {commit or '?'}; drafts {'off' if args.no_drafts else 'on'}")
     tallies = {name: Tally() for name in SYSTEMS}
     details: list[dict] = []

@@ -31,6 +31,24 @@ def test_labels(text: str, rest: str, exact: bool, similar: bool, right: bool) -
     assert (mark.exact, mark.similar, mark.right_word) == (exact, similar, right)
 
 
+def test_labels_after_a_space() -> None:
+    assert label("= {}", "= {}", word="=").right_word and not label("== 1", "= {}", word="=").right_word
+    assert label("self.x", "self.y", word="self").right_word and not label("selfie", "self", word="self").right_word
+
+
+def test_cursors_after_a_space(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("def f(a, b):\n    # not here\n    total = a + b\n    return  total\n")
+    cases = [c for seed in range(40) for c in cursor_cases(path, 10, random.Random(seed), at="space")]
+    cut = {(c.document[:c.offset].rsplit("\n", 1)[-1], c.rest, c.word, c.typed) for c in cases}
+    assert cut == {("def ", "f(a, b):", "f", 0), ("def f(a, ", "b):", "b", 0), ("    total ", "= a + b", "=", 0),
+                   ("    total = ", "a + b", "a", 0), ("    total = a ", "+ b", "+", 0),
+                   ("    total = a + ", "b", "b", 0)}, "code lines only (one cursor per line), one space before the cursor"
+    assert all(c.document[c.offset:].startswith("\n") for c in cases), "the rest of the line is cut"
+    with pytest.raises(ValueError, match="unknown cursor kind"):
+        cursor_cases(path, 1, random.Random(0), at="middle")
+
+
 def test_edit_similarity() -> None:
     assert edit_similarity("", "") == 1.0 and edit_similarity("abc", "") == 0.0
     assert edit_similarity("kitten", "sitting") == pytest.approx(1 - 3 / 7)

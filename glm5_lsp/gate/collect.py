@@ -244,9 +244,10 @@ def done_packages(path: Path) -> set[str]:
 
 def collect(packages: Sequence[str], out: Path, *, positions: int, seed: int = 0, budget_ms: int | None = None,
             block: bool = True, regen: bool = True, model_path: str | None = None, single: bool = True,
-            block_at: str = "cursor", block_budget_ms: int | None = None,
+            block_at: str = "cursor", block_budget_ms: int | None = None, at: str = "word",
             progress: Callable[[str], None] = print) -> int:
-    """Rows for ``positions`` cursors in each of ``packages``, appended to ``out``; returns rows written."""
+    """Rows for ``positions`` cursors in each of ``packages``, appended to ``out``; returns rows written.
+    ``at``: where the cursors sit (``glm5_lsp.memory.heldout.cursor_cases``)."""
     from glm5_lsp.memory.heldout import copy_package, seeded_cases
 
     done = done_packages(out)
@@ -258,7 +259,7 @@ def collect(packages: Sequence[str], out: Path, *, positions: int, seed: int = 0
             continue
         with tempfile.TemporaryDirectory(prefix=f"gate-{name}-") as tmp:
             root = copy_package(name, Path(tmp))
-            cases = seeded_cases(root, positions, seed=seed)
+            cases = seeded_cases(root, positions, seed=seed, at=at)
             started = time.perf_counter()
             collector = Collector(root, budget_ms, model_path)
             rows = []

@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     collect.add_argument("--packages", nargs="+", required=True, help="installed distributions (each its own workspace)")
     collect.add_argument("--positions", type=int, default=100, help="cursors per package")
     collect.add_argument("--seed", type=int, default=0)
+    collect.add_argument("--at", choices=("word", "space"), default="word",
+                         help="cursors two characters into an identifier, or right after a space")
     collect.add_argument("--out", type=Path, required=True, help="JSON-lines file (appended; packages in it are skipped)")
     collect.add_argument("--budget-ms", type=int, default=None, help="as-you-type budget (default: the server's)")
     collect.add_argument("--no-block", action="store_true", help="skip the multi-line (length head) request")
@@ -105,7 +107,8 @@ def _collect(args: argparse.Namespace) -> int:
         return 2
     written = collect(args.packages, args.out, positions=args.positions, seed=args.seed, budget_ms=args.budget_ms,
                       block=not args.no_block, regen=not args.no_regen, model_path=args.model,
-                      single=not args.only_block, block_at=args.block_at, block_budget_ms=args.block_budget_ms)
+                      single=not args.only_block, block_at=args.block_at, block_budget_ms=args.block_budget_ms,
+                      at=args.at)
     print(f"{written} rows written to {args.out}")
     return 0
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 SIMILAR = 0.8  # the softer label's edit-similarity threshold
 _WORD_REST = re.compile(r"[A-Za-z0-9_]*")
+_SYMBOLS = re.compile(r"[^\sA-Za-z0-9_]*")
 
 
 def edit_similarity(a: str, b: str) -> float:
@@ -48,10 +49,13 @@ def first_line(text: str) -> str:
 
 def label(text: str, rest: str, word: str = "", typed: str = "") -> Label:
     """``text`` (what goes in at the cursor) against ``rest`` (the real rest of the line); ``word`` is the
-    whole identifier the cursor is in and ``typed`` the part of it before the cursor."""
+    whole identifier the cursor is in and ``typed`` the part of it before the cursor (after a space,
+    ``typed`` is empty and ``word`` may be a symbol run, ``=`` or ``(``, which the text must begin with)."""
     line = first_line(text)
     shown = bool(line.strip())
     finished = typed + _WORD_REST.match(line).group(0)
+    if not typed and word and not _WORD_REST.fullmatch(word):
+        finished = _SYMBOLS.match(line).group(0)
     return Label(shown=shown, exact=shown and line == rest.rstrip(),
                  similarity=edit_similarity(line, rest.rstrip()) if shown else 0.0,
                  right_word=shown and bool(word) and finished == word)
