@@ -453,6 +453,26 @@ def test_the_word_at_the_cursor_is_healed() -> None:
     assert "".join(streamed) == "lues)"  # the healed word is not streamed again
 
 
+def test_the_space_before_the_cursor_is_healed_with_the_word_before_it() -> None:
+    """``return |``: the prompt would end on a lone space, a token the model saw almost only before a
+    line break; it ends before `` return`` instead, which the model writes again (forced)."""
+    backend = HealingBackend(" return a + b")
+    document = "def add(a, b):\n    return \n"
+    cursor = document.index(" \n") + 1
+    result = Pipeline(backend).complete(document, cursor, multiline=False)
+    request = backend.requests[0]
+    assert request.forced_prefix == " return " and request.prompt.prefix.endswith("def add(a, b):\n   ")
+    assert result.text == "a + b" and result.clean
+
+
+def test_a_healed_space_is_no_word_to_finish() -> None:
+    """Nothing past the healed `` = ``: no answer, and no word is finished from the names around (the
+    cursor is in no word)."""
+    document = "values = 1\ntotal = \n"
+    result = Pipeline(HealingBackend(" = ")).complete(document, document.index(" \n") + 1, multiline=False)
+    assert result.text == "" and not result.finished_word
+
+
 def test_a_healed_word_is_judged_against_the_document_as_typed() -> None:
     """The cursor ends an unfinished ``if me``: the document already fails with "expected ':'". The
     healed candidate ``message`` replaces the typed ``me`` and leaves that same error, moved along

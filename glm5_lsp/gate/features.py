@@ -159,7 +159,7 @@ def request_info(document: str, offset: int, *, language: str, multiline: bool, 
                  healing: bool = True, max_scan_lines: int = 200) -> RequestInfo:
     """The request's facts at character ``offset`` of ``document``: cheap text reads, a few hundred
     lines at most. ``healing``: whether the pipeline heals the typed word (its backend supports it)."""
-    from glm5_lsp.healing import partial_word
+    from glm5_lsp.healing import healed_text
 
     line_start = document.rfind("\n", 0, offset) + 1
     line_end = document.find("\n", offset)
@@ -169,7 +169,7 @@ def request_info(document: str, offset: int, *, language: str, multiline: bool, 
     stripped = prefix_line.lstrip(" \t")
     indent = _indent(prefix_line) if stripped else len(prefix_line)
     typed = trailing_identifier(prefix_line)
-    healed = partial_word(document[:offset], after) if healing else ""
+    healed = healed_text(document[:offset], after) if healing else ""
     before_word = prefix_line[: len(prefix_line) - len(typed)]
     line_number = document.count("\n", 0, line_start)
     # lines back to the header of the block the line is in (the nearest less-indented non-blank line)

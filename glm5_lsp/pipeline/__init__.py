@@ -30,7 +30,6 @@ from glm5_lsp.pipeline.core import (
     fix_region,
     idle_result,
     keeps_enough,
-    partial_word,
     working_lines,
 )
 from glm5_lsp.pipeline.warm import warm
@@ -58,7 +57,6 @@ __all__ = [
     "forget_trees",
     "idle_result",
     "keeps_enough",
-    "partial_word",
     "wants_multiline",
     "warm",
     "working_lines",

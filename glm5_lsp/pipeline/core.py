@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from glm5_lsp.backends.base import Backend, BackendError, CompletionRequest, capabilities
 from glm5_lsp.context.syntax import wants_multiline
 from glm5_lsp.diagnostics import Diagnostic
-from glm5_lsp.healing import partial_word
+from glm5_lsp.healing import healed_text
 from glm5_lsp.indentation import indent_unit, reindent
 from glm5_lsp.languages import detect_language
 from glm5_lsp.pipeline.gating import StatsWatch, finished_word, judged, memory_line, workspace_line
@@ -88,8 +88,9 @@ class PipelineSettings:
     max_prefix_chars: int = 6000  # plain prompt: code kept before the cursor
     max_suffix_chars: int = 2000  # plain prompt: code kept after the cursor
     use_attention_policy: bool = True
-    # Token healing (where the backend supports it): a word the cursor sits at the end of is cut
-    # off the prompt and the model writes it again in its own tokens (see ``partial_word``).
+    # Token healing (where the backend supports it): a word the cursor sits at the end of, or the
+    # space it follows with the token before it, is cut off the prompt and the model writes it
+    # again in its own tokens (``glm5_lsp.healing``).
     token_healing: bool = True
     # Completions only: how many shorter prefixes of an unclean candidate are checked before
     # regenerating (``repair.truncate``); generate and fix never cut a body short.
@@ -344,7 +345,8 @@ class Pipeline:
 
     def _stand_in(self, heal: str, target: RepairTarget, whole_lines: bool, recalled: Any) -> str:
         task = _Task(prompt=Prompt(prefix=""), target=target, multiline=False, stop=["\n"], max_tokens=0,
-                     block_prefix=target.document[: target.start], wrap=_end_line if whole_lines else None)
+                     block_prefix=target.document[: target.start], wrap=_end_line if whole_lines else None,
+                     forced_prefix=heal)
         return memory_line(self.repair, target, recalled, heal, tidy=lambda line: self.postprocess(line, task))
 
     def _cursor_target(self, document: str, offset: int, path: str | None,
@@ -355,7 +357,7 @@ class Pipeline:
         differently), and whether the answer must be whole lines (the cursor starts a line before code)."""
         before, after = document[:offset], document[offset:]
         whole_lines = (not before or before.endswith("\n")) and after[:1] not in ("", "\n", "\r")
-        heal = partial_word(before, after) if self._can_heal() else ""
+        heal = healed_text(before, after) if self._can_heal() else ""
         target = RepairTarget(document, offset - len(heal), offset, path or default_path(language), language)
         return heal, target, whole_lines
 
@@ -567,7 +569,8 @@ class Pipeline:
     def postprocess(self, text: str, task: _Task) -> str:
         """Shared by every front end (rules in ``glm5_lsp.postprocess``): no special tokens, stop
         strings, block or line end, then :func:`~glm5_lsp.postprocess.tidy` (suffix repeats,
-        brackets, spacing) against the code around the target."""
+        brackets, spacing) against the code around the target; the text past a healed
+        ``forced_prefix`` against the code around the cursor, since the healed text is the user's."""
         text = cut_at_stops(strip_special_tokens(text), task.stop)
         if task.multiline:  # the line break after the block is the document's, not the completion's
             text = cut_at_block_end(text, task.block_prefix, task.target.language).rstrip()
@@ -575,8 +578,14 @@ class Pipeline:
             text = first_line(text)
         document, start = task.target.document, task.target.start
         unit = indent_unit(document) if task.multiline and self.settings.reindent else None
-        text = tidy_for_document(text, document[:start], task.suffix, multiline=task.multiline,
-                                 language=task.target.language, unit=unit)
+        heal = task.forced_prefix
+        if heal and text.startswith(heal):  # tidied where the cursor is: the healed text is the user's own
+            rest = tidy_for_document(text[len(heal):], document[:task.target.end], task.suffix,
+                                     multiline=task.multiline, language=task.target.language, unit=unit)
+            text = heal + rest if rest else ""
+        else:
+            text = tidy_for_document(text, document[:start], task.suffix, multiline=task.multiline,
+                                     language=task.target.language, unit=unit)
         return task.wrap(text) if task.wrap is not None else text
 
     def _run(self, task: _Task, *, on_text: Callable[[str], None] | None,

@@ -45,6 +45,7 @@ from glm5_lsp.checks.introduced import Judgement, Splice, judge
 from glm5_lsp.checks.providers import DiagnosticRunner, default_runner
 from glm5_lsp.checks.providers.runner import in_background
 from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.healing import healed_word
 from glm5_lsp.postprocess import trailing_identifier
 from glm5_lsp.repair.repair_prompt import RepairContext, build_repair_prompt, hint_lines
 from glm5_lsp.repair.stream import BlockWatch
@@ -174,9 +175,11 @@ def _empty(text: str, forced: str) -> bool:
 
 def _typed_word(forced_prefix: str, target: RepairTarget) -> tuple[str, int]:
     """The word typed at the cursor and where it starts. Healed requests (``forced_prefix``) replace
-    it, so candidates begin with it; otherwise candidates go in after it."""
+    it, so candidates begin with it; otherwise candidates go in after it. A healed space is no word
+    (``("", target.end)``)."""
     if forced_prefix:
-        return forced_prefix, target.start
+        word = healed_word(forced_prefix)
+        return word, target.start if word else target.end
     typed = trailing_identifier(target.document[: target.start])
     return typed, target.start - len(typed)
 
