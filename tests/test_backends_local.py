@@ -50,6 +50,8 @@ def test_fim_prompt_layout_and_roles(backend: LocalBackend) -> None:
     assert roles[1] == ROLE_NAMES.index("api_doc") and ROLE_NAMES.index("error_context") in roles
     plain_ids, plain_roles = backend.encode_prompt(Prompt(CODE))
     assert plain_ids == tokenizer.encode(CODE) and set(plain_roles) == {0}
+    # the end of a file: a blank suffix is no reason for the FIM form
+    assert backend.encode_prompt(Prompt(CODE, "\n\n"))[0] == plain_ids
 
 
 def test_generates_with_stops_streaming_and_cache_reuse(backend: LocalBackend) -> None:
@@ -195,6 +197,25 @@ def test_forced_prefix_allows_only_agreeing_tokens() -> None:
     out = forced([1], torch.zeros(len(strings)))  # "v" so far: "a" or anything starting with it
     assert {strings[i] for i in torch.nonzero(torch.isfinite(out)).flatten().tolist()} == {"a"}
     assert torch.equal(forced([2], torch.zeros(len(strings))), torch.zeros(len(strings)))  # covered: free
+    spelled = ForcedPrefix("va", strings, boundaries=[2])  # the tokenizer writes "va" as one token
+    out = spelled([], torch.zeros(len(strings)))
+    assert {strings[i] for i in torch.nonzero(torch.isfinite(out)).flatten().tolist()} == {"va", "val", "values"}
+
+
+def test_a_forced_space_begins_the_next_words_token() -> None:
+    """A healed `` return `` is not finished by a lone space (a token the model saw almost only before
+    a line break) nor by a longer space: the last space is written with the word after it."""
+    from glm5_lsp.backends.local import ForcedPrefix
+
+    strings = [" return", " ", "  ", " \n", " a", " re", " return a", "return"]
+    forced = ForcedPrefix(" return ", strings)
+    allowed = {strings[i] for i in torch.nonzero(torch.isfinite(forced([], torch.zeros(len(strings))))).flatten().tolist()}
+    assert allowed == {" return", " ", " re", " return a"}  # a lone space may still begin it
+    allowed = {strings[i] for i in torch.nonzero(torch.isfinite(forced([0], torch.zeros(len(strings))))).flatten().tolist()}
+    assert allowed == {" a", " re", " return", " return a"}  # " return" so far: a word after the space
+    spelled = ForcedPrefix(" return ", strings, boundaries=[7, 8])
+    allowed = {strings[i] for i in torch.nonzero(torch.isfinite(spelled([], torch.zeros(len(strings))))).flatten().tolist()}
+    assert allowed == {" return", " return a"}  # as the tokenizer spells it
 
 
 def test_forced_prefix_on_the_runtime(tiny_checkpoint: Path) -> None:

@@ -4,6 +4,7 @@ candidates withheld by default, crashing providers skipped."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -224,6 +225,27 @@ def test_monitor_factory_is_attached_for_python_only_by_default() -> None:
     loop.settings = RepairSettings(monitor=False)
     loop.run(request(), target())
     assert backend.requests[1].logits_processor is None
+
+
+def test_the_monitor_is_told_of_a_healed_word_and_not_of_a_healed_space() -> None:
+    """A healed word is a name being typed, which the monitor checks as it is written again; a
+    healed space (`` return ``) is no name: told of it, the monitor banned ``return`` as undefined."""
+    class Monitor:
+        def __init__(self) -> None:
+            self.words: list[str] = []
+
+        def expect_word(self, word: str) -> None:
+            self.words.append(word)
+
+        def __call__(self, ids, logits):
+            return logits
+
+    for forced, told in (("rad", ["rad"]), (" return ", [])):
+        made: list[Monitor] = []
+        loop = RepairLoop(ScriptedBackend([forced + "ius * 2"]), RepairSettings(max_rounds=1), RUNNER,
+                          monitor_factory=lambda t, made=made: made.append(Monitor()) or made[-1])
+        loop.run(dataclasses.replace(request(), forced_prefix=forced), target())
+        assert made and all(m.words == told for m in made), (forced, [m.words for m in made])
 
 
 def test_backend_error_on_a_later_round_keeps_what_was_found() -> None:

@@ -21,7 +21,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,14 +86,21 @@ class ForcedPrefix:
     A prompt that ends inside a word (``namespace, va``) splits it where the model's tokenizer
     never would, and a small model then rarely continues the word. The caller cuts the word off the
     prompt and passes it here: until the generated text covers it, only tokens that agree with the
-    rest of it are allowed (``va`` itself, ``v``, or ``values``, which runs past it); ``inner`` (the
-    decoding monitor) runs first and sees every token, the forced ones included.
+    rest of it are allowed (``va`` itself, or ``values``, which runs past it); ``inner`` (the
+    decoding monitor) runs first and sees every token, the forced ones included. A token that ends
+    inside the text ends where the tokenizer's own tokens of it do (``boundaries``: their end
+    offsets; None allows any), so the text is spelled as the model read such text in training
+    (`` return``, not `` r`` + ``e`` + ``turn``). A text that ends with a space (a healed
+    `` return ``) ends inside the token after it, as the tokenizer would have it: the space begins
+    the next word's token (`` a``), never a token of its own or a longer space.
     """
 
-    def __init__(self, text: str, token_strings: Sequence[str], inner: Any = None) -> None:
+    def __init__(self, text: str, token_strings: Sequence[str], inner: Any = None,
+                 boundaries: Iterable[int] | None = None) -> None:
         self.text = text
         self.strings = token_strings
         self.inner = inner
+        self.boundaries = None if boundaries is None else frozenset(boundaries)
         self._by_first = _tokens_by_first_char(token_strings)
 
     def __call__(self, generated_ids: Sequence[int], logits: Any) -> Any:
@@ -107,7 +114,7 @@ class ForcedPrefix:
             return logits
         rest = self.text[len(produced):]
         allowed = [i for i in self._by_first.get(rest[0], ())
-                   if i < logits.shape[-1] and (self.strings[i].startswith(rest) or rest.startswith(self.strings[i]))]
+                   if i < logits.shape[-1] and self._agrees(self.strings[i], rest, len(produced))]
         if not allowed:  # no token agrees (an odd vocabulary): leave the model free
             return logits
         keep = torch.full_like(logits, float("-inf"))
@@ -116,6 +123,14 @@ class ForcedPrefix:
         if torch.isinf(keep[index]).all():  # the inner processor banned every agreeing token: it yields
             keep[index] = raw[index]
         return keep
+
+
+    def _agrees(self, token: str, rest: str, done: int) -> bool:
+        if rest.startswith(token):  # it ends inside the text, or at its end
+            if len(token) == len(rest):
+                return not rest.endswith(" ")
+            return self.boundaries is None or done + len(token) in self.boundaries
+        return token.startswith(rest) and not (rest.endswith(" ") and token[len(rest)].isspace())
 
 
 class LocalBackend:
@@ -214,11 +229,16 @@ class LocalBackend:
     # ---- prompts ------------------------------------------------------------------------
 
     def encode_prompt(self, prompt: Prompt) -> tuple[list[int], list[int]]:
-        """Token ids for the prompt (FIM form when there is a suffix and FIM tokens) and their roles."""
+        """Token ids for the prompt (FIM form when there is a suffix and FIM tokens) and their roles.
+
+        A blank suffix (the cursor at the end of the file: ``"\n"``) is left to right: it says nothing
+        the model can use, and the embedded model predicts far worse in FIM form there (on 77 FIT-package
+        cursors after a space, the file cut below them: -3.98 nats a token with the suffix ``"\n"``
+        against -3.18 without, worse at 73 of them)."""
         tokenizer = self._tokenizer
         assert tokenizer is not None
         has_fim = None not in (tokenizer.fim_prefix_id, tokenizer.fim_suffix_id, tokenizer.fim_middle_id)
-        if prompt.suffix and has_fim and self.use_fim:
+        if prompt.suffix.strip() and has_fim and self.use_fim:
             prefix_ids, prefix_offsets = tokenizer.encode_with_offsets(prompt.prefix)
             suffix_ids, suffix_offsets = tokenizer.encode_with_offsets(prompt.suffix)
             ids = tokenizer.fim_prompt_ids(prompt.prefix, prompt.suffix)
@@ -256,7 +276,9 @@ class LocalBackend:
                 memory.bind_prompt(ids, stop=request.stop)
             drafter = memory.propose if memory is not None and self.drafts and hasattr(memory, "propose") else None
             if request.forced_prefix:
-                processor = ForcedPrefix(request.forced_prefix, self._token_strings(), processor)
+                _, offsets = self._tokenizer.encode_with_offsets(request.forced_prefix)
+                processor = ForcedPrefix(request.forced_prefix, self._token_strings(), processor,
+                                         boundaries=[end for _, end in offsets])
             generation = generator.generate(
                 ids, config, roles=roles if request.use_attention_policy else None,
                 logits_processor=processor, on_text=request.on_text,

@@ -345,7 +345,7 @@ class RepairLoop:
         if processor is None:
             if self.monitor_factory is not None and self.settings.monitor_on(target.language):
                 processor = self.monitor_factory(target)
-                if processor is not None and request.forced_prefix:
+                if processor is not None and healed_word(request.forced_prefix):
                     expect_word(processor, request.forced_prefix)  # the healed word is checked as a name too
                 set_time_left(processor, lambda: deadline - self.clock())  # its lookups end by the deadline
             if self.memory_factory is not None and self.settings.max_truncations > 0:
