@@ -118,3 +118,17 @@ def test_a_problem_at_the_typed_word_that_stays_at_its_start_is_not_new() -> Non
     assert judge(Splice(document, start, start + 2, "help)"), RUNNER, "a.py", "python").introduced
     assert Splice(document, start, start + 2, "help").map_offset(start) == start
     assert Splice(document, start, start, "help").map_offset(start) == start + 4  # an insertion pushes it on
+
+
+@pytest.mark.parametrize(("document", "candidate", "blocking"), [
+    ("def f(xs):\n    for x in <CURSOR>\n", "xs:", False),  # the end of the file: the body comes next
+    ("def f(xs):\n    for x in <CURSOR>\n    return 1\n", "xs:", False),  # typed above code, as deep
+    ("def f(xs):\n    for x in <CURSOR>\n", "ys:", True),  # the header itself is still checked
+    ("def f(xs):\n    for x in <CURSOR>\n        y = x\n", "xs:", False),  # its body is there already
+    ("def f(xs):\n    x = <CURSOR>\n", "{1:", True),  # an open bracket, not a header
+    ("import os\n\ndef mul(a, <CURSOR>\n", "b):", False),
+    ("def f(xs):\n    for x in <CURSOR>\n", "xs:\n        pass", False),
+])
+def test_a_header_the_candidate_ends_may_wait_for_its_body(document: str, candidate: str, blocking: bool) -> None:
+    verdict = judge(parse_case(document, candidate), RUNNER, "case.py", "python")
+    assert bool(verdict.blocking()) == blocking, verdict.introduced

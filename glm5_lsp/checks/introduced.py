@@ -19,17 +19,28 @@ Tree-sitter's ERROR nodes are matched by source and code only: their extent and 
 with whatever follows them, so their messages are not stable.
 
 Whatever is left in the spliced document's list is what the candidate introduced.
+
+A one-line Python candidate that ends a block header (``for x in xs:``) where no body follows yet
+(the end of the file, or a line no deeper than the header) is judged with a placeholder body
+(``...``) under it: the user writes the body next, so its absence is no fault of the candidate, and
+the rest of the header is still checked, names included (:func:`with_body_to_come`).
 """
 
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from glm5_lsp.checks.providers.runner import DiagnosticRunner
 from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.postprocess import open_brackets
+from glm5_lsp.pysource import blank
+
+# A compound statement's header: what may end its line with the colon that opens a block.
+_COMPOUND = re.compile(r"[ \t]*(?:async[ \t]+)?(?:if|elif|else|for|while|try|except|finally|with|def|class|match|case)\b")
 
 
 @dataclass(frozen=True)
@@ -162,6 +173,8 @@ def judge(splice: Splice, runner: DiagnosticRunner, path: str, language: str,
     if before is None:
         report = runner.diagnose(splice.document, path, language)
         before, skipped = report.diagnostics, list(report.skipped)
+    if language == "python":
+        splice = with_body_to_come(splice)
     spliced = splice.apply()
     report = runner.diagnose(spliced, path, language)
     # A provider that failed on one side only would make its findings on the other side look new
@@ -172,3 +185,28 @@ def judge(splice: Splice, runner: DiagnosticRunner, path: str, language: str,
     return Judgement(spliced, list(before_kept), after_kept,
                      introduced_diagnostics(before_kept, after_kept, splice),
                      skipped + [s for s in report.skipped if s not in skipped])
+
+
+def with_body_to_come(splice: Splice) -> Splice:
+    """``splice`` with a placeholder body (``...``, one level deeper) after its text where that text is
+    one line ending a compound statement's header and nothing indented under it follows; otherwise
+    ``splice`` itself."""
+    text, document = splice.text, splice.document
+    if "\n" in text or not text.rstrip().endswith(":"):
+        return splice
+    line_end = document.find("\n", splice.end)
+    line_end = len(document) if line_end < 0 else line_end
+    if document[splice.end:line_end].strip():
+        return splice  # the line goes on after the candidate
+    line = document[document.rfind("\n", 0, splice.start) + 1: splice.start] + text
+    code = blank(line).rstrip()
+    if not code.endswith(":") or not _COMPOUND.match(code) or open_brackets(code, "python"):
+        return splice
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    for below in document[line_end + 1:].split("\n"):
+        if below.strip():
+            if len(below) - len(below.lstrip(" \t")) > len(indent):
+                return splice  # its body is there
+            break
+    unit = "\t" if indent.startswith("\t") else "    "
+    return Splice(document, splice.start, splice.end, f"{text}\n{indent}{unit}...")
