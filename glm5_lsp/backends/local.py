@@ -124,7 +124,6 @@ class ForcedPrefix:
             keep[index] = raw[index]
         return keep
 
-
     def _agrees(self, token: str, rest: str, done: int) -> bool:
         if rest.startswith(token):  # it ends inside the text, or at its end
             if len(token) == len(rest):
@@ -231,9 +230,9 @@ class LocalBackend:
     def encode_prompt(self, prompt: Prompt) -> tuple[list[int], list[int]]:
         """Token ids for the prompt (FIM form when there is a suffix and FIM tokens) and their roles.
 
-        A blank suffix (the cursor at the end of the file: ``"\n"``) is left to right: it says nothing
+        A blank suffix (the cursor at the end of the file: ``"\\n"``) is left to right: it says nothing
         the model can use, and the embedded model predicts far worse in FIM form there (on 77 FIT-package
-        cursors after a space, the file cut below them: -3.98 nats a token with the suffix ``"\n"``
+        cursors after a space, the file cut below them: -3.98 nats a token with the suffix ``"\\n"``
         against -3.18 without, worse at 73 of them)."""
         tokenizer = self._tokenizer
         assert tokenizer is not None
