@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from glm5_lsp.checks.providers.runner import DiagnosticRunner
 from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.indentation import indent_unit
 from glm5_lsp.postprocess import open_brackets
 from glm5_lsp.pysource import blank
 
@@ -208,5 +209,4 @@ def with_body_to_come(splice: Splice) -> Splice:
             if len(below) - len(below.lstrip(" \t")) > len(indent):
                 return splice  # its body is there
             break
-    unit = "\t" if indent.startswith("\t") else "    "
-    return Splice(document, splice.start, splice.end, f"{text}\n{indent}{unit}...")
+    return Splice(document, splice.start, splice.end, f"{text}\n{indent}{indent_unit(document)}...")

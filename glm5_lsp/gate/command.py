@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from glm5_lsp.memory.heldout import CURSORS
+
 log = logging.getLogger(__name__)
 
 
@@ -32,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     collect.add_argument("--packages", nargs="+", required=True, help="installed distributions (each its own workspace)")
     collect.add_argument("--positions", type=int, default=100, help="cursors per package")
     collect.add_argument("--seed", type=int, default=0)
-    collect.add_argument("--at", choices=("word", "space"), default="word",
+    collect.add_argument("--at", choices=CURSORS, default="word",
                          help="cursors two characters into an identifier, or right after a space")
     collect.add_argument("--out", type=Path, required=True, help="JSON-lines file (appended; packages in it are skipped)")
     collect.add_argument("--budget-ms", type=int, default=None, help="as-you-type budget (default: the server's)")

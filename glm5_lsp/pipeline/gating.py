@@ -29,8 +29,7 @@ from typing import Any
 
 from glm5_lsp.backends.base import Backend, Completion, CompletionRequest
 from glm5_lsp.checks.introduced import Splice, judge
-from glm5_lsp.healing import healed_word
-from glm5_lsp.postprocess import trailing_identifier
+from glm5_lsp.repair.loop import typed_word
 from glm5_lsp.repair.stream import BlockWatch
 
 log = logging.getLogger(__name__)
@@ -216,12 +215,9 @@ def finished_word(loop: Any, target: Any, forced_prefix: str) -> str:
     if loop.finisher is None:
         return ""
     document = target.document
-    if forced_prefix and not healed_word(forced_prefix):
-        return ""  # a healed space: no word is being typed
-    typed = forced_prefix or trailing_identifier(document[: target.start])
+    typed, word_start = typed_word(forced_prefix, target)  # a healed space is no word
     if not typed:
         return ""
-    word_start = target.start if forced_prefix else target.start - len(typed)
     words = loop.finisher(document[:word_start], typed, document[target.end:], target.language)
     if not words:
         return ""

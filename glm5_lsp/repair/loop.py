@@ -173,7 +173,7 @@ def _empty(text: str, forced: str) -> bool:
     return not (text[len(forced):] if forced and text.startswith(forced) else text).strip()
 
 
-def _typed_word(forced_prefix: str, target: RepairTarget) -> tuple[str, int]:
+def typed_word(forced_prefix: str, target: RepairTarget) -> tuple[str, int]:
     """The word typed at the cursor and where it starts. Healed requests (``forced_prefix``) replace
     it, so candidates begin with it; otherwise candidates go in after it. A healed space is no word
     (``("", target.end)``)."""
@@ -490,7 +490,7 @@ class RepairLoop:
         if self.finisher is None or self.settings.max_truncations <= 0:
             return None
         document = target.document
-        typed, word_start = _typed_word(request.forced_prefix, target)
+        typed, word_start = typed_word(request.forced_prefix, target)
         if not typed:
             return None
         words = self.finisher(document[:word_start], typed, document[target.end:], target.language)
@@ -510,7 +510,7 @@ class RepairLoop:
         diagnostic ("undefined name") there; as-you-type completions only (``max_truncations``)."""
         if self.word_check is None or self.settings.max_truncations <= 0:
             return []
-        typed, word_start = _typed_word(forced_prefix, target)
+        typed, word_start = typed_word(forced_prefix, target)
         if not typed:
             return []
         rest = text[len(typed):] if forced_prefix and text.startswith(typed) else text
