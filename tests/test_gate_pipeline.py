@@ -98,6 +98,15 @@ def test_after_a_rejected_candidate_the_strategy_head_decides(gate: Gate, strate
             assert "not run" in out.withheld
 
 
+def test_a_finished_word_that_ends_a_block_header_gets_its_colon(gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    judge = CompletionGate(gate, min_quality=1.0)
+    monkeypatch.setattr(judge.gate, "strategy", lambda values: "finish_word")
+    document = "value = 41\nif va\n    print(value)\n"  # the body below: the header needs its colon
+    at = document.index("va\n") + 2
+    out = _pipeline("lue + 1", judge).complete(document, at, path="m.py", gated=True)
+    assert out.text == "lue:" and out.finished_word
+
+
 def test_finishing_the_word_stays_silent_when_nothing_finishes_it(gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
     judge = CompletionGate(gate, min_quality=1.0)
     monkeypatch.setattr(judge.gate, "strategy", lambda values: "finish_word")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from glm5_lsp.backends.base import CompletionRequest
-from glm5_lsp.repair.loop import RepairLoop, RepairSettings
-from glm5_lsp.repair.truncate import cut_points
+from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
+from glm5_lsp.repair.truncate import cut_points, header_colon
+from glm5_lsp.spans import Prompt
 from tests.test_repair_loop import RUNNER, ScriptedBackend, request, target
 
 
@@ -58,3 +59,47 @@ def test_the_first_word_is_always_among_the_prefixes_tried() -> None:
     loop = RepairLoop(backend, RepairSettings(max_rounds=1, max_truncations=2), RUNNER)
     result = loop.run(request(), target())
     assert result.text == "math" and result.candidates[-1].truncated
+
+
+# A block header cut at the cursor: the document lacks the colon already, so a cut without it adds
+# no diagnostic and would pass the checks unfinished.
+HEADER_DOC = 'def parse(value):\n    if " " in va\n        return value.split()\n    return [value]\n'
+HEADER_AT = HEADER_DOC.index("va\n") + 2
+
+
+@pytest.mark.parametrize("document, text, expected", [
+    (HEADER_DOC, "lue", "lue:"),
+    (HEADER_DOC, "lue or x ", "lue or x:"),
+    (HEADER_DOC, "lue(", None),  # a bracket left open: not the header's end
+    (HEADER_DOC, "lue: return", None),  # it has its colon
+    ("x = va\ny = 1\n", "lue", None),  # no compound statement
+    ("if va\ny = 1\n", "lue", None),  # no body below: the header may go on
+    ("while n := va\n    n -= 1\n", "lue", "lue:"),  # the walrus is no colon
+    ("    el\n        pass\n", "se", "se:"),
+    ("    return f(va\n        x)\n", "lue", None),
+    ("for n, s in va\n    pass\n", "lue", "lue:"),
+    ("def value_range():\n    pass\nfor n, s in va\n    pass\n", "lue_range", None),  # defined here: a call
+    ("for n, s in va\n    pass\n", "lue, enumerate", None),  # a builtin function: called next
+    ("def f(va\n    pass\n", "lue) -> int", "lue) -> int:"),  # an annotation's class is no call
+])
+def test_header_colon(document: str, text: str, expected: str | None) -> None:
+    at = document.index("va\n") + 2 if "va\n" in document else document.index("el\n") + 2
+    assert header_colon(text, document, at, at) == expected
+    assert header_colon(text, document, at, at, "javascript") is None
+
+
+def test_a_header_cut_short_keeps_its_colon() -> None:
+    prefix, suffix = HEADER_DOC[:HEADER_AT], HEADER_DOC[HEADER_AT:]
+    request = CompletionRequest(Prompt(prefix, suffix, []))
+    where = RepairTarget(HEADER_DOC, HEADER_AT, HEADER_AT, "parse.py", "python")
+    backend = ScriptedBackend(["lue or (\t"])  # unclean: the bracket it opens never closes
+    result = RepairLoop(backend, RepairSettings(max_rounds=1, max_truncations=3), RUNNER).run(request, where)
+    assert result.text == "lue:" and result.clean and result.candidates[-1].truncated
+
+
+def test_a_generated_header_without_its_colon_gets_it() -> None:
+    prefix, suffix = HEADER_DOC[:HEADER_AT], HEADER_DOC[HEADER_AT:]
+    request = CompletionRequest(Prompt(prefix, suffix, []))
+    where = RepairTarget(HEADER_DOC, HEADER_AT, HEADER_AT, "parse.py", "python")
+    result = RepairLoop(ScriptedBackend(["lue"]), RepairSettings(max_rounds=1), RUNNER).run(request, where)
+    assert result.text == "lue:" and result.clean

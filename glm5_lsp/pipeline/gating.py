@@ -28,8 +28,6 @@ from collections.abc import Callable
 from typing import Any
 
 from glm5_lsp.backends.base import Backend, Completion, CompletionRequest
-from glm5_lsp.checks.introduced import Splice, judge
-from glm5_lsp.repair.loop import typed_word
 from glm5_lsp.repair.stream import BlockWatch
 
 log = logging.getLogger(__name__)
@@ -179,7 +177,8 @@ def _checked_line(loop: Any, target: Any, view: str, forced_prefix: str,
         text = tidy(text).rstrip()
     if not text.startswith(forced_prefix) or not text[len(forced_prefix):].strip():
         return ""
-    return text[len(forced_prefix):] if _passes(loop, target, text) else ""
+    checked = _checked(loop, target, text)
+    return checked[len(forced_prefix):] if checked else ""
 
 
 def settled(count: int, total: int, min_count: int = LINE_MIN_COUNT, min_share: float = LINE_MIN_SHARE) -> bool:
@@ -188,11 +187,12 @@ def settled(count: int, total: int, min_count: int = LINE_MIN_COUNT, min_share: 
     return total > 0 and count >= min_count and count / total >= min_share
 
 
-def _passes(loop: Any, target: Any, text: str) -> bool:
-    """Whether ``text`` in place of ``target``'s range adds no blocking diagnostic to its document."""
-    verdict = judge(Splice(target.document, target.start, target.end, text), loop.runner_for(target.language),
-                    target.path, target.language)
-    return not verdict.blocking(loop.settings.blocking_severities)
+def _checked(loop: Any, target: Any, text: str) -> str:
+    """``text`` in place of ``target``'s range where it adds no blocking diagnostic to its document, a
+    block header's missing colon added where the lines below show its body (``RepairLoop.clean_form``);
+    "" where it blocks."""
+    found = loop.clean_form(text, target, check_word=False)
+    return found[0] if found is not None else ""
 
 
 class StatsWatch(BlockWatch):
@@ -209,19 +209,8 @@ class StatsWatch(BlockWatch):
 
 
 def finished_word(loop: Any, target: Any, forced_prefix: str) -> str:
-    """The word typed at the cursor finished from the names around it (``loop.finisher``, the likeliest
-    word only), as insertion text at ``target`` (the healed ``forced_prefix`` included when there is
-    one), or "" when there is none or it would add a blocking diagnostic."""
-    if loop.finisher is None:
-        return ""
-    document = target.document
-    typed, word_start = typed_word(forced_prefix, target)  # a healed space is no word
-    if not typed:
-        return ""
-    words = loop.finisher(document[:word_start], typed, document[target.end:], target.language)
-    if not words:
-        return ""
-    text = words[0] if forced_prefix else words[0][len(typed):]
-    if not text:
-        return ""
-    return text if _passes(loop, target, text) else ""
+    """The word typed at the cursor finished from the names around it, the likeliest word only
+    (``RepairLoop.finish_word``), as insertion text at ``target`` (the healed ``forced_prefix``
+    included when there is one), or "" when there is none or it would add a blocking diagnostic."""
+    finished = loop.finish_word(forced_prefix, target, tries=1)
+    return finished.text if finished is not None else ""

@@ -49,7 +49,7 @@ from glm5_lsp.healing import healed_word
 from glm5_lsp.postprocess import trailing_identifier
 from glm5_lsp.repair.repair_prompt import RepairContext, build_repair_prompt, hint_lines
 from glm5_lsp.repair.stream import BlockWatch
-from glm5_lsp.repair.truncate import cut_points
+from glm5_lsp.repair.truncate import cut_points, header_colon
 from glm5_lsp.spans import Prompt
 
 log = logging.getLogger(__name__)
@@ -364,7 +364,7 @@ class RepairLoop:
         verdict = judge(Splice(target.document, target.start, target.end, text), runner, target.path,
                         target.language, before, before_skipped)
         blocking = len(verdict.blocking(self.settings.blocking_severities))
-        for rewrite in self.rewriters:
+        for rewrite in (self._header_colon, *self.rewriters):
             fixed = rewrite(text, target)
             if fixed is None or fixed == text:
                 continue
@@ -391,18 +391,40 @@ class RepairLoop:
         for number, length in enumerate(points):
             if number < len(points) - 1 and self.clock() >= deadline:
                 continue
-            text = candidate.text[:length]
-            verdict = judge(Splice(target.document, target.start, target.end, text), runner, target.path,
-                            target.language, before, before_skipped)
-            if verdict.blocking(self.settings.blocking_severities) or _empty(text, forced):
+            found = self.clean_form(candidate.text[:length], target, forced=forced, runner=runner, before=before,
+                                    before_skipped=before_skipped)
+            if found is None:
                 continue
-            if self._word_problem(text, forced, target):
-                continue
+            text, verdict = found
             share = length / max(len(candidate.text), 1)  # the log-probability of the kept part, roughly
             return Candidate(text, candidate.round, verdict.introduced, [],
                              None if candidate.logprob is None else candidate.logprob * share,
                              max(1, round(candidate.tokens * share)), sum(p(text, target) for p in self.penalties),
                              truncated=True)
+        return None
+
+    @staticmethod
+    def _header_colon(text: str, target: RepairTarget) -> str | None:
+        return header_colon(text, target.document, target.start, target.end, target.language)
+
+    def clean_form(self, text: str, target: RepairTarget, *, forced: str = "", check_word: bool = True,
+                   runner: DiagnosticRunner | None = None, before: list[Diagnostic] | None = None,
+                   before_skipped: Sequence[str] = ()) -> tuple[str, Judgement] | None:
+        """``text`` as a model-free cut or word at ``target`` (its block header's colon added where the
+        line needs one, ``truncate.header_colon``) and its verdict, when it blocks nothing, says more
+        than the ``forced`` prefix and (``check_word``) finishes the typed word as a known name; None
+        otherwise. One check, two where the colon is tried first; the document's own diagnostics
+        (``before``) are computed when not given."""
+        runner = runner or self.runner_for(target.language)
+        closed = self._header_colon(text, target)
+        for form in (closed, text) if closed else (text,):
+            verdict = judge(Splice(target.document, target.start, target.end, form), runner, target.path,
+                            target.language, before, before_skipped)
+            if verdict.blocking(self.settings.blocking_severities) or _empty(form, forced):
+                continue
+            if check_word and self._word_problem(form, forced, target):
+                continue
+            return form, verdict
         return None
 
     def _extend(self, candidate: Candidate, written: str, request: CompletionRequest, target: RepairTarget,
@@ -484,23 +506,34 @@ class RepairLoop:
 
     def _finish_word(self, request: CompletionRequest, target: RepairTarget, runner: DiagnosticRunner,
                      before: list[Diagnostic], before_skipped: list[str], deadline: float) -> Candidate | None:
-        """No generated candidate is clean: the word typed at the cursor finished from the names around
-        it (``finisher``, likeliest first), the first clean one. As-you-type completions only (those
-        that may be cut short, ``max_truncations``); past the ``deadline`` only the likeliest is tried."""
-        if self.finisher is None or self.settings.max_truncations <= 0:
+        """No generated candidate is clean: :meth:`finish_word`, as-you-type completions only (those
+        that may be cut short, ``max_truncations``)."""
+        if self.settings.max_truncations <= 0:
+            return None
+        return self.finish_word(request.forced_prefix, target, runner=runner, before=before,
+                                before_skipped=before_skipped, deadline=deadline)
+
+    def finish_word(self, forced_prefix: str, target: RepairTarget, *, runner: DiagnosticRunner | None = None,
+                    before: list[Diagnostic] | None = None, before_skipped: Sequence[str] = (),
+                    deadline: float = math.inf, tries: int | None = None) -> Candidate | None:
+        """The word typed at the cursor finished from the names around it (``finisher``, likeliest
+        first, at most ``tries`` of them), the first clean one (:meth:`clean_form`) as insertion text
+        at ``target`` (the healed ``forced_prefix`` included when there is one); past the
+        ``deadline`` only the likeliest is tried. None when nothing finishes it cleanly."""
+        if self.finisher is None:
             return None
         document = target.document
-        typed, word_start = typed_word(request.forced_prefix, target)
+        typed, word_start = typed_word(forced_prefix, target)  # a healed space is no word
         if not typed:
             return None
         words = self.finisher(document[:word_start], typed, document[target.end:], target.language)
-        for number, word in enumerate(words):
+        for number, word in enumerate(words[:tries]):
             if number and self.clock() >= deadline:
                 break
-            text = word if request.forced_prefix else word[len(typed):]
-            verdict = judge(Splice(document, target.start, target.end, text), runner, target.path,
-                            target.language, before, before_skipped)
-            if not verdict.blocking(self.settings.blocking_severities):
+            found = self.clean_form(word if forced_prefix else word[len(typed):], target, forced=forced_prefix,
+                                    check_word=False, runner=runner, before=before, before_skipped=before_skipped)
+            if found is not None:
+                text, verdict = found
                 return Candidate(text, 0, verdict.introduced, [], None, 0, sum(p(text, target) for p in self.penalties),
                                  finished_word=True)
         return None

@@ -9,11 +9,28 @@ A plausible end is just after a word (identifier, number, keyword), a closing br
 block header's colon, or just before a trailing comment, outside any
 string or comment the candidate opens, with no bracket the candidate opened left open. Brackets it
 closes that the document opened (``ne):``) are fine: they may be what the line needed.
+
+A cut that ends a block header (``if " " in va|`` cut to ``lue``) leaves the line without its colon,
+and the checks cannot tell: the document already lacked it, so nothing is *introduced*.
+:func:`header_colon` gives such a text its colon where the lines below show the block's body.
 """
 
 from __future__ import annotations
 
+import builtins
+import re
+
 from glm5_lsp.postprocess import CLOSERS, COMMENT, OPENERS, code_chars
+from glm5_lsp.pysource import blank
+
+# The compound statements whose header ends in a colon: those that take an expression after the
+# keyword, and those that are the keyword alone.
+_HEADER_WITH_EXPRESSION = re.compile(r"(?:async\s+)?(?:if|elif|while|for|with|def|class)\s+\S|except\b")
+_HEADER_ALONE = re.compile(r"(?:else|try|finally)\s*")
+# Headers whose expression rarely ends in a bare function or class (``for i in enumerate``,
+# ``if isinstance``): such a word is most likely called next, and its colon would be wrong.
+_CONDITION_OR_LOOP = re.compile(r"(?:async\s+)?(?:if|elif|while|for)\b")
+_LAST_WORD = re.compile(r"([A-Za-z_]\w*)\Z")
 
 
 def cut_points(text: str, language: str = "python", minimum: int = 1) -> list[int]:
@@ -40,3 +57,49 @@ def cut_points(text: str, language: str = "python", minimum: int = 1) -> list[in
         if (word_end or colon or ch in CLOSERS) and not opened and minimum <= end < len(text):
             points.append(end)
     return sorted(set(points), reverse=True)
+
+
+def header_colon(text: str, document: str, start: int, end: int, language: str = "python") -> str | None:
+    """``text`` with the colon its line needs when, put in ``document[start:end]``, it ends a block
+    header that has none (a compound statement's keyword first, its brackets balanced, nothing
+    after it on the line) and the next non-blank line is indented deeper: its body. None otherwise."""
+    if language != "python" or not text.strip() or "\n" in text:
+        return None
+    line_start = document.rfind("\n", 0, start) + 1
+    line_end = document.find("\n", end)
+    line_end = len(document) if line_end < 0 else line_end
+    if document[end:line_end].strip():
+        return None  # the line goes on after the cursor: its own end may hold the colon
+    line = document[line_start:start] + text
+    code = blank(line).rstrip()
+    stripped = code.lstrip()
+    if not (_HEADER_WITH_EXPRESSION.match(stripped) or _HEADER_ALONE.fullmatch(stripped)):
+        return None
+    depth = 0
+    for i, ch in enumerate(code):
+        if ch in OPENERS:
+            depth += 1
+        elif ch in CLOSERS:
+            depth -= 1
+            if depth < 0:
+                return None  # the line closes what an earlier one opened: not where the header starts
+        elif ch == ":" and depth == 0 and not code.startswith("=", i + 1):
+            return None  # it has its colon already (``if x: return``)
+    if depth or code.endswith(("\\", ",")) or re.search(r"\blambda\b", code):
+        return None
+    last = _LAST_WORD.search(code)
+    if last and _CONDITION_OR_LOOP.match(stripped) and _callable_name(last.group(1), document):
+        return None
+    indent = len(line.expandtabs(8)) - len(line.expandtabs(8).lstrip())
+    for below in document[line_end + 1:].split("\n"):
+        if below.strip():
+            body = below.expandtabs(8)
+            return text.rstrip() + ":" if len(body) - len(body.lstrip()) > indent else None
+    return None
+
+
+def _callable_name(word: str, document: str) -> bool:
+    """Whether ``word`` names a builtin function or class, or one the document defines."""
+    if callable(getattr(builtins, word, None)):
+        return True
+    return re.search(rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{re.escape(word)}\b", document, re.MULTILINE) is not None
