@@ -81,20 +81,39 @@ HEADER_AT = HEADER_DOC.index("va\n") + 2
     ("def value_range():\n    pass\nfor n, s in va\n    pass\n", "lue_range", None),  # defined here: a call
     ("for n, s in va\n    pass\n", "lue, enumerate", None),  # a builtin function: called next
     ("def f(va\n    pass\n", "lue) -> int", "lue) -> int:"),  # an annotation's class is no call
+    ("if x in va\n    pass\n", "lue in", None),  # cut mid-expression: no whole header
+    ("if x == va\n    pass\n", 'lue + "a:', None),  # inside a string
+    ("for va\n    pass\n", "lue", None),  # a for without its in
+    ("if va\n    pass\n", "lue  # why", None),  # the colon would go into the comment
+    ("    except va\n        pass\n", "lue as e", ":"),
+    ("    async with va\n        pass\n", "lue() as x", ":"),
 ])
 def test_header_colon(document: str, text: str, expected: str | None) -> None:
     at = document.index("va\n") + 2 if "va\n" in document else document.index("el\n") + 2
+    expected = text + expected if expected == ":" else expected
     assert header_colon(text, document, at, at) == expected
     assert header_colon(text, document, at, at, "javascript") is None
 
 
-def test_a_header_cut_short_keeps_its_colon() -> None:
+def test_a_header_cut_short_gets_no_colon() -> None:
+    # the model meant the header to go on (``lue or ...``): a colon after the cut would end it wrongly
     prefix, suffix = HEADER_DOC[:HEADER_AT], HEADER_DOC[HEADER_AT:]
     request = CompletionRequest(Prompt(prefix, suffix, []))
     where = RepairTarget(HEADER_DOC, HEADER_AT, HEADER_AT, "parse.py", "python")
     backend = ScriptedBackend(["lue or (\t"])  # unclean: the bracket it opens never closes
     result = RepairLoop(backend, RepairSettings(max_rounds=1, max_truncations=3), RUNNER).run(request, where)
-    assert result.text == "lue:" and result.clean and result.candidates[-1].truncated
+    assert result.text == "lue" and result.clean and result.candidates[-1].truncated
+
+
+def test_a_finished_word_that_ends_a_header_gets_its_colon() -> None:
+    document = 'def parse(value):\n    if " " in va\n        return value.split()\n'
+    at = document.index("va\n") + 2
+    request = CompletionRequest(Prompt(document[:at], document[at:], []))
+    where = RepairTarget(document, at, at, "parse.py", "python")
+    loop = RepairLoop(ScriptedBackend(["(\t"]), RepairSettings(max_rounds=2, max_truncations=1), RUNNER,
+                      finisher=lambda before, typed, after, language: ["value"])
+    result = loop.run(request, where)
+    assert result.text == "lue:" and result.finished_word
 
 
 def test_a_generated_header_without_its_colon_gets_it() -> None:

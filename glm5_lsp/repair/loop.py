@@ -391,8 +391,9 @@ class RepairLoop:
         for number, length in enumerate(points):
             if number < len(points) - 1 and self.clock() >= deadline:
                 continue
-            found = self.clean_form(candidate.text[:length], target, forced=forced, runner=runner, before=before,
-                                    before_skipped=before_skipped)
+            # No colon for a cut header: the model meant it to go on (``if x`` + `` in xs:``).
+            found = self.clean_form(candidate.text[:length], target, forced=forced, close_header=False,
+                                    runner=runner, before=before, before_skipped=before_skipped)
             if found is None:
                 continue
             text, verdict = found
@@ -408,15 +409,16 @@ class RepairLoop:
         return header_colon(text, target.document, target.start, target.end, target.language)
 
     def clean_form(self, text: str, target: RepairTarget, *, forced: str = "", check_word: bool = True,
-                   runner: DiagnosticRunner | None = None, before: list[Diagnostic] | None = None,
+                   close_header: bool = True, runner: DiagnosticRunner | None = None,
+                   before: list[Diagnostic] | None = None,
                    before_skipped: Sequence[str] = ()) -> tuple[str, Judgement] | None:
-        """``text`` as a model-free cut or word at ``target`` (its block header's colon added where the
-        line needs one, ``truncate.header_colon``) and its verdict, when it blocks nothing, says more
-        than the ``forced`` prefix and (``check_word``) finishes the typed word as a known name; None
-        otherwise. One check, two where the colon is tried first; the document's own diagnostics
-        (``before``) are computed when not given."""
+        """``text`` as a model-free cut or word at ``target`` (with ``close_header``, its block header's
+        colon added where the line needs one, ``truncate.header_colon``) and its verdict, when it
+        blocks nothing, says more than the ``forced`` prefix and (``check_word``) finishes the typed
+        word as a known name; None otherwise. One check, two where the colon is tried first; the
+        document's own diagnostics (``before``) are computed when not given."""
         runner = runner or self.runner_for(target.language)
-        closed = self._header_colon(text, target)
+        closed = self._header_colon(text, target) if close_header else None
         for form in (closed, text) if closed else (text,):
             verdict = judge(Splice(target.document, target.start, target.end, form), runner, target.path,
                             target.language, before, before_skipped)

@@ -73,20 +73,12 @@ def header_colon(text: str, document: str, start: int, end: int, language: str =
     line = document[line_start:start] + text
     code = blank(line).rstrip()
     stripped = code.lstrip()
+    if "#" in line and len(code) < len(blank(line.replace("#", "0")).rstrip()):
+        return None  # a comment ends the line: the colon would go into it
     if not (_HEADER_WITH_EXPRESSION.match(stripped) or _HEADER_ALONE.fullmatch(stripped)):
         return None
-    depth = 0
-    for i, ch in enumerate(code):
-        if ch in OPENERS:
-            depth += 1
-        elif ch in CLOSERS:
-            depth -= 1
-            if depth < 0:
-                return None  # the line closes what an earlier one opened: not where the header starts
-        elif ch == ":" and depth == 0 and not code.startswith("=", i + 1):
-            return None  # it has its colon already (``if x: return``)
-    if depth or code.endswith(("\\", ",")) or re.search(r"\blambda\b", code):
-        return None
+    if not _compiles(line.strip() + ":"):
+        return None  # not a whole header: cut mid-expression (``if x in``), in a string, an earlier line's bracket
     last = _LAST_WORD.search(code)
     if last and _CONDITION_OR_LOOP.match(stripped) and _callable_name(last.group(1), document):
         return None
@@ -103,3 +95,19 @@ def _callable_name(word: str, document: str) -> bool:
     if callable(getattr(builtins, word, None)):
         return True
     return re.search(rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{re.escape(word)}\b", document, re.MULTILINE) is not None
+
+
+def _compiles(header: str) -> bool:
+    """Whether ``header`` (one line, its colon included) is a complete compound statement's header:
+    it compiles with a body, after an ``if`` or ``try`` where it continues one, inside an ``async def``
+    (so ``async for`` and ``await`` are allowed)."""
+    before = ""
+    if re.match(r"(?:elif|else)\b", header):
+        before = " if 0:\n  pass\n"
+    elif re.match(r"(?:except|finally)\b", header):
+        before = " try:\n  pass\n"
+    try:
+        compile(f"async def _header():\n{before} {header}\n  pass\n", "<header>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
