@@ -140,3 +140,13 @@ def test_the_memorys_continuation_is_collected_as_the_candidate_that_stands_in(t
     assert collector._stand_in(PipelineResult("zzz", True, recalled=extra), case, str(case.path)).text == case.rest
     broken = Recollection(heal + case.rest + " = = 1", "")  # ... and checked: a syntax error never stands in
     assert collector._stand_in(PipelineResult("zzz", True, recalled=broken), case, str(case.path)) is None
+
+
+def test_a_finished_word_is_right_by_the_identifier_it_finishes() -> None:
+    from glm5_lsp.gate.collect import finish_row
+    from glm5_lsp.memory.heldout import Case
+
+    case = Case(Path("m.py"), "if x:\n    pass\nel\n    pass\n", 17, 2, "se:", "else")
+    assert finish_row("else:", case, "el") == {"word": "else:", "right": True}  # the colon it needs
+    assert finish_row("elif", case, "el")["right"] is False
+    assert finish_row("", case, "el")["right"] is False

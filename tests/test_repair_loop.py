@@ -368,6 +368,32 @@ def test_finishing_words_prefers_the_names_used_near_the_cursor() -> None:
     assert finishing_words("x = 1\n", "", "", "python") == []
 
 
+@pytest.mark.parametrize("before, typed, after, expected, absent", [
+    # keywords that only begin a statement are no word inside one (the cut line already fails to
+    # parse, so the checks would let ``if not def`` through)
+    ("decoded = 1\nif not ", "de", ":\n    pass\n", "decoded", "def"),
+    ("frames = []\nmatches = ", "fr", "\n", "frames", "from"),
+    ("four = 4\ndef f():\n    return ", "fo", "\n", "four", "for"),
+    ("def f():\n    yield ", "fr", "\n", "from", None),  # ``yield from``
+    ("from typing ", "im", "\n", "import", None),
+    ("from typing import ", "As", "\n", None, "assert"),  # a name the module exports, never a keyword
+    # a method's first parameter; a classmethod's
+    ("class A:\n    set_x = 1\n    def raw(", "se", ") -> int:\n        pass\n", "self", None),
+    ("class A:\n    @classmethod\n    def make(", "cl", "):\n        pass\n", "cls", None),
+    # prose: the document's words (``content``, said below), not the names in scope (``continue``)
+    ('def f():\n    """The amount of co', "co", 'ntent."""\n    # the content\n', "content", "continue"),
+])
+def test_finishing_words_fit_where_the_word_is(before: str, typed: str, after: str, expected: str | None,
+                                               absent: str | None) -> None:
+    from glm5_lsp.pynames.words import finishing_words
+
+    words = finishing_words(before, typed, after, "python")
+    if expected is not None:
+        assert words[:1] == [expected]
+    if absent is not None:
+        assert absent not in words
+
+
 def test_the_typed_word_is_read_from_the_end_as_a_regex_would_find_it() -> None:
     import random
     import re

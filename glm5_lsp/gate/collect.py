@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glm5_lsp.backends.base import capabilities
 from glm5_lsp.gate.booster import LENGTH_OPTIONS
@@ -40,6 +40,9 @@ from glm5_lsp.gate.features import features, request_info
 from glm5_lsp.gate.labels import edit_similarity, first_line, label
 from glm5_lsp.gate.stats import DecodeRecorder, DecodeStats
 from glm5_lsp.postprocess import trailing_identifier
+
+if TYPE_CHECKING:
+    from glm5_lsp.memory.heldout import Case
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +105,13 @@ def _raw(result: Any, stats: DecodeStats | None) -> dict[str, Any]:
         out["stats"] = {k: [round(v, 5) if isinstance(v, float) and math.isfinite(v) else v for v in values]
                         for k, values in asdict(stats).items() if isinstance(values, list)}
     return out
+
+
+def finish_row(word: str, case: Case, typed: str) -> dict[str, Any]:
+    """The word finisher's likeliest word at ``case`` (``typed``: the part of the word before the
+    cursor) and whether it is right as any answer is: the identifier it finishes is the file's
+    (``else:`` finishes ``else``)."""
+    return {"word": word, "right": bool(word) and label(word[len(typed):], case.rest, case.word, typed).right_word}
 
 
 class Collector:
@@ -196,7 +206,7 @@ class Collector:
             before = case.document[: case.offset - len(typed)]
             words = self.finisher(before, typed, case.document[case.offset:], "python")
             word = words[0] if words else ""
-            out["finish"] = {"word": word, "right": bool(word) and word == case.word}
+            out["finish"] = finish_row(word, case, typed)
         if block:
             document, offset, truth = block_document(case.document, case.offset, case.line, case.rest, block_at)
             budget = None if block_budget_ms is None else block_budget_ms / 1000

@@ -19,6 +19,7 @@ document from parsing.
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections import Counter
 
@@ -37,10 +38,21 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     if not typed or not _IDENT.fullmatch(typed):
         return []
     receiver = _RECEIVER.search(before)
-    if receiver is not None:  # an attribute: what follows this receiver's dot elsewhere, else any dot
+    line = before[before.rfind("\n") + 1:]
+    first = ""  # a name that goes first when it finishes the word (a method's ``self``)
+    if language == "python" and (open_triple_quote(before) is not None or line.lstrip().startswith("#")):
+        # prose (a docstring, a comment): the document's words, not the names in scope
+        pool = set(_IDENT.findall(before)) | set(_IDENT.findall(after))
+    elif language == "python" and not ends_in_code(line, language):  # a string: a name or a word
+        pool = set(scope_at(before, after)[0]) | set(_IDENT.findall(before)) | set(_IDENT.findall(after))
+    elif receiver is not None:  # an attribute: what follows this receiver's dot elsewhere, else any dot
         pool = _attributes(before, after, receiver.group(1))
     elif language == "python":
-        pool = scope_at(before, after)[0]
+        names, kind = scope_at(before, after)
+        pool = set(names) - _misplaced_keywords(line)
+        if kind == "class" and _FIRST_PARAMETER.search(line):  # ``def raw(se``: the method's own first
+            first = "cls" if _CLASSMETHOD.search(before[: len(before) - len(line)]) else "self"
+            pool.add(first)
     else:
         pool = set(_IDENT.findall(before)) | set(_IDENT.findall(after))
     words = [w for w in pool if w.startswith(typed) and w != typed]
@@ -49,7 +61,7 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     near = Counter(_IDENT.findall(before[-NEAR:] + " " + after[:NEAR]))
     counted = [piece(part).fact(_piece_counts) for text in (before, after) for part in top_level_pieces(text)]
     total = {w: sum(counts[w] for counts in counted) for w in words}
-    words.sort(key=lambda w: (-near[w], -total[w], len(w), w))
+    words.sort(key=lambda w: (w != first, -near[w], -total[w], len(w), w))
     if language == "python" and not before[before.rfind("\n") + 1:].strip(" \t") and after[:1] in ("", "\n", "\r"):
         # ``el`` alone on its line: ``else`` does not compile there, ``else:`` does
         words = [w + ":" if w in _BARE_BLOCK_KEYWORDS else w for w in words]
@@ -78,6 +90,33 @@ def _piece_counts(text: str) -> Counter[str]:
 
 
 _BARE_BLOCK_KEYWORDS = frozenset({"else", "try", "finally"})  # a block header with nothing between keyword and colon
+_KEYWORDS = frozenset(keyword.kwlist)
+# Keywords that only begin a statement: never a word typed inside one (``if not de`` is not ``def``).
+_STATEMENT_KEYWORDS = frozenset({
+    "assert", "async", "break", "class", "continue", "def", "del", "elif", "except", "finally", "global",
+    "import", "nonlocal", "pass", "raise", "return", "try", "while", "with",
+})
+_FIRST_PARAMETER = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+\w+[ \t]*\([ \t]*\Z")
+_CLASSMETHOD = re.compile(r"@classmethod[ \t]*\n(?:[ \t]*@[^\n]*\n)*[ \t]*\Z")
+
+
+def _misplaced_keywords(line: str) -> frozenset[str]:
+    """The keywords that cannot be the word typed at the end of ``line`` (the current line up to it):
+    inside a statement, those that only begin one, and ``from`` unless after ``yield`` or in a
+    ``raise`` (``matches = fr`` is not ``from``), ``for`` unless inside brackets or at the start."""
+    code = line.strip()
+    if not code or code.endswith(";"):
+        return frozenset()
+    misplaced = set(_STATEMENT_KEYWORDS)
+    if not re.search(r"(?:\byield|[)\]}])\s*\Z", code) and not code.startswith(("raise", "from")):
+        misplaced.add("from")  # ``yield from``, ``raise E(...) from e``, ``from x import``
+    if code.startswith("from") and " import" not in code:
+        misplaced.discard("import")
+    if code.count("(") + code.count("[") + code.count("{") <= code.count(")") + code.count("]") + code.count("}"):
+        misplaced.add("for")
+    if code.startswith("import") or (code.startswith("from") and " import" in code):
+        misplaced |= _KEYWORDS - {"as"}  # a module or a name it exports
+    return frozenset(misplaced)
 
 
 _BINDS_ON_LINE = re.compile(r"\b(?:def|class|for|as|import|from|lambda|global|nonlocal|with|except|del)\b")
