@@ -10,9 +10,10 @@ block header's colon, or just before a trailing comment, outside any
 string or comment the candidate opens, with no bracket the candidate opened left open. Brackets it
 closes that the document opened (``ne):``) are fine: they may be what the line needed.
 
-A cut that ends a block header (``if " " in va|`` cut to ``lue``) leaves the line without its colon,
-and the checks cannot tell: the document already lacked it, so nothing is *introduced*.
-:func:`header_colon` gives such a text its colon where the lines below show the block's body.
+An answer that ends a block header (``if " " in va|`` -> ``lue``, the word finished) leaves the line
+without its colon, and the checks cannot tell: the document already lacked it, so nothing is
+*introduced*. :func:`header_colon` gives such a text its colon where the lines below show the
+block's body. A cut gets none: the model meant the header to go on (``if x`` + `` in xs:``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import builtins
 import re
 
-from glm5_lsp.postprocess import CLOSERS, COMMENT, OPENERS, code_chars
+from glm5_lsp.postprocess import CLOSERS, COMMENT, OPENERS, code_chars, ends_in_code
 from glm5_lsp.pysource import blank
 
 # The compound statements whose header ends in a colon: those that take an expression after the
@@ -61,8 +62,9 @@ def cut_points(text: str, language: str = "python", minimum: int = 1) -> list[in
 
 def header_colon(text: str, document: str, start: int, end: int, language: str = "python") -> str | None:
     """``text`` with the colon its line needs when, put in ``document[start:end]``, it ends a block
-    header that has none (a compound statement's keyword first, its brackets balanced, nothing
-    after it on the line) and the next non-blank line is indented deeper: its body. None otherwise."""
+    header that has none (a compound statement's keyword first, whole: it compiles with the colon;
+    nothing after it on the line) and the next non-blank line is indented deeper: its body. None
+    otherwise, and after a name most likely called next (``for i in enumerate``)."""
     if language != "python" or not text.strip() or "\n" in text:
         return None
     line_start = document.rfind("\n", 0, start) + 1
@@ -73,8 +75,8 @@ def header_colon(text: str, document: str, start: int, end: int, language: str =
     line = document[line_start:start] + text
     code = blank(line).rstrip()
     stripped = code.lstrip()
-    if "#" in line and len(code) < len(blank(line.replace("#", "0")).rstrip()):
-        return None  # a comment ends the line: the colon would go into it
+    if not ends_in_code(line, language):
+        return None  # the line ends in a comment or a string: the colon would go into it
     if not (_HEADER_WITH_EXPRESSION.match(stripped) or _HEADER_ALONE.fullmatch(stripped)):
         return None
     if not _compiles(line.strip() + ":"):
