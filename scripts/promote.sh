@@ -51,7 +51,7 @@ collect --positions 30 --only-block --block-at line_start --block-budget-ms 2000
 echo "promote.sh: the gate"
 "$PY" -m glm5_lsp.cli gate train --data "$OUT/word.jsonl" "$OUT/space.jsonl" "$OUT/block.jsonl" | tee "$OUT/gate.log"
 
-threshold="$("$PY" -c 'from glm5_lsp.server.settings import _embedded_min_quality; print(_embedded_min_quality())')"
+threshold="$("$PY" -c 'from glm5_lsp.server.settings import EMBEDDED_MIN_QUALITY; print(EMBEDDED_MIN_QUALITY)')"
 "$PY" - "$threshold" <<'EOF'
 import re
 import sys

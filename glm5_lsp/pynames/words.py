@@ -42,9 +42,9 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     first = ""  # a name that goes first when it finishes the word (a method's ``self``)
     if language == "python" and (open_triple_quote(before) is not None or line.lstrip().startswith("#")):
         # prose (a docstring, a comment): the document's words, not the names in scope
-        pool = set(_IDENT.findall(before)) | set(_IDENT.findall(after))
+        pool = _document_words(before, after)
     elif language == "python" and not ends_in_code(line, language):  # a string: a name or a word
-        pool = set(scope_at(before, after)[0]) | set(_IDENT.findall(before)) | set(_IDENT.findall(after))
+        pool = set(scope_at(before, after)[0]) | _document_words(before, after)
     elif receiver is not None:  # an attribute: what follows this receiver's dot elsewhere, else any dot
         pool = _attributes(before, after, receiver.group(1))
     elif language == "python":
@@ -54,7 +54,7 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
             first = "cls" if _CLASSMETHOD.search(before[: len(before) - len(line)]) else "self"
             pool.add(first)
     else:
-        pool = set(_IDENT.findall(before)) | set(_IDENT.findall(after))
+        pool = _document_words(before, after)
     words = [w for w in pool if w.startswith(typed) and w != typed]
     if not words:
         return []
@@ -62,13 +62,18 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     counted = [piece(part).fact(_piece_counts) for text in (before, after) for part in top_level_pieces(text)]
     total = {w: sum(counts[w] for counts in counted) for w in words}
     words.sort(key=lambda w: (w != first, -near[w], -total[w], len(w), w))
-    if language == "python" and not before[before.rfind("\n") + 1:].strip(" \t") and after[:1] in ("", "\n", "\r"):
+    if language == "python" and not line.strip(" \t") and after[:1] in ("", "\n", "\r"):
         # ``el`` alone on its line: ``else`` does not compile there, ``else:`` does
         words = [w + ":" if w in _BARE_BLOCK_KEYWORDS else w for w in words]
     return words[:limit]
 
 
 _RECEIVER = re.compile(r"([A-Za-z_][\w.]*)?\.\Z")  # the dotted name (if any) before the dot the word follows
+
+
+def _document_words(before: str, after: str) -> set[str]:
+    """Every identifier-like word of the document (``before`` and ``after`` the cursor)."""
+    return set(_IDENT.findall(before)) | set(_IDENT.findall(after))
 
 
 def _attributes(before: str, after: str, receiver: str | None) -> set[str]:
