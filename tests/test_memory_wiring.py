@@ -327,12 +327,14 @@ def test_the_gate_judges_every_answer_knowing_what_the_memory_said(tokenizer, di
         pipeline = Pipeline(InProcess(answer), settings(), memory=memory)
         pipeline.install_gate(gate)
         result = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False, gated=True)
-        assert result.text == ""  # withheld, vouched for or not
+        # withheld, vouched for or not; the word both of the memory's views begin with is shown instead
+        assert result.text == "count" and result.finished_word and result.withheld == ""
         (text, was_vouched, recalled), *stand_ins = gate.judged
         assert text == (EXPECTED if vouched else answer) and was_vouched is vouched and recalled.continuation == EXPECTED and recalled.line == "count=0.5)"
         assert (recalled.line_count, recalled.line_total, recalled.line_distinct) == (2, 3, 2)
-        # then the memory's continuation, where it is not what was withheld (withheld too, here)
-        assert [t for t, _, _ in stand_ins] == ([] if vouched else [EXPECTED])
+        # then the memory's continuation, where it is not what was withheld (withheld too, here), and
+        # the shown word's own features for the acceptance log
+        assert [t for t, _, _ in stand_ins] == ([] if vouched else [EXPECTED]) + ["count"]
 
 
 class Remembering(Recording):
@@ -401,7 +403,41 @@ def test_a_line_too_few_of_the_workspaces_lines_share_is_not_shown(tokenizer, di
     pipeline.install_gate(Recording())
     result = pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python",
                                multiline=False, gated=True)
-    assert result.text == "" and not result.from_lines and "silent" in result.withheld
+    assert not result.from_lines and result.text == "count"  # only the word both views begin with
+
+
+@pytest.mark.parametrize("first, second, typed, words", [
+    ("return self.x", "return self.y", "", "return self"),
+    ("count=0.25, r", "count=0.5)", "", "count"),  # a number is whole or not at all
+    ("discount=1", "discount=2", "dis", "discount"),  # the healed word is typed already
+    ("rtedSet([1, 2, 3, 6])", "rtedSet([1, 2, 3, 4])", "", "rtedSet([1, 2, 3"),
+    ("port base64_encode", "port base64_encode as b", "", "port base64_encode"),  # one view ends there
+    ("port base64_enc", "port base64_encode", "", "port"),  # a name cut short is not the other's name
+    ("(x", "(y", "", ""),  # no name in common
+    ("abc", "abd", "", ""),
+    ("dis", "dis", "dis", ""),  # nothing beyond what is typed
+    ("count", "total", "co", ""),  # not what was typed
+])
+def test_the_words_two_views_share_are_whole_pieces_cut_after_a_name(first: str, second: str, typed: str,
+                                                                     words: str) -> None:
+    from glm5_lsp.pipeline.gating import agreed_words
+
+    assert agreed_words(first, second, typed) == words
+
+
+def test_words_the_memorys_views_agree_on_are_not_shown_where_they_break_the_file(tokenizer, disputed: Path) -> None:
+    memory = session_memory(tokenizer, disputed)
+    pipeline = Pipeline(InProcess("count=0.75)"), settings(), memory=memory)
+    pipeline.install_gate(Recording())
+    path = str(disputed / "quote.py")
+    typed = TYPED[: -len("dis")]  # after the space: both views begin with "discount"
+    fine = pipeline.complete(typed + "\n", len(typed), path=path, language="python", multiline=False, gated=True)
+    assert fine.text == "discount" and fine.finished_word
+    document = typed + " x)\n"  # "items, discount x)": a name then a name is no argument
+    result = pipeline.complete(document, len(typed), path=path, language="python", multiline=False, gated=True)
+    assert result.text == "" and not result.finished_word
+    block = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=True, gated=True)
+    assert block.text == "" and not block.finished_word  # a multi-line request never gets them
 
 
 def test_a_settled_line_is_post_processed_as_a_candidate_is(tokenizer, settled: Path) -> None:
@@ -421,7 +457,8 @@ def test_a_settled_line_that_breaks_the_file_is_not_shown(tokenizer, settled: Pa
     pipeline.install_gate(Recording())
     result = pipeline.complete(document, len(TYPED), path=str(settled / "quote.py"), language="python",
                                multiline=False, gated=True)
-    assert result.recalled.line == "count=0.5)" and not result.from_lines and result.text == ""
+    assert result.recalled.line == "count=0.5)" and not result.from_lines
+    assert result.text == "count" and result.finished_word  # the word alone adds no error of its own
 
 
 def test_edits_are_folded_back_into_one_shard_now_and_then(tokenizer, workspace: Path) -> None:
@@ -468,7 +505,8 @@ def test_the_gate_reads_the_memory_in_the_candidates_frame_when_the_word_is_heal
     pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python", multiline=False,
                       gated=True)
     assert backend.requests[0].forced_prefix == "dis"  # the typed word was healed
-    [(text, healed, values)] = seen
+    (text, healed, values), (shown, _, _) = seen  # the candidate, then the word the views agree on
+    assert shown == "count"
     assert (text, healed) == (EXPECTED, "dis")  # the candidate is text after the cursor
     assert values["memory_equal"] == 1.0 and values["memory_agree_chars"] == len(EXPECTED)
     assert values["line_equal"] == 0.0 and values["line_agree_chars"] == len("count=0.")

@@ -31,7 +31,14 @@ from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.healing import healed_text
 from glm5_lsp.indentation import indent_unit, reindent
 from glm5_lsp.languages import detect_language
-from glm5_lsp.pipeline.gating import StatsWatch, finished_word, judged, memory_line, workspace_line
+from glm5_lsp.pipeline.gating import (
+    StatsWatch,
+    finished_word,
+    judged,
+    memory_line,
+    memory_words,
+    workspace_line,
+)
 from glm5_lsp.pipeline.memory import SessionMemory, wire_memory
 from glm5_lsp.postprocess import cut_at_block_end, cut_at_stops, first_line, strip_special_tokens, tidy
 from glm5_lsp.pynames.jedi import warm_jedi
@@ -331,7 +338,8 @@ class Pipeline:
                             trigger=trigger, heal=heal, unclean_shown=settings.repair.return_unclean,
                             finish=lambda: finished_word(self.repair, target, heal), internals=task.internals,
                             line=lambda shown: workspace_line(self.repair, target, shown.recalled, heal),
-                            remembered=lambda shown: self._stand_in(heal, target, whole_lines, shown.recalled))
+                            remembered=lambda shown: self._stand_in(heal, target, whole_lines, shown.recalled),
+                            words=lambda shown: memory_words(self.repair, target, shown.recalled, heal))
         return result
 
     def stand_in_text(self, document: str, offset: int, recalled: Any, *, path: str | None = None,
