@@ -173,6 +173,21 @@ def test_an_excluded_range_never_counts_as_what_followed() -> None:
     assert match.length == 3 and match.counts.ids.tolist() == [1]
 
 
+def test_the_requests_own_document_decides_and_the_other_shards_break_its_ties() -> None:
+    dtype = np.dtype(np.uint16)
+    workspace = SuffixIndex.build([("lib", np.asarray([5, 6, 1, 5, 6, 1, 5, 6, 1, 5, 6, 3], dtype=dtype))], dtype)
+    own = SuffixIndex.build([("doc", np.asarray([5, 6, 2, 0, 0], dtype=dtype))], dtype)
+    match = Matcher([Source(workspace), Source(own, own=True)]).bind([5, 6])
+    assert match.top() == (2, pytest.approx(1.0, abs=0.01))  # the document's "2", not the workspace's three "1"s
+    assert match.total == 5  # every occurrence still counts for the mixing weight
+    summed = Matcher([Source(workspace), Source(own)]).bind([5, 6])
+    assert summed.top()[0] == 1  # not the request's own document: counts summed
+    tied = SuffixIndex.build([("doc", np.asarray([5, 6, 3, 0, 5, 6, 1, 0], dtype=dtype))], dtype)
+    assert Matcher([Source(workspace), Source(tied, own=True)]).bind([5, 6]).top()[0] == 1  # 1 and 3 tie there
+    elsewhere = SuffixIndex.build([("doc", np.asarray([4, 6, 2], dtype=dtype))], dtype)
+    assert Matcher([Source(workspace), Source(elsewhere, own=True)]).bind([5, 6]).top()[0] == 1  # shorter there
+
+
 def test_a_saved_shard_loads_the_same(tmp_path, tokenizer) -> None:
     dtype = token_dtype(tokenizer.vocab_size)
     docs = [(f"doc{i}", np.asarray(tokenizer.encode(t), dtype=dtype)) for i, t in enumerate(stdlib_texts(2))]

@@ -73,6 +73,16 @@ def test_an_edited_document_is_matched_as_it_now_reads(tokenizer, workspace: Pat
     assert memory.text_of(key) == HELPER.replace('label="scaled"', 'label="third"')
 
 
+def test_the_document_being_edited_goes_on_as_it_does_itself(tokenizer, workspace: Path) -> None:
+    for number in range(3):  # three more files say label="scaled" where main.py says label="grown"
+        (workspace / "shapes" / f"more{number}.py").write_text(MAIN.replace("grown", "scaled"), encoding="utf-8")
+    memory = memory_for(tokenizer, workspace)
+    key = as_key(workspace / "shapes" / "main.py")
+    typed = MAIN + "\n\ndef grow(point):\n    return Point(point.x * 2, point.y * 2, la"
+    assert memory_says(memory, tokenizer, typed) == 'bel="scaled")'  # no document: the workspace's three
+    assert continuation_text(memory, tokenizer, key, typed + "\n", len(typed), max_tokens=12) == 'bel="grown")'
+
+
 def test_a_deleted_document_is_forgotten(tokenizer, workspace: Path) -> None:
     memory = memory_for(tokenizer, workspace)
     path = workspace / "shapes" / "helper.py"

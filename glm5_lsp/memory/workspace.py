@@ -344,7 +344,7 @@ class WorkspaceMemory:
                     span = self.hot.span(key)
                     assert span is not None
                     hot_exclude = (span[0] + exclude[0], span[0] + exclude[1])
-                out.append(Source(self.hot, hot_exclude))
+                out.append(Source(self.hot, hot_exclude, own=key is not None and key == self._hot_key))
             return out
 
     def matcher(self, key: str | None = None, document: str | None = None, prefix_end: int | None = None) -> Matcher:
