@@ -29,6 +29,21 @@ def test_the_line_being_written_is_not_its_own_answer() -> None:
     assert index.guess("x = comp", key="c.py", line="x = compute(2)").rest in {"ute(1)", "ute(2)"}
 
 
+def test_the_documents_own_lines_come_first_and_the_workspaces_break_their_ties() -> None:
+    index = LineIndex()
+    index.set("lib.py", "return total(items, 0.5)\n" * 3)
+    index.set("doc.py", "return total(items, 0.25)\nreturn total(items, 1)\nreturn total(items, 0.5)\nreturn to\n")
+    guess = index.guess("return to", key="doc.py", line="return to")
+    # the document says each once: the workspace's three lines break the tie
+    assert guess.rest == "tal(items, 0.5)" and (guess.count, guess.total, guess.distinct) == (4, 6, 3)
+    index.set("doc.py", "return total(items, 0.25)\nreturn total(items, 0.25)\nreturn to\n")
+    guess = index.guess("return to", key="doc.py", line="return to")
+    assert guess.rest == "tal(items, 0.25)" and (guess.count, guess.total) == (2, 5)  # the workspace's counts
+    assert index.guess("return to").rest == "tal(items, 0.5)"  # no document: the workspace's
+    index.set("doc.py", "return total(items, 0.25)\n")  # its only such line is the one being written
+    assert index.guess("return to", key="doc.py", line="return total(items, 0.25)").rest == "tal(items, 0.5)"
+
+
 def test_edits_renames_and_removals_keep_the_counts_exact() -> None:
     index = LineIndex()
     index.set("a.py", "return foo(1)\nreturn foo(2)\nreturn foo(2)\n")
