@@ -366,6 +366,22 @@ def test_where_the_gate_withholds_the_models_answer_it_may_show_the_memorys(toke
     assert not block.remembered  # a multi-line request never gets a single line in its place
 
 
+def test_a_finished_word_the_memorys_continuation_begins_with_is_shown_whatever_the_head_chose(
+        tokenizer, workspace: Path) -> None:
+    memory = session_memory(tokenizer, workspace)
+    document = TYPED.replace("\n\ndef quote", "\ndiscount = 0.1\n\n\ndef quote")  # the finisher's "discount"
+    pipeline = Pipeline(InProcess("count=0.75)"), settings(), memory=memory)
+    pipeline.install_gate(Recording())  # withholds everything; its strategy: silent
+    result = pipeline.complete(document + "\n", len(document), path=str(workspace / "quote.py"), language="python",
+                               multiline=False, gated=True)
+    assert result.recalled.continuation == EXPECTED and result.recalled.line == EXPECTED  # one view: no words of two
+    assert result.text == "count" and result.finished_word and result.withheld == ""
+    other = TYPED.replace("\n\ndef quote", "\ndistance = 0.1\n\n\ndef quote")  # the finisher's "distance"
+    result = pipeline.complete(other + "\n", len(other), path=str(workspace / "quote.py"), language="python",
+                               multiline=False, gated=True)
+    assert result.text == "" and "silent" in result.withheld
+
+
 # A third line going on as two of the others do: the workspace's lines now say "count=0.5)" three
 # times in four, enough to stand in for a withheld answer (``pipeline.gating.LINE_MIN_SHARE``).
 SETTLED = DISPUTED + '''
