@@ -6,7 +6,7 @@ extends it (the occurrences narrowed by one id: a binary search) or, when no occ
 that token, the longest suffix is looked for again, no longer than before (a binary search over the
 length). Over all shards the longest wins and the counts of what followed it are summed over the
 shards that have it, as infini-gram's estimate does, except that the request's own document, where
-it has that longest match, gives the estimate alone (``Source.own``).
+it has that longest match, decides and the other shards only break its ties (``Source.own``).
 
 The context is the prompt's code (bound once per request) plus the tokens generated since; states
 are kept per generated token so a rejected draft or a new candidate costs only the tokens that
@@ -31,8 +31,8 @@ OWN_WEIGHT = 1024  # one count of the request's own document against all of the 
 class Source:
     """One shard as a request sees it: the positions ``exclude`` (``[start, end)``) never count as
     what followed a match (the cursor's own line in the document being edited). ``own``: the shard is
-    the request's own document; where it holds the longest match, what followed there is the
-    estimate, the other shards' occurrences of that match left out."""
+    the request's own document; where it holds the longest match, what followed there decides the
+    estimate and the other shards' occurrences of that match only break its ties."""
 
     index: SuffixIndex | ScanIndex
     exclude: tuple[int, int] | None = None
