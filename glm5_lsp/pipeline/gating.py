@@ -15,12 +15,12 @@ memory's own continuation (:func:`memory_line`), where it says something else th
 candidate: the gate judges it as a candidate that was not generated (``remembered``, no step
 statistics: the model's are not its text's), and shows it at or above the same threshold. Then the
 words both of the memory's views begin with (:func:`agreed_words`: the two say different lines, but
-the same first word or words), cut where a word ends, shown as a finished word. Otherwise
-the strategy head chooses between finishing the typed word (the repair loop's word finisher, its first
+the same first word or words), cut where a word ends, shown as a finished word. Otherwise the
+strategy head chooses between finishing the typed word (the repair loop's word finisher, its first
 word, checked like any candidate) and staying silent; a finished word that is the word the memory's
-continuation begins with is shown whichever it chose (:func:`memory_first_word`). It was also trained with "regenerate", which
-on held-out code was worse than finishing the word on every figure and costs another generation
-(BENCHMARKS.md, "The gate"): that choice stays silent.
+continuation begins with is shown whichever it chose (:func:`memory_first_word`). The head was also
+trained with "regenerate", which on held-out code was worse than finishing the word on every figure
+and costs another generation (BENCHMARKS.md, "The gate"): that choice stays silent.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
     already emptied (or left unclean, unless ``unclean_shown``) is not judged: only the workspace's
     line, the memory's continuation or the words its views agree on may stand in for it."""
     if not (result.text or "").strip() or (not result.clean and not unclean_shown):
-        if line is not None and not multiline and _from_lines(gate, result, line, document, offset,
-                                                              language=language, trigger=trigger, internals=internals):
+        if line is not None and not multiline and _stood_in(gate, result, line, document, offset, from_lines=True,
+                                                            language=language, trigger=trigger, internals=internals):
             log.debug("no clean candidate: showing the workspace's rest of the line (%r)", result.text)
             return result
         shown = (_from_memory(gate, result, remembered, document, offset, language=language, trigger=trigger)
@@ -68,8 +68,8 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
         if shown is not None:
             log.debug("no clean candidate: showing the memory's continuation (%r)", shown.text)
             return shown
-        if words is not None and not multiline and _from_words(gate, result, words, document, offset,
-                                                               language=language, trigger=trigger, internals=internals):
+        if words is not None and not multiline and _stood_in(gate, result, words, document, offset, from_lines=False,
+                                                             language=language, trigger=trigger, internals=internals):
             log.debug("no clean candidate: showing the words the memory's views agree on (%r)", result.text)
         return result
     verdict = gate.judge(result, document, offset, language=language, multiline=multiline, trigger=trigger,
@@ -82,8 +82,9 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
     why = (f"the gate scored it {verdict.score:.3f}, under completion.minQuality {gate.threshold:.3f}; "
            f"then: {strategy}")
     result.text = ""
-    if line is not None and not multiline and _from_lines(gate, result, line, document, offset, language=language,
-                                                          trigger=trigger, internals=internals, rejected=rejected):
+    if line is not None and not multiline and _stood_in(gate, result, line, document, offset, from_lines=True,
+                                                        language=language, trigger=trigger, internals=internals,
+                                                        rejected=rejected):
         log.debug("%s; the workspace's rest of the line shown instead (%r)", why, result.text)
         return result
     shown = (_from_memory(gate, result, remembered, document, offset, language=language, trigger=trigger,
@@ -91,8 +92,9 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
     if shown is not None:
         log.debug("%s; the memory's continuation shown instead (%r, %.3f)", why, shown.text, shown.score)
         return shown
-    if words is not None and not multiline and _from_words(gate, result, words, document, offset, language=language,
-                                                           trigger=trigger, internals=internals, rejected=rejected):
+    if words is not None and not multiline and _stood_in(gate, result, words, document, offset, from_lines=False,
+                                                         language=language, trigger=trigger, internals=internals,
+                                                         rejected=rejected):
         log.debug("%s; the words the memory's views agree on shown instead (%r)", why, result.text)
         return result
     # The memory's first word, where it finishes the typed word as the word finisher's likeliest
@@ -120,28 +122,15 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
     return result
 
 
-def _from_lines(gate: Any, result: Any, line: Callable[[Any], str], document: str, offset: int, *,
-                language: str, trigger: str | None, internals: Any, rejected: str = "") -> bool:
-    """Put the workspace's rest of the line on ``result`` (True) when ``line`` gives one that is not
-    the rejected text; the acceptance log records its own features."""
-    text = line(result)
+def _stood_in(gate: Any, result: Any, view: Callable[[Any], str], document: str, offset: int, *,
+              language: str, trigger: str | None, internals: Any, rejected: str = "", from_lines: bool) -> bool:
+    """Put what ``view`` gives (insertion text, "" for none) on ``result`` (True) when it is not the
+    rejected text: the workspace's rest of the line (``from_lines``), else words shown as a finished
+    word (those both of the memory's views begin with); the acceptance log records its own features."""
+    text = view(result)
     if not text.strip() or text == rejected:
         return False
-    result.text, result.clean, result.from_lines, result.finished_word = text, True, True, False
-    result.diagnostics_after = []
-    _judge_shown(gate, result, document, offset, language=language, multiline=False, trigger=trigger,
-                 internals=internals)
-    return True
-
-
-def _from_words(gate: Any, result: Any, words: Callable[[Any], str], document: str, offset: int, *,
-                language: str, trigger: str | None, internals: Any, rejected: str = "") -> bool:
-    """Put the words both of the memory's views begin with on ``result`` (True), as a finished word,
-    when ``words`` gives some that are not the rejected text."""
-    text = words(result)
-    if not text.strip() or text == rejected:
-        return False
-    result.text, result.clean, result.finished_word, result.from_lines = text, True, True, False
+    result.text, result.clean, result.from_lines, result.finished_word = text, True, from_lines, not from_lines
     result.diagnostics_after = []
     _judge_shown(gate, result, document, offset, language=language, multiline=False, trigger=trigger,
                  internals=internals)
