@@ -526,3 +526,41 @@ def test_the_gate_reads_the_memory_in_the_candidates_frame_when_the_word_is_heal
     assert (text, healed) == (EXPECTED, "dis")  # the candidate is text after the cursor
     assert values["memory_equal"] == 1.0 and values["memory_agree_chars"] == len(EXPECTED)
     assert values["line_equal"] == 0.0 and values["line_agree_chars"] == len("count=0.")
+
+
+READER = '''class Reader:
+    def size(self):
+        here = self._buffer.tell()
+        self._buffer.seek(0, 2)
+        end = self._buffer.tell()
+        self._buffer.seek(here)
+        return end
+
+    def rewind(self):
+        self.tearDown_handlers = []
+        return True
+'''
+SPAWNED = "def measure(spawn):\n    buf_len = spawn._buffer.te"
+
+
+def test_a_healed_word_gets_the_memorys_continuation_at_the_cursor(tokenizer, tmp_path: Path) -> None:
+    """The model writes a healed word again, the memory must not: what the memory says after it (its
+    continuation, the drafts and mixing after the word) is what it says at the cursor itself, where
+    the typed ``te`` is matched inside ``tell`` (before the fix, ``te`` as a generation had written it
+    matched ``tearDown_handlers`` only)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "reader.py").write_text(READER, encoding="utf-8")
+    memory = session_memory(tokenizer, root)
+    path = str(root / "measure.py")
+    document = SPAWNED + "\n"
+    assert memory.continuation(path, document, len(SPAWNED)) == "ll()"
+    backend = Healing("ll()")
+    pipeline = Pipeline(backend, settings(), memory=memory)
+    result = pipeline.complete(document, len(SPAWNED), path=path, language="python", multiline=False)
+    assert backend.requests[0].forced_prefix == "te"
+    assert result.recalled.continuation == "tell()" and result.text == "ll()" and result.vouched
+    # the matcher the generation decodes with, bound before the word: after the typed word as at the cursor
+    start = len(SPAWNED) - 2
+    assert memory.bound(path, document, start, "te").continuation("te", 4) == memory.bound(
+        path, document, len(SPAWNED)).continuation("", 4)

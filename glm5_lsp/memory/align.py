@@ -94,15 +94,20 @@ class TextMatcher:
         inner = getattr(tokenizer, "_tok", None)
         self._pre = inner.pre_tokenizer if inner is not None and inner.pre_tokenizer is not None else None
         self.code = ""
+        self.typed = ""  # the healed word after ``code`` (``bind``)
         self._tail_start = 0  # a chunk start in ``code``: ids before it are bound to the matcher
         self._stable: tuple[str, list[int]] = ("", [])  # a chunk-aligned start of the tail and its ids
         self._recent: dict[tuple[str, bool], Estimate] = {}
 
-    def bind(self, code: str, known: Callable[[int, int], list[int] | None] | None = None) -> None:
+    def bind(self, code: str, known: Callable[[int, int], list[int] | None] | None = None, typed: str = "") -> None:
         """Follow ``code`` (the prompt's code, up to the cursor). ``known(end, need)``: the ids of
         ``code[:end]`` (or of its last chunks, more than ``need`` of them) where they are at hand
-        already (the memory's own tokens of the document), None where not: then they are encoded."""
+        already (the memory's own tokens of the document), None where not: then they are encoded.
+        ``typed``: what the user typed after ``code`` that the model is made to write again (a
+        healed word): the estimate after it is the one the cursor itself would get (the slow way
+        where its last piece is pending), not a generation's."""
         self.code = code
+        self.typed = typed
         self._recent = {}
         self._tail_start = last_chunk_start(code)
         need = getattr(self.matcher, "max_match", None)
@@ -199,7 +204,9 @@ class TextMatcher:
 
     def _estimate_text(self, written: str) -> Estimate:
         ids, pending = self.split(written)
-        if not written and pending:  # where the prompt ends, mid-word or after white space
+        # Where the cursor is, mid-word or after white space: the prompt's own end, or the healed word
+        # typed there (the model writes it again; the user's text, not a generation's, ends there).
+        if pending and written == self.typed:
             walked = self._walk(ids, pending)
             if walked is not None:
                 return walked

@@ -233,15 +233,17 @@ class ProcessorFactory:
                                then, self.drafts)
 
 
-def bound_text(memory: Any, tokenizer: Any, key: str | None, document: str, offset: int) -> TextMatcher:
+def bound_text(memory: Any, tokenizer: Any, key: str | None, document: str, offset: int,
+               typed: str = "") -> TextMatcher:
     """A TextMatcher over ``memory`` for a request at ``offset`` of document ``key``, bound to the
-    code before it (the cursor's own line excluded from what the matches found)."""
+    code before it (the cursor's own line excluded from what the matches found); ``typed``: the
+    healed word after ``offset`` (``TextMatcher.bind``)."""
     matcher = memory.matcher(key, document, offset) if key is not None else memory.matcher()
     text = TextMatcher(matcher, tokenizer)
     # the document's ids before the cursor's chunk are the memory's already (``matcher`` brought it up to date)
     at_hand = getattr(memory, "ids_before", None) if key is not None else None
     known = (lambda end, need: at_hand(key, document, end, need)) if at_hand is not None else None
-    text.bind(document[:offset], known)
+    text.bind(document[:offset], known, typed)
     return text
 
 

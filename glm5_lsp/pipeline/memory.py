@@ -156,10 +156,11 @@ class SessionMemory:
         ``text``: the request's matcher from :meth:`bound` (otherwise one bound to the prompt's code)."""
         return self.factory(as_key(path), document, prefix_end, then=then, text=text)
 
-    def bound(self, path: str | None, document: str, prefix_end: int) -> TextMatcher:
-        """The memory's matcher for a request, bound to ``document[:prefix_end]``: the up-front
-        continuation and the mixing processor of the same request share it (and what it walked)."""
-        return bound_text(self.memory, self.tokenizer, as_key(path), document, prefix_end)
+    def bound(self, path: str | None, document: str, prefix_end: int, typed: str = "") -> TextMatcher:
+        """The memory's matcher for a request, bound to ``document[:prefix_end]`` (``typed``: the healed
+        word after it): the up-front continuation and the mixing processor of the same request share
+        it (and what it walked)."""
+        return bound_text(self.memory, self.tokenizer, as_key(path), document, prefix_end, typed)
 
     def continuation(self, path: str | None, document: str, offset: int, *, multiline: bool = False,
                      max_tokens: int = 48) -> str:
@@ -222,7 +223,8 @@ class _Recall:
         below and the mixing processor of each generation for it."""
         kept = self._text
         if kept is None or kept[0] is not target:
-            kept = self._text = (target, self.memory.bound(target.path, target.document, target.start))
+            kept = self._text = (target, self.memory.bound(target.path, target.document, target.start,
+                                                           target.document[target.start:target.end]))
         return kept[1]
 
     def _for(self, request: Any, target: Any) -> None:
