@@ -564,3 +564,32 @@ def test_a_healed_word_gets_the_memorys_continuation_at_the_cursor(tokenizer, tm
     start = len(SPAWNED) - 2
     assert memory.bound(path, document, start, "te").continuation("te", 4) == memory.bound(
         path, document, len(SPAWNED)).continuation("", 4)
+
+
+def test_before_a_healed_word_the_estimate_is_the_prompts_own_end(tokenizer) -> None:
+    """The first generated token (forced to agree with the healed word) is mixed with what followed the
+    code before the word, found as at any prompt's end (the slow way where its last piece is pending),
+    whether or not a healed word follows: at every indented word of this package's own mixing module,
+    the memory holding its folder (a generation's path differed at 7 of 150)."""
+    import re
+
+    from glm5_lsp.memory.mixing import bound_text
+    from glm5_lsp.memory.workspace import WorkspaceMemory, as_key
+
+    root = Path(__file__).resolve().parents[1] / "glm5_lsp" / "memory"
+    memory = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False))
+    memory.index_folder(root)
+    path = root / "mixing.py"
+    lines = path.read_text(encoding="utf-8").split("\n")
+    differ = []
+    for number, line in enumerate(lines):
+        word = re.match(r"\s+[A-Za-z_]\w", line)
+        if word is None:
+            continue
+        before = "\n".join([*lines[:number], word.group(0)])
+        document, start = before + "\n" + "\n".join(lines[number + 1:]), len(before) - 2
+        healed = bound_text(memory, tokenizer, as_key(path), document, start, before[start:]).estimate("", within_piece=True)
+        plain = bound_text(memory, tokenizer, as_key(path), document, start).estimate("", within_piece=True)
+        if healed.top() != plain.top() or healed.match.length != plain.match.length:
+            differ.append(number)
+    assert differ == []

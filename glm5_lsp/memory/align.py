@@ -206,7 +206,7 @@ class TextMatcher:
         ids, pending = self.split(written)
         # Where the cursor is, mid-word or after white space: the prompt's own end, or the healed word
         # typed there (the model writes it again; the user's text, not a generation's, ends there).
-        if pending and written == self.typed:
+        if pending and written in ("", self.typed):
             walked = self._walk(ids, pending)
             if walked is not None:
                 return walked
