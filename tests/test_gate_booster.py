@@ -14,8 +14,16 @@ from pathlib import Path
 import gate_data
 import pytest
 
-from glm5_lsp.gate.booster import LENGTH_OPTIONS, STRATEGIES, Gate, GateError, load_gate, model_fingerprint
-from glm5_lsp.gate.train import best_threshold, grouped_folds, roc_auc, train_gate
+from glm5_lsp.gate.booster import (
+    LENGTH_OPTIONS,
+    STRATEGIES,
+    Gate,
+    GateError,
+    Head,
+    load_gate,
+    model_fingerprint,
+)
+from glm5_lsp.gate.train import SEEDS, best_threshold, grouped_folds, roc_auc, train_gate
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +118,9 @@ def test_a_gate_is_saved_as_lightgbm_text_and_json_and_loads_back(trained, tmp_p
     gate.checks = [(rows[0]["single"]["features"], True), (rows[1]["single"]["features"], False)]
     gate.save(model / "gate")
     files = sorted(p.name for p in (model / "gate").iterdir())
-    assert files == ["checks.jsonl.gz", "gate.json", "length.txt", "quality.txt", "strategy.txt"]
+    seeds = [f"quality.{k}.txt" for k in range(1, SEEDS)]
+    assert files == ["checks.jsonl.gz", "gate.json", "length.txt", *seeds, "quality.txt", "strategy.txt"]
+    assert len(gate.quality.boosters) == SEEDS
     assert (model / "gate" / "quality.txt").read_text().startswith("tree\n")
     meta = json.loads((model / "gate" / "gate.json").read_text())
     assert meta["threshold"] == gate.threshold and meta["heads"]["quality"]["features"] == gate.quality.features
@@ -125,6 +135,39 @@ def test_a_gate_is_saved_as_lightgbm_text_and_json_and_loads_back(trained, tmp_p
     assert loaded.checks[0][0]["lp_mean"] == pytest.approx(rows[0]["single"]["features"]["lp_mean"], abs=1e-4)
     (model / "model.safetensors").write_bytes(b"weights v2" * 100)  # the model changed under the gate
     assert Gate.load(model / "gate", model).stale
+
+
+def test_the_quality_head_averages_its_seeds_boosters(trained, tmp_path: Path) -> None:
+    gate, _, rows = trained
+    head = gate.quality
+    assert len(head.boosters) == SEEDS > 1
+    values = [row["single"]["features"] for row in rows[:40]]
+    alone = [float(Head([b], head.features).predict(values[0])) for b in head.boosters]
+    assert len({round(a, 9) for a in alone}) > 1  # the seeds differ
+    for v in values:
+        each = [float(Head([b], head.features).predict(v)) for b in head.boosters]
+        assert gate.score(v) == pytest.approx(sum(each) / len(each), abs=1e-12)
+    many = head.predict_many(values)
+    assert [float(m) for m in many] == pytest.approx([gate.score(v) for v in values], abs=1e-12)
+
+
+def test_a_gate_of_one_booster_a_file_loads_and_fewer_boosters_leave_no_stale_files(trained, tmp_path: Path) -> None:
+    gate, _, rows = trained
+    folder = gate.save(tmp_path / "gate")
+    meta = json.loads((folder / "gate.json").read_text())
+    del meta["heads"]["quality"]["files"]  # a gate written before the seeds were averaged: "file" only
+    (folder / "gate.json").write_text(json.dumps(meta))
+    old = Gate.load(folder)
+    assert len(old.quality.boosters) == 1
+    values = rows[0]["single"]["features"]
+    assert old.score(values) == pytest.approx(float(Head([gate.quality.boosters[0]], gate.quality.features).predict(values)),
+                                             abs=1e-12)
+    old.save(folder)  # saved again with one booster: the other seeds' files go
+    assert sorted(p.name for p in folder.glob("quality*.txt")) == ["quality.txt"]
+    gate.save(folder)
+    (folder / "quality.3.txt").unlink()
+    with pytest.raises(GateError, match=r"quality booster .*quality\.3\.txt"):
+        Gate.load(folder)
 
 
 def test_no_gate_is_none_and_a_broken_gate_is_a_clear_error(trained, tmp_path: Path) -> None:

@@ -111,6 +111,10 @@ def test_the_training_command_updates_from_the_log_and_keeps_the_old_booster_whe
     after = _gate_files(folder)
     assert after["quality.txt"] != before["quality.txt"]
     updated = Gate.load(folder)
+    # every booster of the averaged head went on, each from its own trees
+    assert len(updated.quality.boosters) == len(gate.quality.boosters) > 1
+    assert all(after[f] != before[f] for f in before if f.startswith("quality"))
+    assert all(new.num_trees() > old.num_trees() for new, old in zip(updated.quality.boosters, gate.quality.boosters))
     assert updated.meta["updates"][-1]["auc_after"]["local held out"] > updated.meta["updates"][-1]["auc_before"]["local held out"]
 
     # Local data that does not hold up: trained on one relation, held out on the old one.

@@ -2,7 +2,8 @@
 
 A gate lives in a folder (by default ``gate/`` inside the model folder it was trained for):
 
-- ``quality.txt``: the quality head, P(the candidate's first line is what the user would write);
+- ``quality.txt``: the quality head, P(the candidate's first line is what the user would write)
+  (``quality.1.txt``... beside it: more boosters of the same rows, other seeds, averaged);
 - ``length.txt`` (optional): the length head, which of :data:`LENGTH_OPTIONS` of a multi-line candidate
   to show;
 - ``strategy.txt`` (optional): what to do when the first candidate is not shown (:data:`STRATEGIES`);
@@ -74,40 +75,60 @@ def _lightgbm() -> Any:
 
 @dataclass
 class Head:
-    """One booster and the feature names it reads, in order."""
+    """Boosters of one head and the feature names they read, in order. Several boosters (the same
+    rows, other LightGBM seeds: its bagging and feature sampling) are averaged: one seed's gate moves
+    its threshold by as much as its rows do (BENCHMARKS.md, "The gate averaged over seeds")."""
 
-    booster: Any  # lightgbm.Booster
+    boosters: list[Any]  # lightgbm.Booster, at least one
     features: list[str]
     classes: list[str] = field(default_factory=list)  # multiclass heads: the class of each output
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.boosters, list):
+            self.boosters = [self.boosters]
+        if not self.boosters:
+            raise GateError("a gate head needs at least one booster")
+
+    @property
+    def booster(self) -> Any:
+        """The first booster (the only one of a head trained with one seed)."""
+        return self.boosters[0]
 
     def predict(self, values: Mapping[str, float]) -> Any:
         import numpy as np
 
         row = np.asarray([vector(values, self.features)], dtype=np.float64)
-        predictor = self._predictor()
-        if predictor is not None:
-            return predictor.predict(row, num_iteration=self.booster.best_iteration)[0]
-        return self.booster.predict(row, num_threads=1)[0]
+        outputs = []
+        for booster, predictor in zip(self.boosters, self._predictors()):
+            if predictor is not None:
+                outputs.append(predictor.predict(row, num_iteration=booster.best_iteration)[0])
+            else:
+                outputs.append(booster.predict(row, num_threads=1)[0])
+        return outputs[0] if len(outputs) == 1 else np.mean(outputs, axis=0)
 
-    def _predictor(self) -> Any:
-        """LightGBM's predictor for the booster, made once (``Booster.predict`` makes one a call, a
+    def _predictors(self) -> list[Any]:
+        """LightGBM's predictor for each booster, made once (``Booster.predict`` makes one a call, a
         fifth of a candidate's prediction time); None where this LightGBM has no such thing."""
         found = self.__dict__.get("_inner")
         if found is None:
-            try:
-                from lightgbm.basic import _InnerPredictor
-
-                found = _InnerPredictor.from_booster(booster=self.booster, pred_parameter={"num_threads": 1})
-            except (ImportError, AttributeError, TypeError):
-                found = False
-            self.__dict__["_inner"] = found
-        return found or None
+            found = self.__dict__["_inner"] = [_inner_predictor(b) for b in self.boosters]
+        return found
 
     def predict_many(self, rows: Sequence[Mapping[str, float]]) -> Any:
         import numpy as np
 
         matrix = np.asarray([vector(values, self.features) for values in rows], dtype=np.float64)
-        return self.booster.predict(matrix, num_threads=1)
+        outputs = [booster.predict(matrix, num_threads=1) for booster in self.boosters]
+        return outputs[0] if len(outputs) == 1 else np.mean(outputs, axis=0)
+
+
+def _inner_predictor(booster: Any) -> Any:
+    try:
+        from lightgbm.basic import _InnerPredictor
+
+        return _InnerPredictor.from_booster(booster=booster, pred_parameter={"num_threads": 1})
+    except (ImportError, AttributeError, TypeError):
+        return None
 
 
 @dataclass
@@ -153,13 +174,19 @@ class Gate:
         heads: dict[str, Any] = {}
         for name, head in (("quality", self.quality), ("length", self.length_head), ("strategy", self.strategy_head)):
             path = folder / f"{name}.txt"
+            files = [path.name] if head is None else [booster_file(name, k) for k in range(len(head.boosters))]
+            for stale in folder.glob(f"{name}.*.txt"):  # the extra boosters of an earlier save
+                if stale.name not in files:
+                    stale.unlink()
             if head is None:
                 path.unlink(missing_ok=True)
                 continue
-            tmp = path.with_suffix(".txt.tmp")
-            head.booster.save_model(str(tmp))  # LightGBM's text format
-            tmp.replace(path)
-            heads[name] = {"file": path.name, "features": head.features, "classes": head.classes}
+            for booster, file in zip(head.boosters, files):
+                tmp = folder / (file + ".tmp")
+                booster.save_model(str(tmp))  # LightGBM's text format
+                tmp.replace(folder / file)
+            # "file": the first booster, which a reader that knows no "files" uses alone
+            heads[name] = {"file": files[0], "files": files, "features": head.features, "classes": head.classes}
         checks = folder / CHECKS_FILE
         if self.checks:
             names = self.quality.features
@@ -193,16 +220,22 @@ class Gate:
         lgb = _lightgbm()
         heads: dict[str, Head] = {}
         for name, spec in (meta.get("heads") or {}).items():
-            path = folder / str(spec.get("file", f"{name}.txt"))
-            try:
-                booster = lgb.Booster(model_file=str(path))
-            except Exception as error:  # LightGBM raises its own LightGBMError (or OSError)
-                raise GateError(f"cannot read the {name} booster {path}: {error}") from error
+            files = spec.get("files") or [spec.get("file", f"{name}.txt")]
+            if not isinstance(files, list):
+                raise GateError(f"{folder / 'gate.json'}: the {name} head's files are not a list: {files!r}")
             features = [str(f) for f in spec.get("features") or []]
-            if booster.num_feature() != len(features):
-                raise GateError(f"{path}: the booster reads {booster.num_feature()} features, gate.json names "
-                                f"{len(features)}")
-            heads[name] = Head(booster, features, [str(c) for c in spec.get("classes") or []])
+            boosters = []
+            for file in files:
+                path = folder / str(file)
+                try:
+                    booster = lgb.Booster(model_file=str(path))
+                except Exception as error:  # LightGBM raises its own LightGBMError (or OSError)
+                    raise GateError(f"cannot read the {name} booster {path}: {error}") from error
+                if booster.num_feature() != len(features):
+                    raise GateError(f"{path}: the booster reads {booster.num_feature()} features, gate.json names "
+                                    f"{len(features)}")
+                boosters.append(booster)
+            heads[name] = Head(boosters, features, [str(c) for c in spec.get("classes") or []])
         if "quality" not in heads:
             raise GateError(f"{folder}: no quality head")
         threshold = float(meta.get("threshold", DEFAULT_THRESHOLD))
@@ -222,6 +255,11 @@ class Gate:
             log.info("the gate reads %d features this version does not compute (missing: NaN): %s",
                      len(unknown), ", ".join(unknown[:5]))
         return gate
+
+
+def booster_file(head: str, k: int) -> str:
+    """The file of a head's ``k``-th booster: ``quality.txt``, then ``quality.1.txt``, ..."""
+    return f"{head}.txt" if k == 0 else f"{head}.{k}.txt"
 
 
 def _json_number(value: float) -> float | None:
