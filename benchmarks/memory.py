@@ -9,8 +9,10 @@ drafts, and what updates and a large workspace cost.
 ``perplexity``: the embedded model's held-out perplexity on ``BENCHMARK_REPORT`` packages (never
 trained or tuned on), each copied as its own workspace, alone and mixed with the memory holding the
 rest of that package plus the libraries it imports and the standard library (the scored file's own
-positions excluded), with the shipped interpolation table (``glm5_lsp/memory/interpolation.json``,
-fitted on ``BENCHMARK_FIT`` only). ``drafts``: greedy decoding with the mixture, the same requests
+positions excluded), and with the file's own text above each token in the memory too (as the
+editor's memory holds the document being edited; ``memory.fit.score_package(above=True)``), with
+the shipped interpolation table (``glm5_lsp/memory/interpolation.json``, fitted on ``BENCHMARK_FIT``
+only). ``drafts``: greedy decoding with the mixture, the same requests
 with and without drafts, on a file with repeated structure (pycparser's ``c_ast.py``, the memory
 holding its workspace and libraries), on tqdm's ``std.py`` with the same memory (the file above the
 cursor included), with a memory of tqdm's other files only, and with an empty memory (no draft is
@@ -52,17 +54,26 @@ def perplexity(args: argparse.Namespace) -> None:
     model, tokenizer, window = load_runtime(None)
     table = Interpolation.default()
     print(f"weights from commit {weights_commit()}; window {window}; table: {table.source}")
-    print("| package | tokens | model alone | model + memory | ratio |")
-    print("|---|---|---|---|---|")
-    total = Scores()
+    print("The memory holds the rest of the package and the libraries it imports; in the last column also the")
+    print("file's own text above the token (as the editor's memory holds the document being edited).")
+    print("| package | tokens | model alone | + memory | ratio | + memory and the file above | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    total, total_above = Scores(), Scores()
+    cache: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.packages:
-            scores = score_package(name, model, tokenizer, Path(tmp), window, args.max_tokens, log=lambda _: None)
+            scores = score_package(name, model, tokenizer, Path(tmp) / "rest", window, args.max_tokens,
+                                   log=lambda _: None, model_cache=cache)
+            above = score_package(name, model, tokenizer, Path(tmp) / "above", window, args.max_tokens,
+                                  log=lambda _: None, above=True, model_cache=cache)
             total.extend(scores)
-            alone, mixed = ppl(scores, None), ppl(scores, table)
-            print(f"| {name} | {len(scores.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} |", flush=True)
-    alone, mixed = ppl(total, None), ppl(total, table)
-    print(f"| all | {len(total.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} |")
+            total_above.extend(above)
+            alone, mixed, mixed_above = ppl(scores, None), ppl(scores, table), ppl(above, table)
+            print(f"| {name} | {len(scores.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} | "
+                  f"{mixed_above:.2f} | {mixed_above / alone:.2f} |", flush=True)
+    alone, mixed, mixed_above = ppl(total, None), ppl(total, table), ppl(total_above, table)
+    print(f"| all | {len(total.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} | {mixed_above:.2f} | "
+          f"{mixed_above / alone:.2f} |")
 
 
 def drafts(args: argparse.Namespace) -> None:

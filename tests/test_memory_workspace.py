@@ -279,3 +279,35 @@ def test_within_the_last_piece_the_mixing_gets_what_followed_it_and_a_continuati
     fresh = TextMatcher(memory.matcher(), tokenizer)
     fresh.bind("")
     assert matcher.continuation(text[:40], 8) == fresh.continuation(text[:40], 8)  # as if never asked loosely
+
+
+def test_a_matcher_before_an_offset_sees_the_document_above_it_and_nothing_from_there_on(tokenizer,
+                                                                                         tmp_path: Path) -> None:
+    """``matcher_before`` (perplexity with the file's own text above, ``memory.fit``): a block the
+    document repeats is found at its second copy, and no position ever finds itself."""
+    from glm5_lsp.memory.align import TextMatcher
+
+    block = 'def frobnicate_widget(widget, level):\n    return widget.twist(level * 7, mode="sideways")\n'
+    filler = "".join(f"value_{i} = compute_{i * 31 % 97}(argument_{i})\n" for i in range(12))
+    text = block + filler + block
+    memory = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False))
+    key = as_key(tmp_path / "one.py")
+    memory.update(key, text)
+
+    def estimate_at(offset: int):
+        matcher = TextMatcher(memory.matcher_before(key, offset), tokenizer)
+        matcher.bind(text[:offset])
+        return matcher.estimate("", within_piece=True)
+
+    second = text.rindex("widget.twist(")  # in the second copy: the first one is above
+    found = estimate_at(second)
+    assert found.match.length >= 8
+    ids, _ = tokenizer.encode_with_offsets(text[second:])
+    assert found.top()[0] == ids[0] and found.top()[1] == 1.0
+    first = text.index("widget.twist(")  # the first copy: only its own text could continue it
+    assert estimate_at(first).match.length < 8
+    for line_start in [0] + [i + 1 for i, c in enumerate(text[:text.rindex(block)]) if c == "\n"]:
+        # without the exclusion each prefix would match itself, as long as the whole text before it
+        assert estimate_at(line_start).match.length <= 12
+    with pytest.raises(ValueError, match="not the document last updated"):
+        memory.matcher_before(as_key(tmp_path / "other.py"), 0)

@@ -82,9 +82,20 @@ def model_probabilities(model: object, ids: Sequence[int], window: int) -> np.nd
     return out
 
 
+ABOVE_CHUNK = 16  # tokens scored per binding when the file's own text above counts (``above``)
+
+
 def score_package(name: str, model: object, tokenizer: object, workdir: Path, window: int,
-                  max_tokens: int, libraries: bool = True, log: Callable[[str], None] = print) -> Scores:
-    """Model and memory probabilities over one package's files (at most ``max_tokens`` scored)."""
+                  max_tokens: int, libraries: bool = True, log: Callable[[str], None] = print,
+                  above: bool = False, model_cache: dict | None = None) -> Scores:
+    """Model and memory probabilities over one package's files (at most ``max_tokens`` scored).
+
+    The memory holds the rest of the package and the libraries; the file being scored is left out,
+    or with ``above`` it is in the memory as the editor's document is (its own shard, whose match
+    decides: ``Source.own``) up to the token being scored: every ``ABOVE_CHUNK`` tokens the matcher
+    is made again with the file from that token on excluded, so no token sees itself or what follows
+    (nor the earlier tokens of its own chunk). ``model_cache``: the model's probabilities by file
+    and length, kept across calls (the same package scored both ways computes them once)."""
     root = copy_package(name, workdir)
     memory = WorkspaceMemory(tokenizer)  # type: ignore[arg-type]
     memory.index_folder(root, libraries=libraries)
@@ -102,15 +113,27 @@ def score_package(name: str, model: object, tokenizer: object, workdir: Path, wi
         if len(ids) < 2:
             continue
         started = time.perf_counter()
-        p_model = model_probabilities(model, ids, window)
+        cached = model_cache.get((name, key[len(str(root)):], len(ids))) if model_cache is not None else None
+        p_model = cached if cached is not None else model_probabilities(model, ids, window)
+        if model_cache is not None:
+            model_cache[(name, key[len(str(root)):], len(ids))] = p_model
         scores.seconds_model += time.perf_counter() - started
         started = time.perf_counter()
-        span = base.span(as_key(key))
-        sources = [Source(s.index, span if s.index is base else s.exclude) for s in memory.sources()]
-        matcher = TextMatcher(Matcher(sources), tokenizer)
-        matcher.bind("")
+        if above:
+            memory.update(as_key(key), text)  # the document being edited: the hot shard, its other copies dead
+        else:
+            span = base.span(as_key(key))
+            sources = [Source(s.index, span if s.index is base else s.exclude) for s in memory.sources()]
+        matcher, bound = None, 0
         for t in range(1, len(ids)):
-            estimate = matcher.estimate(text[: offsets[t][0]], within_piece=True)  # as the mixing asks
+            if above and (matcher is None or t % ABOVE_CHUNK == 0):
+                bound = offsets[t][0]
+                matcher = TextMatcher(memory.matcher_before(as_key(key), bound), tokenizer)
+                matcher.bind(text[:bound])
+            elif matcher is None:
+                matcher = TextMatcher(Matcher(sources), tokenizer)
+                matcher.bind("")
+            estimate = matcher.estimate(text[bound: offsets[t][0]], within_piece=True)  # as the mixing asks
             scores.model.append(float(p_model[t]))
             if estimate.empty or estimate.match.length <= 0:
                 scores.memory.append(0.0)

@@ -370,6 +370,17 @@ class WorkspaceMemory:
                     exclude = (first, last)
         return Matcher(self.sources(key, exclude), self.settings.max_match)
 
+    def matcher_before(self, key: str, offset: int) -> Matcher:
+        """A matcher in which document ``key`` (the one last updated: ``update``) counts only up to
+        character ``offset``: from the token holding it on, nothing there is what followed a match
+        (for scoring a file token by token with its own text above in the memory, ``memory.fit``)."""
+        with self._lock:
+            if key != self._hot_key:
+                raise ValueError(f"{key} is not the document last updated")
+            doc = self._edited[key]
+            exclude = (doc.token_at(offset), len(doc.ids) + 1)
+        return Matcher(self.sources(key, exclude), self.settings.max_match)
+
     def line_guess(self, key: str | None, document: str, offset: int) -> LineGuess | None:
         """How the workspace's other lines go on from the cursor's line as typed before ``offset``
         (``memory.lines``): document ``key`` is brought up to date first, its cursor line not counted."""
