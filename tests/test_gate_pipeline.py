@@ -107,6 +107,29 @@ def test_a_finished_word_that_ends_a_block_header_gets_its_colon(gate: Gate, mon
     assert out.text == "lue:" and out.finished_word
 
 
+@pytest.mark.parametrize("strategy", ["finish_word", "silent"])
+def test_a_keyword_the_model_left_to_the_finisher_is_shown_after_the_gate(
+        gate: Gate, strategy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing the model wrote was clean, so the repair loop's answer is already the typed word
+    finished. The quality head, which scores whole lines, rejects a word alone. A keyword the line's
+    syntax asks for (``from os im`` -> ``import``) is shown all the same; any other word only where
+    the memory's continuation begins with it (here there is no memory), not on the strategy head's
+    word alone."""
+    judge = CompletionGate(gate, min_quality=1.0)
+    monkeypatch.setattr(judge.gate, "strategy", lambda values: strategy)
+    settings = PipelineSettings(max_tokens=8, repair=RepairSettings(max_rounds=1))
+    document = "import sys\nfrom os im"
+    keyword = Pipeline(scripted.ScriptedBackend("port $$"), settings)  # no cut of it is clean
+    keyword.install_gate(judge)
+    out = keyword.complete(document, len(document), path="m.py", gated=True)
+    assert out.text == "port" and out.finished_word and out.withheld == ""
+    assert out.score is not None and out.features["finished_word"] == 1.0
+    name = Pipeline(scripted.ScriptedBackend("luex y z"), settings)  # ``valuex`` is unbound: finished ``value``
+    name.install_gate(judge)
+    out = name.complete(DOCUMENT, len(DOCUMENT), path="m.py", gated=True)
+    assert out.text == "" and strategy in out.withheld
+
+
 def test_finishing_the_word_stays_silent_when_nothing_finishes_it(gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
     judge = CompletionGate(gate, min_quality=1.0)
     monkeypatch.setattr(judge.gate, "strategy", lambda values: "finish_word")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from glm5_lsp.backends.base import BackendError, Completion, CompletionRequest
+from glm5_lsp.checks.introduced import Splice, judge
 from glm5_lsp.checks.providers import DiagnosticRunner, default_providers
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings, RepairTarget
@@ -438,3 +439,31 @@ def test_a_word_typed_after_a_dot_is_finished_as_an_attribute() -> None:
     assert finishing_words(code + "        width = ", "fl", "\n", "python") == ["float"]
     assert sorted(finishing_words(code + "        other.", "fl", "\n", "python")) == ["flakes", "flush"]
     assert finishing_words("import os\nos.path.join('a')\nx = os.", "pa", "\n", "python") == ["path"]
+
+
+def test_a_keyword_finished_may_leave_its_statement_waiting_for_the_rest_of_the_line() -> None:
+    """``from os im``: ``import`` is the only word that can go there, but ``from os import`` does not
+    parse until a name follows, so the check rejected it and nothing was shown. A keyword whose only
+    problem is a syntax error where the line runs out is a statement to come; one that cannot go
+    where it is (an error at the keyword itself) and a plain name that breaks the code still fail."""
+    from glm5_lsp.checks.providers import default_runner
+    from glm5_lsp.pynames.words import finishing_words
+    from glm5_lsp.repair.loop import statement_to_come
+
+    python = default_runner("python")  # the checkers a Python document gets (compile, ruff)
+
+    def finished(document: str, typed: str) -> str | None:
+        cursor = document.index(typed + "\n") + len(typed)
+        where = RepairTarget(document, cursor, cursor, "m.py", "python")
+        loop = RepairLoop(ScriptedBackend([]), RepairSettings(max_truncations=2), python, finisher=finishing_words)
+        found = loop.finish_word("", where)
+        return found.text if found is not None else None
+
+    assert finished("import sys\nfrom os im\nprint(sys.argv)\n", "from os im") == "port"
+    chain = "def f(x):\n    if x:\n        return 1\n    el\n        return 2\n    elif x > 1:\n        return 3\n"
+    assert finished(chain, "    el") == "if"  # ``else:`` before an ``elif`` does not parse
+    assert finished("fr\nx = 1\n", "fr") == "om"  # ``from`` before ``frozenset``: a statement to come
+    body = "def g(x):\n    return x\n"
+    splice = Splice(body, body.index("x\n"), body.index("x\n"), "for ")  # ``return for x``: wrong at once
+    verdict = judge(splice, python, "m.py", "python")
+    assert verdict.blocking() and not statement_to_come(splice, verdict.blocking())

@@ -26,6 +26,7 @@ diagnostics attached. The model is reached only through ``Backend.complete``.
 from __future__ import annotations
 
 import copy
+import keyword
 import logging
 import math
 import time
@@ -41,7 +42,7 @@ from glm5_lsp.backends.base import (
     expect_word,
     set_time_left,
 )
-from glm5_lsp.checks.introduced import Judgement, Splice, judge
+from glm5_lsp.checks.introduced import Judgement, Splice, is_syntax_error, judge
 from glm5_lsp.checks.providers import DiagnosticRunner, default_runner
 from glm5_lsp.checks.providers.runner import in_background
 from glm5_lsp.diagnostics import Diagnostic
@@ -182,6 +183,21 @@ def typed_word(forced_prefix: str, target: RepairTarget) -> tuple[str, int]:
         return word, target.start if word else target.end
     typed = trailing_identifier(target.document[: target.start])
     return typed, target.start - len(typed)
+
+
+def statement_to_come(splice: Splice, blocking: Sequence[Diagnostic]) -> bool:
+    """Whether what ``splice`` puts in (a keyword) only leaves its line's statement unfinished: each
+    blocking problem it brings is a syntax error at or after the end of the text put in, where the
+    parser ran out of line rather than met something wrong (``from os im`` -> ``from os import``,
+    which waits for a name; ``el`` -> ``elif``, for a condition and a body; ``x = no`` -> ``x =
+    not``). A keyword that cannot go there is an error at the keyword itself (``x = fo`` -> ``x =
+    for``) and is not this."""
+    spliced = splice.apply()
+    end = splice.start + len(splice.text)
+    end_line = spliced.count("\n", 0, end)
+    end_col = end - (spliced.rfind("\n", 0, end) + 1)
+    return bool(blocking) and all(is_syntax_error(d) and (d.line > end_line or (d.line == end_line and d.col >= end_col))
+                                  for d in blocking)
 
 
 class RepairLoop:
@@ -411,18 +427,23 @@ class RepairLoop:
     def clean_form(self, text: str, target: RepairTarget, *, forced: str = "", check_word: bool = True,
                    close_header: bool = True, runner: DiagnosticRunner | None = None,
                    before: list[Diagnostic] | None = None,
-                   before_skipped: Sequence[str] = ()) -> tuple[str, Judgement] | None:
+                   before_skipped: Sequence[str] = (), incomplete_ok: bool = False) -> tuple[str, Judgement] | None:
         """``text`` as a model-free cut or word at ``target`` (with ``close_header``, its block header's
         colon added where the line needs one, ``truncate.header_colon``) and its verdict, when it
         blocks nothing, says more than the ``forced`` prefix and (``check_word``) finishes the typed
         word as a known name; None otherwise. One check, two where the colon is tried first; the
-        document's own diagnostics (``before``) are computed when not given."""
+        document's own diagnostics (``before``) are computed when not given. ``incomplete_ok``: a
+        word (a keyword) may leave its statement waiting for the rest of the line
+        (:func:`statement_to_come`)."""
         runner = runner or self.runner_for(target.language)
         closed = self._header_colon(text, target) if close_header else None
         for form in (closed, text) if closed else (text,):
-            verdict = judge(Splice(target.document, target.start, target.end, form), runner, target.path,
-                            target.language, before, before_skipped)
-            if verdict.blocking(self.settings.blocking_severities) or _empty(form, forced):
+            splice = Splice(target.document, target.start, target.end, form)
+            verdict = judge(splice, runner, target.path, target.language, before, before_skipped)
+            blocking = verdict.blocking(self.settings.blocking_severities)
+            if blocking and not (incomplete_ok and statement_to_come(splice, blocking)):
+                continue
+            if _empty(form, forced):
                 continue
             if check_word and self._word_problem(form, forced, target):
                 continue
@@ -532,8 +553,10 @@ class RepairLoop:
         for number, word in enumerate(words[:tries]):
             if number and self.clock() >= deadline:
                 break
-            found = self.clean_form(word if forced_prefix else word[len(typed):], target, forced=forced_prefix,
-                                    check_word=False, runner=runner, before=before, before_skipped=before_skipped)
+            text = word if forced_prefix else word[len(typed):]
+            found = self.clean_form(text, target, forced=forced_prefix, check_word=False, runner=runner,
+                                    before=before, before_skipped=before_skipped,
+                                    incomplete_ok=target.language == "python" and keyword.iskeyword(word))
             if found is not None:
                 text, verdict = found
                 return Candidate(text, 0, verdict.introduced, [], None, 0, sum(p(text, target) for p in self.penalties),
