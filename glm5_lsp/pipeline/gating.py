@@ -119,7 +119,7 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
                          internals=internals)
             log.debug("%s: showing the typed word finished (%r)", why, rejected)
             return result
-    elif (strategy == "finish_word" or remembered_word) and not result.finished_word:
+    if (strategy == "finish_word" or remembered_word) and not result.finished_word:
         word = finish()
         if heal:
             word = word[len(heal):] if word.startswith(heal) else ""
