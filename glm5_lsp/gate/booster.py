@@ -84,8 +84,6 @@ class Head:
     classes: list[str] = field(default_factory=list)  # multiclass heads: the class of each output
 
     def __post_init__(self) -> None:
-        if not isinstance(self.boosters, list):
-            self.boosters = [self.boosters]
         if not self.boosters:
             raise GateError("a gate head needs at least one booster")
 

@@ -130,6 +130,11 @@ class Fitted:
     oof: list[float] = field(default_factory=list)  # out-of-fold predictions, in row order (binary heads)
 
 
+def _seeded(params: Mapping[str, Any], count: int) -> list[dict[str, Any]]:
+    """``params`` for each of ``count`` averaged boosters: its seed, then the next ones."""
+    return [{**params, "seed": int(params.get("seed", 0)) + k} for k in range(count)]
+
+
 def fit_binary(rows: Sequence[Mapping[str, float | None]], labels: Sequence[bool], groups: Sequence[str],
                names: Sequence[str], params: Mapping[str, Any] | None = None, seeds: int = SEEDS) -> Fitted:
     """Grouped cross-validation (the rounds, out-of-fold scores), then ``seeds`` boosters on every
@@ -152,7 +157,7 @@ def fit_binary(rows: Sequence[Mapping[str, float | None]], labels: Sequence[bool
                             callbacks=[lgb.early_stopping(EARLY_STOP, verbose=False)])
         best_rounds.append(booster.best_iteration or MAX_ROUNDS)
     rounds = max(10, round(sum(best_rounds) / len(best_rounds))) if best_rounds else 100
-    seeded = [{**params, "seed": int(params.get("seed", 0)) + k} for k in range(max(1, seeds))]
+    seeded = _seeded(params, max(1, seeds))
     # the out-of-fold scores at the common round count (each fold's own best would flatter them)
     sums = [0.0] * len(rows)
     scored = [0] * len(rows)
@@ -181,7 +186,7 @@ def fit_multiclass(rows: Sequence[Mapping[str, float | None]], labels: Sequence[
 
     params = {**PARAMS, "objective": "multiclass", "num_class": len(classes), "min_data_in_leaf": 10}
     booster = lgb.train(params, _dataset(rows, [float(y) for y in labels], names, weights), num_boost_round=rounds)
-    return Head(booster, list(names), list(classes))
+    return Head([booster], list(names), list(classes))
 
 
 def best_threshold(scores: Sequence[float], labels: Sequence[bool],
@@ -392,10 +397,9 @@ def update_quality(gate: Gate, local: Sequence[tuple[Mapping[str, float | None],
     names = gate.quality.features
     params = {**PARAMS, "learning_rate": 0.03}
     boosters = []
-    for k, old in enumerate(gate.quality.boosters):  # each of the averaged boosters goes on
-        data = _dataset([f for f, _ in train], [float(y) for _, y in train], names)
-        booster = lgb.train({**params, "seed": int(params.get("seed", 0)) + k}, data, num_boost_round=rounds,
-                            init_model=old)
+    for old, seed_params in zip(gate.quality.boosters, _seeded(params, len(gate.quality.boosters))):
+        data = _dataset([f for f, _ in train], [float(y) for _, y in train], names)  # each booster goes on
+        booster = lgb.train(seed_params, data, num_boost_round=rounds, init_model=old)
         boosters.append(lgb.Booster(model_str=booster.model_to_string()))
     candidate = Head(boosters, list(names), list(gate.quality.classes))
     sets = {LOCAL_HELD_OUT: held, **{k: list(v) for k, v in (checks or {}).items() if v}}

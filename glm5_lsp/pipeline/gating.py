@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from glm5_lsp.backends.base import Backend, Completion, CompletionRequest
+from glm5_lsp.postprocess import trailing_identifier
 from glm5_lsp.repair.stream import BlockWatch
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
         # right ones and no wrong one (BENCHMARKS.md, "Keywords the line asks for").
         finished = _IDENTIFIER.match(heal + rejected)  # as the memory's continuation spells it (``heal``)
         agreed = bool(remembered_word) and finished is not None and finished.group(0) == remembered_word
-        typed = heal or _TYPED.search(document[max(0, offset - 200):offset]).group(0)  # type: ignore[union-attr]
+        typed = heal or trailing_identifier(document[max(0, offset - 200):offset])  # a keyword is short
         whole = _IDENTIFIER.match(typed + rejected)
         if rejected.strip() and (agreed or (whole is not None and keyword.iskeyword(whole.group(0)))):
             result.text = rejected
@@ -247,7 +248,6 @@ def agreed_words(first: str, second: str, typed: str = "") -> str:
 
 
 _IDENTIFIER = re.compile(r"\w+")
-_TYPED = re.compile(r"\w*\Z")  # the word typed before the cursor (always matches)
 
 
 def memory_first_word(recalled: Any) -> str:
