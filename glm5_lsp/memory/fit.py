@@ -108,28 +108,32 @@ def score_package(name: str, model: object, tokenizer: object, workdir: Path, wi
         if len(scores.model) >= max_tokens:
             break
         text = Path(key).read_text(encoding="utf-8")
+        doc_key = as_key(key)
         ids, offsets = tokenizer.encode_with_offsets(text)  # type: ignore[attr-defined]
         ids = ids[: max_tokens - len(scores.model) + 1]
         if len(ids) < 2:
             continue
         started = time.perf_counter()
-        cached = model_cache.get((name, key[len(str(root)):], len(ids))) if model_cache is not None else None
+        cache_key = (name, key[len(str(root)):], len(ids))
+        cached = model_cache.get(cache_key) if model_cache is not None else None
         p_model = cached if cached is not None else model_probabilities(model, ids, window)
         if model_cache is not None:
-            model_cache[(name, key[len(str(root)):], len(ids))] = p_model
+            model_cache[cache_key] = p_model
         scores.seconds_model += time.perf_counter() - started
         started = time.perf_counter()
         if above:
-            memory.update(as_key(key), text)  # the document being edited: the hot shard, its other copies dead
+            memory.update(doc_key, text)  # the document being edited: the hot shard, its other copies dead
         else:
-            span = base.span(as_key(key))
+            span = base.span(doc_key)
             sources = [Source(s.index, span if s.index is base else s.exclude) for s in memory.sources()]
         matcher, bound = None, 0
         for t in range(1, len(ids)):
             if above and (matcher is None or t % ABOVE_CHUNK == 0):
                 bound = offsets[t][0]
-                matcher = TextMatcher(memory.matcher_before(as_key(key), bound), tokenizer)
-                matcher.bind(text[:bound])
+                matcher = TextMatcher(memory.matcher_before(doc_key, bound), tokenizer)
+                # the ids above are the memory's own tokens of the file: not encoded again each chunk
+                matcher.bind(text[:bound], lambda end, need, file=doc_key, code=text:
+                             memory.ids_before(file, code, end, need))
             elif matcher is None:
                 matcher = TextMatcher(Matcher(sources), tokenizer)
                 matcher.bind("")
