@@ -60,7 +60,12 @@ _LINE_REF = re.compile(r"\bline \d+")
 
 class DiagnosticProvider(Protocol):
     """A checker. ``diagnose`` may raise or run long: the runner (``providers.runner``) times it out,
-    logs and skips it, so a broken checker never blocks a completion."""
+    logs and skips it, so a broken checker never blocks a completion.
+
+    A checker that stops itself (it asks a helper process with a deadline) may say so with a
+    ``bounded_s`` attribute: the deadline of one check, within which ``diagnose`` returns or raises
+    on its own once it has its turn (a helper answers one check at a time; None: no bound). The
+    runner calls such a checker in the calling thread when the deadline fits its own time limit."""
 
     name: str
     languages: frozenset[str]  # language ids it can check: "python", "javascript", "typescript", ...

@@ -7,6 +7,7 @@ import json
 import logging
 import shutil
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from glm5_lsp.checks.providers import (
     TreeSitterProvider,
     default_providers,
 )
+from glm5_lsp.checks.providers.compile_worker import worker_available
 from glm5_lsp.checks.providers.pyflakes import severity_of
 from glm5_lsp.diagnostics import Diagnostic
 
@@ -163,6 +165,44 @@ def test_providers_run_at_once_and_report_in_order() -> None:
     report = runner.diagnose("x = 1\n", "a.py", "python")
     assert time.monotonic() - started < 1.0  # one after another would take 1.2 s
     assert [d.message for d in report.diagnostics] == ["first", "second", "third"]
+
+
+class Bounded(Sleeping):
+    """A checker that stops itself within ``bounded_s`` (as one asking a helper process does)."""
+
+    def __init__(self, name: str, seconds: float, bounded_s: float | None, fails: bool = False) -> None:
+        super().__init__(name, seconds)
+        self.bounded_s, self.fails, self.threads = bounded_s, fails, []
+
+    def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+        self.threads.append(threading.get_ident())
+        if self.fails:
+            raise OSError("the helper went away")
+        return super().diagnose(text, path, language)
+
+
+def test_a_checker_that_stops_itself_in_time_runs_in_the_calling_thread() -> None:
+    here, hung, late, failing = (Bounded("here", 0.0, 0.2), Bounded("hung", 5.0, None), Bounded("late", 0.0, 9.0),
+                                 Bounded("failing", 0.0, 0.5, fails=True))
+    runner = DiagnosticRunner([hung, here, late, failing], timeout_s=0.5)
+    started = time.monotonic()
+    report = runner.diagnose("x = 1\n", "a.py", "python")
+    assert time.monotonic() - started < 2.0  # the unbounded one still runs on a thread it abandons
+    me = threading.get_ident()
+    assert here.threads == [me] and failing.threads == [me]
+    assert hung.threads != [me] and late.threads != [me]  # no bound, or one past the runner's limit
+    assert [d.message for d in report.diagnostics] == ["here", "late"]
+    assert report.skipped[0].startswith("hung: timed out") and report.skipped[1] == "failing: OSError: the helper went away"
+
+
+def test_the_shipped_python_checkers_stop_themselves() -> None:
+    from glm5_lsp.checks.providers import default_runner
+
+    runner = default_runner("python")
+    bounded = {p.name: runner.bounded(p) for p in runner.providers}
+    assert bounded["compile"] is (worker_available())  # the helper process; in-process there is no bound
+    if "ruff" in bounded:
+        assert bounded["ruff"]
 
 
 @pytest.mark.parametrize("language, source", [

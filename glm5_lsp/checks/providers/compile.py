@@ -95,6 +95,11 @@ class PythonCompileProvider:
         self.recent = RecentCompiles(recent_texts)
         self.worker = CompileWorker(timeout_s, recent_texts) if in_worker and worker_available() else None
 
+    @property
+    def bounded_s(self) -> float | None:
+        """A check's deadline with the helper process (one check at a time); in-process, none."""
+        return self.worker.timeout_s if self.worker is not None else None
+
     def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
         # Never the file's own name: for a name it can open, CPython takes the line of a syntax error
         # from the file on disk and counts the column in it, and the text checked here is seldom what

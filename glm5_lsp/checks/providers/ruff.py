@@ -44,6 +44,11 @@ class RuffProvider:
         self.select = select
         self.timeout_s = timeout_s
 
+    @property
+    def bounded_s(self) -> float:
+        """A ``ruff check`` process is killed at ``timeout_s``."""
+        return self.timeout_s
+
     def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
         argv = [self.executable, "check", "--isolated", "--no-cache", "--output-format", "json",
                 "--select", ",".join(self.select), "--stdin-filename", path or "candidate.py", "-"]

@@ -84,6 +84,11 @@ class RuffServerProvider:
         self._version = 0
         self._next_id = _INITIALIZE_ID
 
+    @property
+    def bounded_s(self) -> float:
+        """A check's deadline (``DiagnosticProvider``): the server answers one check at a time."""
+        return self.timeout_s
+
     def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
         fallback = self.fallback
         if fallback is not None:

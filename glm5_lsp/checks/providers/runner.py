@@ -6,9 +6,16 @@ diagnostics; repair rounds judge the same candidate again. Complete reports (no 
 are remembered for the last few texts (``RECENT``), keyed by the provider instances, so every runner
 over the same providers shares them.
 
-The providers run concurrently. A provider that raises, or runs past ``timeout_s``, contributes nothing to this call and is named in
-``DiagnosisReport.skipped``; the other providers' diagnostics still come back. In-process providers
-run on a daemon worker thread so a hung one cannot hold up the caller (the thread is abandoned).
+A provider that raises, or runs past ``timeout_s``, contributes nothing to this call and is named in
+``DiagnosisReport.skipped``; the other providers' diagnostics still come back. A provider that may
+run on indefinitely (in-process) runs on a daemon thread of its own, so a hung one cannot hold up
+the caller (the thread is abandoned); one that stops itself within the time limit (``bounded_s``: a
+helper process asked with a deadline) is called in the calling thread while those threads run
+(which may then wait for the helper to finish another thread's check first: twice the limit at the
+most). A
+check from a helper takes about a millisecond, and handing it to a thread and back cost more than
+that: two checks of a 500-line file, 2.7-3.4 ms on threads against 1.0 ms in the caller (BENCHMARKS.md,
+"Checks in the calling thread").
 """
 
 from __future__ import annotations
@@ -69,10 +76,20 @@ class DiagnosticRunner:
     def _run(self, providers: Sequence[DiagnosticProvider], text: str, path: str, language: str) -> DiagnosisReport:
         report = DiagnosisReport()
         started = time.monotonic()
-        running = [(provider, in_background(_diagnostics_of, provider, text, path, language, name=f"diagnose-{provider.name}"))
-                   for provider in providers]
-        for provider, job in running:
-            found, why = _outcome(job, max(0.0, started + self.timeout_s - time.monotonic()), self.timeout_s)
+        inline = [self.bounded(provider) for provider in providers]
+        running: list[tuple[DiagnosticProvider, Future[list[Diagnostic]] | None]] = [
+            (provider, None if here else in_background(_diagnostics_of, provider, text, path, language,
+                                                       name=f"diagnose-{provider.name}"))
+            for provider, here in zip(providers, inline)]
+        outcomes: dict[int, tuple[list[Diagnostic], str | None]] = {}
+        for number, (provider, job) in enumerate(running):
+            if job is None:  # stops itself in time: no thread to hand it to and back from
+                outcomes[number] = _called(provider, text, path, language)
+        for number, (provider, job) in enumerate(running):
+            if job is not None:
+                outcomes[number] = _outcome(job, max(0.0, started + self.timeout_s - time.monotonic()), self.timeout_s)
+        for number, (provider, _job) in enumerate(running):
+            found, why = outcomes[number]
             if why is not None:
                 log.warning("diagnostic provider %s skipped: %s", provider.name, why)
                 report.skipped.append(f"{provider.name}: {why}")
@@ -80,6 +97,19 @@ class DiagnosticRunner:
             report.diagnostics.extend(found)
         report.diagnostics = sort_diagnostics(report.diagnostics)
         return report
+
+    def bounded(self, provider: DiagnosticProvider) -> bool:
+        """Whether ``provider`` returns or raises on its own within this runner's time limit."""
+        bound = getattr(provider, "bounded_s", None)
+        return bound is not None and bound <= self.timeout_s
+
+
+def _called(provider: DiagnosticProvider, text: str, path: str, language: str) -> tuple[list[Diagnostic], str | None]:
+    """``provider``'s diagnostics in the calling thread, as :func:`_outcome` reports a thread's."""
+    try:
+        return _diagnostics_of(provider, text, path, language), None
+    except Exception as error:  # noqa: BLE001 -- any failure of a checker is reported, never raised
+        return [], f"{type(error).__name__}: {error}"
 
 
 def in_background(fn: Callable[..., T], *args: object, name: str = "background") -> Future[T]:
