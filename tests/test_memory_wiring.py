@@ -371,11 +371,14 @@ def test_a_finished_word_the_memorys_continuation_begins_with_is_shown_whatever_
     memory = session_memory(tokenizer, workspace)
     document = TYPED.replace("\n\ndef quote", "\ndiscount = 0.1\n\n\ndef quote")  # the finisher's "discount"
     pipeline = Pipeline(InProcess("count=0.75)"), settings(), memory=memory)
-    pipeline.install_gate(Recording())  # withholds everything; its strategy: silent
+    gate = Recording()  # withholds everything; its strategy: silent
+    pipeline.install_gate(gate)
     result = pipeline.complete(document + "\n", len(document), path=str(workspace / "quote.py"), language="python",
                                multiline=False, gated=True)
     assert result.recalled.continuation == EXPECTED and result.recalled.line == EXPECTED  # one view: no words of two
-    assert result.text == "count" and result.finished_word and result.withheld == ""
+    # the memory's line goes on from the word the two agree on: it is shown, the word with it
+    assert result.text == EXPECTED and result.remembered and not result.finished_word and result.withheld == ""
+    assert gate.judged[-1][0] == EXPECTED  # the acceptance log's features are the shown line's
     other = TYPED.replace("\n\ndef quote", "\ndistance = 0.1\n\n\ndef quote")  # the finisher's "distance"
     result = pipeline.complete(other + "\n", len(other), path=str(workspace / "quote.py"), language="python",
                                multiline=False, gated=True)
@@ -454,6 +457,18 @@ def test_words_the_memorys_views_agree_on_are_not_shown_where_they_break_the_fil
     assert result.text == "" and not result.finished_word
     block = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=True, gated=True)
     assert block.text == "" and not block.finished_word  # a multi-line request never gets them
+
+
+def test_the_finished_word_stays_alone_where_the_memorys_line_would_break_the_file(tokenizer, workspace: Path) -> None:
+    memory = session_memory(tokenizer, workspace)
+    head = TYPED.replace("\n\ndef quote", "\ndiscount = 0.1\n\n\ndef quote")  # the finisher's "discount"
+    document = head + ".real)\n"  # "discount.real)" is fine; the memory's line would leave ".real)" dangling
+    pipeline = Pipeline(InProcess("count=0.75)"), settings(), memory=memory)
+    pipeline.install_gate(Recording())
+    result = pipeline.complete(document, len(head), path=str(workspace / "quote.py"), language="python",
+                               multiline=False, gated=True)
+    assert result.recalled.continuation.startswith("count")
+    assert result.text == "count" and result.finished_word and not result.remembered
 
 
 def test_a_settled_line_is_post_processed_as_a_candidate_is(tokenizer, settled: Path) -> None:
