@@ -54,10 +54,12 @@ def perplexity(args: argparse.Namespace) -> None:
     model, tokenizer, window = load_runtime(None)
     table = Interpolation.default()
     print(f"weights from commit {weights_commit()}; window {window}; table: {table.source}")
-    print("The memory holds the rest of the package and the libraries it imports; in the last column also the")
-    print("file's own text above the token (as the editor's memory holds the document being edited).")
-    print("| package | tokens | model alone | + memory | ratio | + memory and the file above | ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print("The memory holds the rest of the package and the libraries it imports; in the 'file above' columns also")
+    print("the file's own text above the token (as the editor's memory holds the document being edited). 'Best")
+    print("weight' is the most any interpolation weight could reach: at each token the better of the two")
+    print("probabilities, chosen knowing the token (the file above in the memory).")
+    print("| package | tokens | model alone | + memory | ratio | + memory and the file above | ratio | best weight | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
     total, total_above = Scores(), Scores()
     cache: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,12 +70,21 @@ def perplexity(args: argparse.Namespace) -> None:
                                   log=lambda _: None, above=True, model_cache=cache)
             total.extend(scores)
             total_above.extend(above)
-            alone, mixed, mixed_above = ppl(scores, None), ppl(scores, table), ppl(above, table)
+            alone, mixed, mixed_above, best = ppl(scores, None), ppl(scores, table), ppl(above, table), hindsight(above)
             print(f"| {name} | {len(scores.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} | "
-                  f"{mixed_above:.2f} | {mixed_above / alone:.2f} |", flush=True)
-    alone, mixed, mixed_above = ppl(total, None), ppl(total, table), ppl(total_above, table)
+                  f"{mixed_above:.2f} | {mixed_above / alone:.2f} | {best:.2f} | {best / alone:.2f} |", flush=True)
+    alone, mixed, mixed_above, best = ppl(total, None), ppl(total, table), ppl(total_above, table), hindsight(total_above)
     print(f"| all | {len(total.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} | {mixed_above:.2f} | "
-          f"{mixed_above / alone:.2f} |")
+          f"{mixed_above / alone:.2f} | {best:.2f} | {best / alone:.2f} |")
+
+
+def hindsight(scores) -> float:
+    """Perplexity with each token's better probability, the model's or the memory's: the floor of every
+    mixture ``lam * p_memory + (1 - lam) * p_model`` whatever ``lam`` each token gets."""
+    import numpy as np
+
+    p_model, p_memory, _ = scores.arrays()
+    return float(np.exp(-np.mean(np.log(np.maximum(np.maximum(p_model, p_memory), 1e-12)))))
 
 
 def drafts(args: argparse.Namespace) -> None:
