@@ -327,14 +327,15 @@ def test_the_gate_judges_every_answer_knowing_what_the_memory_said(tokenizer, di
         pipeline = Pipeline(InProcess(answer), settings(), memory=memory)
         pipeline.install_gate(gate)
         result = pipeline.complete(DOCUMENT, len(TYPED), path=path, language="python", multiline=False, gated=True)
-        # withheld, vouched for or not; the word both of the memory's views begin with is shown instead
-        assert result.text == "count" and result.finished_word and result.withheld == ""
+        # withheld, vouched for or not; both of the memory's views begin with "count": the memory's
+        # line, which goes on from it, is shown instead
+        assert result.text == EXPECTED and result.remembered and result.withheld == ""
         (text, was_vouched, recalled), *stand_ins = gate.judged
         assert text == (EXPECTED if vouched else answer) and was_vouched is vouched and recalled.continuation == EXPECTED and recalled.line == "count=0.5)"
         assert (recalled.line_count, recalled.line_total, recalled.line_distinct) == (2, 3, 2)
         # then the memory's continuation, where it is not what was withheld (withheld too, here), and
-        # the shown word's own features for the acceptance log
-        assert [t for t, _, _ in stand_ins] == ([] if vouched else [EXPECTED]) + ["count"]
+        # the shown line's own features for the acceptance log
+        assert [t for t, _, _ in stand_ins] == ([] if vouched else [EXPECTED]) + [EXPECTED]
 
 
 class Remembering(Recording):
@@ -422,7 +423,8 @@ def test_a_line_too_few_of_the_workspaces_lines_share_is_not_shown(tokenizer, di
     pipeline.install_gate(Recording())
     result = pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python",
                                multiline=False, gated=True)
-    assert not result.from_lines and result.text == "count"  # only the word both views begin with
+    assert not result.from_lines and result.text == EXPECTED  # the memory's line after the word both begin with
+    assert result.remembered and not result.finished_word
 
 
 @pytest.mark.parametrize("first, second, typed, words", [
@@ -451,7 +453,7 @@ def test_words_the_memorys_views_agree_on_are_not_shown_where_they_break_the_fil
     path = str(disputed / "quote.py")
     typed = TYPED[: -len("dis")]  # after the space: both views begin with "discount"
     fine = pipeline.complete(typed + "\n", len(typed), path=path, language="python", multiline=False, gated=True)
-    assert fine.text == "discount" and fine.finished_word
+    assert fine.text == "dis" + EXPECTED and fine.remembered  # the memory's line, which goes on from "discount"
     document = typed + " x)\n"  # "items, discount x)": a name then a name is no argument
     result = pipeline.complete(document, len(typed), path=path, language="python", multiline=False, gated=True)
     assert result.text == "" and not result.finished_word
@@ -536,8 +538,8 @@ def test_the_gate_reads_the_memory_in_the_candidates_frame_when_the_word_is_heal
     pipeline.complete(DOCUMENT, len(TYPED), path=str(disputed / "quote.py"), language="python", multiline=False,
                       gated=True)
     assert backend.requests[0].forced_prefix == "dis"  # the typed word was healed
-    (text, healed, values), (shown, _, _) = seen  # the candidate, then the word the views agree on
-    assert shown == "count"
+    (text, healed, values), (shown, _, _) = seen  # the candidate, then what is shown in its place
+    assert shown == EXPECTED  # the memory's line after the word the views agree on (the withheld candidate)
     assert (text, healed) == (EXPECTED, "dis")  # the candidate is text after the cursor
     assert values["memory_equal"] == 1.0 and values["memory_agree_chars"] == len(EXPECTED)
     assert values["line_equal"] == 0.0 and values["line_agree_chars"] == len("count=0.")

@@ -71,7 +71,8 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
             log.debug("no clean candidate: showing the memory's continuation (%r)", shown.text)
             return shown
         if words is not None and not multiline and _stood_in(gate, result, words, document, offset, from_lines=False,
-                                                             language=language, trigger=trigger, internals=internals):
+                                                             language=language, trigger=trigger, internals=internals,
+                                                             goes_on=remembered):
             log.debug("no clean candidate: showing the words the memory's views agree on (%r)", result.text)
         return result
     verdict = gate.judge(result, document, offset, language=language, multiline=multiline, trigger=trigger,
@@ -96,7 +97,7 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
         return shown
     if words is not None and not multiline and _stood_in(gate, result, words, document, offset, from_lines=False,
                                                          language=language, trigger=trigger, internals=internals,
-                                                         rejected=rejected):
+                                                         rejected=rejected, goes_on=remembered):
         log.debug("%s; the words the memory's views agree on shown instead (%r)", why, result.text)
         return result
     # The memory's first word, where it finishes the typed word as the word finisher's likeliest
@@ -147,15 +148,19 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
 
 
 def _stood_in(gate: Any, result: Any, view: Callable[[Any], str], document: str, offset: int, *,
-              language: str, trigger: str | None, internals: Any, rejected: str = "", from_lines: bool) -> bool:
+              language: str, trigger: str | None, internals: Any, rejected: str = "", from_lines: bool,
+              goes_on: Callable[[Any], str] | None = None) -> bool:
     """Put what ``view`` gives (insertion text, "" for none) on ``result`` (True) when it is not the
     rejected text: the workspace's rest of the line (``from_lines``), else words shown as a finished
-    word (those both of the memory's views begin with); the acceptance log records its own features."""
+    word (those both of the memory's views begin with; the memory's line instead where it goes on
+    from them, ``goes_on``: :func:`_memory_goes_on`); the acceptance log records its own features."""
     text = view(result)
     if not text.strip() or text == rejected:
         return False
     result.text, result.clean, result.from_lines, result.finished_word = text, True, from_lines, not from_lines
     result.diagnostics_after = []
+    if goes_on is not None:
+        _memory_goes_on(result, goes_on)
     _judge_shown(gate, result, document, offset, language=language, multiline=False, trigger=trigger,
                  internals=internals)
     return True
@@ -188,12 +193,16 @@ def _from_memory(gate: Any, result: Any, remembered: Callable[[Any], str], docum
 
 
 def _memory_goes_on(result: Any, remembered: Callable[[Any], str] | None) -> None:
-    """Where the finished word on ``result`` is the word the memory's continuation begins with, the
-    memory's checked first line (``remembered(result)``, insertion text) in its place when it goes on
-    from that word (the same word, then more): the finisher and the memory agreeing on the word is
-    what shows it, and the memory's line keeps it. On 66 such in-word cursors of the BENCHMARK_FIT
-    packages the line was the rest of the line 8 times where the word alone never was, and no exact
-    word was lost (edit similarity 0.24 -> 0.49; BENCHMARKS.md, "The memory's line after its word")."""
+    """Where the word(s) on ``result`` are shown because two sources agree the line begins so (the
+    word finisher and the memory's continuation; the memory's two views), the memory's checked first
+    line (``remembered(result)``, insertion text) in their place when it goes on from them (the same
+    words, then more): the agreement is what shows them, and the memory's line keeps them. On in-word
+    cursors of the BENCHMARK_FIT packages the line was the rest of the line 8 times in 66 after a
+    finished word and 2 times in 26 after the views' words, where the words alone never were (edit
+    similarity 0.24 -> 0.49 and 0.46; BENCHMARKS.md, "The memory's line after its word"). The words
+    are shown whatever the gate said of the line (it may be the very candidate it withheld): its
+    threshold weighs showing something against showing nothing, and here something is shown either
+    way, the line no less right than its first words."""
     word = result.text
     line = remembered(result) if remembered is not None and word else ""
     if len(line) > len(word) and line.startswith(word) and not _WORD.match(line[len(word)]):
