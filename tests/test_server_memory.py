@@ -157,3 +157,45 @@ async def test_files_changed_renamed_and_deleted_outside_the_editor(client: Lang
     while (answer := await shown(client, root)) == "ding_mode=3)":  # forgotten
         assert time.monotonic() < deadline, answer
         await asyncio.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def lone(tmp_path_factory: Any) -> Path:
+    """A folder with no project marker: the two files, and one more in a folder below them."""
+    folder = tmp_path_factory.mktemp("lone")
+    (folder / "billing.py").write_text(BILLING, encoding="utf-8")
+    (folder / "quote.py").write_text(QUOTE, encoding="utf-8")
+    (folder / "deeper").mkdir()
+    (folder / "deeper" / "other.py").write_text("def other():\n    return 1\n", encoding="utf-8")
+    return folder
+
+
+@pytest_lsp.fixture(scope="module", config=SERVER)  # the module's event loop (pytest_lsp ties the two)
+async def rootless(lsp_client: LanguageClient, scripted: Any, lone: Path) -> Any:
+    """A client that names no workspace (a file opened on its own, as Neovim does where no project
+    marker is above it), which opens ``quote.py`` of ``lone`` at once."""
+    caps = client_capabilities("visual-studio-code")
+    assert caps.text_document is not None and caps.workspace is not None
+    caps.workspace.did_change_watched_files = None  # this test client answers no registration
+    caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
+    await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=caps, root_uri=None, workspace_folders=None,
+        initialization_options={
+            "model": {"backend": "openai", "url": scripted.url, "name": "scripted", "timeoutSeconds": 10},
+            "completion": {"debounceMs": 0},
+            "budgets": {"requestTimeoutMs": 20000, "completionMs": 20000},
+            "memory": {"libraries": False, "stdlib": False},
+        },
+    ))
+    lsp_client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+        uri=(lone / "quote.py").as_uri(), language_id="python", version=1, text=QUOTE)))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_with_no_workspace_the_memory_reads_the_opened_files_folder(rootless: LanguageClient,
+                                                                        lone: Path) -> None:
+    await wait_until(lambda: ended(rootless, "GLM-5: workspace memory") is not None, 60)
+    end = ended(rootless, "GLM-5: workspace memory")
+    assert end is not None and end.message and end.message.startswith("2 files")  # not deeper/other.py
+    await shows(rootless, lone, 'ding="banker")')  # billing.py, beside the file opened, was read

@@ -117,14 +117,15 @@ class WorkspaceMemory:
     # ---- building -------------------------------------------------------------------------------
 
     def index_folder(self, root: str | os.PathLike[str], progress: Progress | None = None,
-                     libraries: bool | None = None) -> MemoryStats:
-        """Index every source file under ``root`` (the base shard) and, unless turned off, the
-        libraries its files import. Replaces whatever the memory held."""
+                     libraries: bool | None = None, recursive: bool = True) -> MemoryStats:
+        """Index every source file under ``root`` (the base shard; ``recursive`` False: the files
+        of ``root`` itself only) and, unless turned off, the libraries its files import. Replaces
+        whatever the memory held."""
         started = time.perf_counter()
         root = Path(root).resolve()
         if not root.is_dir():
             raise ValueError(f"cannot index {root}: not a folder")
-        paths = source_files(root, self.settings)
+        paths = source_files(root, self.settings, recursive)
         # Read, tokenized and let go a batch at a time: only the ids (2 bytes a token) and the names
         # imported stay (holding every text and its tokenizer output at once was most of the peak).
         docs: list[tuple[str, np.ndarray]] = []
@@ -402,11 +403,12 @@ class WorkspaceMemory:
             self.stats.dead_tokens = sum(s.dead_tokens for s in workspace)
 
 
-def source_files(root: Path, settings: MemorySettings) -> list[Path]:
-    """The workspace's source files, in path order, at most ``settings.max_files``."""
+def source_files(root: Path, settings: MemorySettings, recursive: bool = True) -> list[Path]:
+    """The workspace's source files, in path order, at most ``settings.max_files``; with
+    ``recursive`` False, those of ``root`` itself only (not of its folders)."""
     found: list[Path] = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS and not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS and not d.startswith(".")) if recursive else []
         for name in sorted(files):
             if name.endswith(settings.suffixes):
                 found.append(Path(folder) / name)

@@ -69,10 +69,11 @@ class SessionMemory:
     # ---- the first build ----------------------------------------------------------------------
 
     def index(self, root: str, progress: Callable[[str, int], None] | None = None,
-              cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
-        """Index the folder ``root`` (its files and, per the settings, the libraries they import):
-        the memory's stats as a dict. ``progress(message, percent)``; ``cancelled()`` polled at each
-        progress step (:class:`IndexCancelled` is raised then, the memory left as it was)."""
+              cancelled: Callable[[], bool] | None = None, recursive: bool = True) -> dict[str, Any]:
+        """Index the folder ``root`` (its files, with ``recursive`` those of its folders too, and, per
+        the settings, the libraries they import): the memory's stats as a dict. ``progress(message,
+        percent)``; ``cancelled()`` polled at each progress step (:class:`IndexCancelled` is raised
+        then, the memory left as it was)."""
         with self._lock:
             self._builds += 1
             number = self._builds
@@ -84,7 +85,7 @@ class SessionMemory:
                 progress(message, max(0, min(100, round(100 * fraction))))
 
         started = time.perf_counter()
-        stats = self.memory.index_folder(root, progress=step)
+        stats = self.memory.index_folder(root, progress=step, recursive=recursive)
         self.root, self.indexed = str(root), True
         log.info("workspace memory: %d files, %d tokens, %d library tokens (%s), %.0f MB, built in %.1f s",
                  stats.files, stats.tokens, stats.library_tokens, ", ".join(stats.libraries) or "no libraries",

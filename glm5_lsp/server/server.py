@@ -48,6 +48,7 @@ def build_server() -> Glm5Server:
         ls.schedule_diagnostics(params.text_document.uri)
         ls.warm_document(params.text_document.uri, params.text_document.language_id)
         ls.remember_document(params.text_document.uri)
+        ls.index_lone_folder(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: Glm5Server, params: types.DidChangeTextDocumentParams) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -118,6 +119,7 @@ class Glm5Server(LanguageServer):
         self.backend_down = False  # a BackendUnavailable was the last answer (shown to the user once)
         self.heap = IdleSettler(self._on_model_worker, self.supersession.busy)
         self._remembering: set[str] = set()  # documents whose text is going into the memory now
+        self._lone_folder: str | None = None  # no workspace from the client: the first opened file's folder
         self._remember_again: set[str] = set()  # ... and that changed again meanwhile
 
     protocol: Glm5Protocol
@@ -271,13 +273,33 @@ class Glm5Server(LanguageServer):
                     self.remember_document(uri)
             if root and engine.memory is not None and self.engine is engine:
                 await self.index_memory(engine, root)
+            elif not root:
+                self._lone_folder = None  # a new engine's memory: its folder is chosen again
+                for uri in list(self.workspace.text_documents):
+                    self.index_lone_folder(uri)
 
         self.loop.create_task(run())
 
-    async def index_memory(self, engine: Engine, root: str) -> dict[str, Any] | None:
-        """The workspace memory's first build of ``root`` (its files, the libraries they import),
-        in a thread of its own (a daemon: exiting never waits for it), reporting ``$/progress``.
-        Documents opened meanwhile keep the editor's text. None when it failed or was stopped."""
+    def index_lone_folder(self, uri: str) -> None:
+        """Where the client names no workspace (a file opened on its own: no project marker above
+        it), the workspace memory's first build covers the folder of the first file opened from
+        disk: its own files, not its folders' (it may be a home folder), and the libraries they
+        import. Without it the memory held the open documents alone, and no library."""
+        engine = self.engine
+        if self.workspace.root_path or self.loop is None or engine.memory is None or self._lone_folder is not None:
+            return
+        path = to_fs_path(uri) if uri.startswith("file:") else None
+        if not path or not os.path.isfile(path):
+            return
+        self._lone_folder = folder = os.path.dirname(os.path.abspath(path))
+        log.info("no workspace folder from the client: the workspace memory reads %s (its own files)", folder)
+        self.loop.create_task(self.index_memory(engine, folder, recursive=False))
+
+    async def index_memory(self, engine: Engine, root: str, recursive: bool = True) -> dict[str, Any] | None:
+        """The workspace memory's first build of ``root`` (its files, the libraries they import;
+        ``recursive`` False: the files of ``root`` itself), in a thread of its own (a daemon:
+        exiting never waits for it), reporting ``$/progress``. Documents opened meanwhile keep the
+        editor's text. None when it failed or was stopped."""
         assert self.loop is not None and engine.memory is not None
         memory = engine.memory
         progress = WorkProgress(self, self.loop, "GLM-5: workspace memory")
@@ -285,7 +307,8 @@ class Glm5Server(LanguageServer):
         started = time.perf_counter()
         try:
             stats = await in_daemon_thread(memory.index, root, progress.report,
-                                           lambda: self.engine is not engine or self.protocol.exit_code is not None)
+                                           lambda: self.engine is not engine or self.protocol.exit_code is not None,
+                                           recursive)
         except IndexCancelled:
             progress.end("stopped")
             return None
