@@ -446,6 +446,27 @@ def test_the_words_two_views_share_are_whole_pieces_cut_after_a_name(first: str,
     assert agreed_words(first, second, typed) == words
 
 
+@pytest.mark.parametrize("block, line, continuation, line_view, words", [
+    ("if x:\n        return 1", "    el", "else:  # the other way", "else:", "se"),  # "else" waits for its colon
+    ("try:\n        return 1", "    ex", "except OSError as error:", "except OSError:", "cept OSError"),
+    ("if x:\n        return 1", "    y = el", "else:  # the other way", "else:", ""),  # a keyword that cannot be there
+])
+def test_words_that_begin_a_keywords_statement_may_leave_it_waiting(tokenizer, block: str, line: str,
+                                                                   continuation: str, line_view: str,
+                                                                   words: str) -> None:
+    from glm5_lsp.pipeline.gating import memory_words
+    from glm5_lsp.pipeline.memory import Recollection
+    from glm5_lsp.repair.loop import RepairTarget
+
+    pipeline = Pipeline(InProcess("x"), settings())
+    document = f"def pick(x):\n    {block}\n{line}\n"
+    cursor = document.index(line) + len(line)
+    typed = line[-2:]  # the healed word: the views are insertion text at its start, with it
+    target = RepairTarget(document, cursor - len(typed), cursor, "pick.py", "python")
+    recalled = Recollection(continuation=typed + continuation[2:], line=typed + line_view[2:])
+    assert memory_words(pipeline.repair, target, recalled, typed) == words
+
+
 def test_words_the_memorys_views_agree_on_are_not_shown_where_they_break_the_file(tokenizer, disputed: Path) -> None:
     memory = session_memory(tokenizer, disputed)
     pipeline = Pipeline(InProcess("count=0.75)"), settings(), memory=memory)

@@ -303,7 +303,12 @@ def memory_words(loop: Any, target: Any, recalled: Any, forced_prefix: str) -> s
     words = agreed_words(first, second, forced_prefix)
     if not words[len(forced_prefix):].strip():
         return ""
-    found = loop.clean_form(words, target, forced=forced_prefix, check_word=False, close_header=False)
+    # Words that begin a keyword's statement may leave it waiting for the rest of the line (``el`` ->
+    # ``else``, ``ex`` -> ``except OSError``), as the word finisher's keyword may.
+    whole = _IDENTIFIER.match(trailing_identifier(target.document[max(0, target.start - 200):target.start]) + words)
+    opens = target.language == "python" and whole is not None and keyword.iskeyword(whole.group(0))
+    found = loop.clean_form(words, target, forced=forced_prefix, check_word=False, close_header=False,
+                            incomplete_ok=opens)
     return found[0][len(forced_prefix):] if found is not None else ""
 
 
