@@ -160,7 +160,9 @@ class RepairSettings:
 @dataclass
 class MemorySettings:
     """The workspace memory: the workspace's files and the libraries they import as the model's
-    token ids, whose longest matches are mixed into decoding and proposed as drafts."""
+    token ids, whose longest matches are mixed into decoding and proposed as drafts. With no
+    workspace folder from the editor (a file opened on its own), the files beside the first file
+    opened, not those of the folders below it."""
 
     enabled: bool = True  # built for the workspace folder when the model loads; updated as documents change
     libraries: bool = True  # the installed distributions the workspace imports (cached on disk, shared)
