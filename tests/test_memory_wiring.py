@@ -386,6 +386,21 @@ def test_a_finished_word_the_memorys_continuation_begins_with_is_shown_whatever_
     assert result.text == "" and "silent" in result.withheld
 
 
+def test_the_word_the_finisher_and_memory_agree_on_is_shown_where_the_model_wrote_just_it(tokenizer,
+                                                                                       workspace: Path) -> None:
+    memory = session_memory(tokenizer, workspace)
+    head = TYPED.replace("\n\ndef quote", "\ndiscount = 0.1\n\n\ndef quote")  # the finisher's "discount"
+    document = head + ".real)\n"  # the memory's whole line would break the file here; its word does not
+    pipeline = Pipeline(InProcess("count"), settings(), memory=memory)  # the model: the word alone
+    gate = Recording()  # withholds it, judged as a line; its strategy: silent
+    pipeline.install_gate(gate)
+    result = pipeline.complete(document, len(head), path=str(workspace / "quote.py"), language="python",
+                               multiline=False, gated=True)
+    assert gate.judged[0][0] == "count"  # the model's word was judged and withheld
+    # the finisher's likeliest word and the memory's first word agree on "discount": it is shown
+    assert result.text == "count" and result.finished_word and result.withheld == ""
+
+
 # A third line going on as two of the others do: the workspace's lines now say "count=0.5)" three
 # times in four, enough to stand in for a withheld answer (``pipeline.gating.LINE_MIN_SHARE``).
 SETTLED = DISPUTED + '''

@@ -129,7 +129,9 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
             word = word[len(heal):] if word.startswith(heal) else ""
         finished = _IDENTIFIER.match(heal + word)
         agreed = bool(remembered_word) and finished is not None and finished.group(0) == remembered_word
-        if word.strip() and word != rejected and (strategy == "finish_word" or agreed):
+        # The word the finisher and the memory agree on is shown even where the model wrote just that
+        # word and the gate, judging it as a whole line, withheld it: the agreement is the evidence.
+        if word.strip() and (agreed or (strategy == "finish_word" and word != rejected)):
             result.text, result.finished_word = word, True
             if agreed:
                 _memory_goes_on(result, remembered)
