@@ -7,14 +7,20 @@ a call where it stands: a watchdog thread raises :class:`Overrun` inside the cal
 ``TimeoutError``. Work blocked inside one long C call is stopped only when that call returns.
 
 ``Overrun`` derives from ``BaseException`` so that the ``except Exception`` handlers of the code being
-stopped do not swallow it. A watchdog that fires just as the call returns is disarmed under a lock,
-and an exception it had already set but not yet delivered is withdrawn, so it never escapes into
-the caller's later code.
+stopped do not swallow it. A watchdog that fires just as the call returns is told to stop through a
+C-level queue (one call, never cut in half by the stop it waits for); once it has stopped, a stop it
+set that Python has not raised yet is raised on purpose and caught, so none escapes into the
+caller's later code. Two things this module avoids on the way out: a Python lock (under a tracer,
+``sys.settrace`` or ``cProfile``, a stop can land between a lock's acquisition and the ``with`` block
+that would release it, and the next acquisition waits forever), and withdrawing a stop by setting a
+NULL one (CPython 3.11 then leaves the thread's eval breaker raised for good: every later call takes
+the slow path, and under a tracer a function's first instruction runs again and again, a hang).
 """
 
 from __future__ import annotations
 
 import ctypes
+import queue
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -30,6 +36,10 @@ class Overrun(BaseException):
     """Raised inside a call that ran past its time (never seen by the caller of call_with_timeout)."""
 
 
+def _land_pending_stop() -> None:
+    """Nothing: entering a function is where Python raises an exception set from another thread."""
+
+
 def call_with_timeout(function: Callable[[], T], seconds: float, retry_s: float = 0.02) -> T:
     """``function()``, or ``TimeoutError`` once it has run ``seconds`` (checked between bytecodes).
 
@@ -38,28 +48,41 @@ def call_with_timeout(function: Callable[[], T], seconds: float, retry_s: float 
     if seconds <= 0:
         raise TimeoutError("no time left")
     thread = threading.get_ident()
-    lock = threading.Lock()
-    finished = threading.Event()
+    stop: queue.SimpleQueue[None] = queue.SimpleQueue()  # put and get are single C calls
+    stopped: queue.SimpleQueue[None] = queue.SimpleQueue()
+    gone = [False]
+    posted = [False]
+
+    def told_to_stop(timeout: float) -> bool:
+        try:
+            stop.get(timeout=timeout)
+            return True
+        except queue.Empty:
+            return False
 
     def watch() -> None:
-        if finished.wait(seconds):
-            return
-        while True:
-            with lock:
-                if finished.is_set():
-                    return
-                _set_async_exc(thread, Overrun)
-            if finished.wait(retry_s):
+        try:
+            if told_to_stop(seconds):
                 return
+            while True:
+                posted[0] = True
+                _set_async_exc(thread, Overrun)
+                if told_to_stop(retry_s):
+                    return
+        finally:
+            gone[0] = True  # it sets nothing more (before ``stopped``: a disarm cut short reads this)
+            stopped.put(None)
 
     def disarm() -> None:
         while True:
             try:
-                with lock:  # the watcher only raises while holding it: none comes after this
-                    finished.set()
-                    _set_async_exc(thread, ctypes.py_object())  # withdraw a stop still pending (NULL)
+                if not gone[0]:
+                    stop.put(None)  # again after a stop that landed here: the watcher reads one
+                    stopped.get()
+                if posted[0]:
+                    _land_pending_stop()  # a call: the stop it set last, if Python has not raised it yet
                 return
-            except Overrun:  # one delivered just before the lock was taken
+            except Overrun:  # set before the watcher was told; raised here, even as ``get`` returns
                 continue
 
     watcher = threading.Thread(target=watch, name="deadline", daemon=True)

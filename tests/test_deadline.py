@@ -74,3 +74,41 @@ def test_a_stop_swallowed_by_a_finalizer_is_raised_again() -> None:
     with pytest.raises(TimeoutError):
         call_with_timeout(work, 0.05)
     assert time.perf_counter() - started < 1.5
+
+
+TRACED = """
+import cProfile, sys, time
+from glm5_lsp.deadline import call_with_timeout
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+profiler = cProfile.Profile()
+if sys.argv[1] == "profile":
+    profiler.enable()
+else:
+    sys.settrace(lambda *args: None)
+stopped = 0
+for attempt in range(5):
+    try:
+        call_with_timeout(lambda: spin(5.0), 0.02)
+    except TimeoutError:
+        stopped += 1
+    spin(0.01)  # a stop left behind would surface here
+print("stopped", stopped)
+"""
+
+
+@pytest.mark.parametrize("tracer", ["settrace", "profile"])
+def test_a_stop_under_a_tracer_or_profiler_returns(tracer: str) -> None:
+    """Under ``sys.settrace`` (debuggers, coverage) or ``cProfile`` the first stopped call used to
+    hang the thread for good: a stop landed between a lock's acquisition and its ``with`` block, and
+    withdrawing one with a NULL exception left CPython re-running a function's first instruction."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", TRACED, tracer], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["stopped", "5"]
