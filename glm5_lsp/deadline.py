@@ -89,6 +89,10 @@ def call_with_timeout(function: Callable[[], T], seconds: float, retry_s: float 
     try:
         try:
             watcher.start()
+        except RuntimeError:  # no thread to be had: nothing watches, nothing to wait for
+            gone[0] = True
+            raise
+        try:
             return function()
         finally:
             disarm()

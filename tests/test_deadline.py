@@ -112,3 +112,34 @@ def test_a_stop_under_a_tracer_or_profiler_returns(tracer: str) -> None:
     done = subprocess.run([sys.executable, "-c", TRACED, tracer], check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["stopped", "5"]
+
+
+def test_no_thread_for_the_watchdog_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``can't start new thread`` (a process at its limit) reaches the caller; nothing waits for a
+    watchdog that never ran."""
+    import threading
+    import types
+
+    from glm5_lsp import deadline
+
+    class NoThread:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(deadline, "threading", types.SimpleNamespace(Thread=NoThread, get_ident=threading.get_ident))
+    outcome: list[BaseException | int] = []
+
+    def ask() -> None:
+        try:
+            outcome.append(deadline.call_with_timeout(lambda: 1, 1.0))
+        except BaseException as error:  # noqa: BLE001 - recorded for the assertion
+            outcome.append(error)
+
+    helper = threading.Thread(target=ask, daemon=True)
+    helper.start()
+    helper.join(5.0)
+    assert not helper.is_alive(), "call_with_timeout waited for a watchdog that never started"
+    assert isinstance(outcome[0], RuntimeError)
