@@ -113,9 +113,7 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
         # right ones and no wrong one (BENCHMARKS.md, "Keywords the line asks for").
         finished = _IDENTIFIER.match(heal + rejected)  # as the memory's continuation spells it (``heal``)
         agreed = bool(remembered_word) and finished is not None and finished.group(0) == remembered_word
-        typed = heal or trailing_identifier(document[max(0, offset - 200):offset])  # a keyword is short
-        whole = _IDENTIFIER.match(typed + rejected)
-        if rejected.strip() and (agreed or (whole is not None and keyword.iskeyword(whole.group(0)))):
+        if rejected.strip() and (agreed or _begins_keyword(document, offset, rejected, heal)):
             result.text = rejected
             if agreed:
                 _memory_goes_on(result, remembered)
@@ -278,6 +276,14 @@ def agreed_words(first: str, second: str, typed: str = "") -> str:
 _IDENTIFIER = re.compile(r"\w+")
 
 
+def _begins_keyword(document: str, offset: int, text: str, typed: str = "") -> bool:
+    """Whether the word typed before ``offset`` of ``document`` (``typed`` instead: a healed word),
+    finished by ``text``, is a Python keyword."""
+    typed = typed or trailing_identifier(document[max(0, offset - 200):offset])  # a keyword is short
+    whole = _IDENTIFIER.match(typed + text)
+    return whole is not None and keyword.iskeyword(whole.group(0))
+
+
 def memory_first_word(recalled: Any) -> str:
     """The name or number the memory's token-level continuation begins with (``recalled``: insertion
     text at the target, a healed word included), "" for none. Where the word finisher's likeliest word
@@ -307,8 +313,7 @@ def memory_words(loop: Any, target: Any, recalled: Any, forced_prefix: str) -> s
         return ""
     # Words that begin a keyword's statement may leave it waiting for the rest of the line (``el`` ->
     # ``else``, ``ex`` -> ``except OSError``), as the word finisher's keyword may.
-    whole = _IDENTIFIER.match(trailing_identifier(target.document[max(0, target.start - 200):target.start]) + words)
-    opens = target.language == "python" and whole is not None and keyword.iskeyword(whole.group(0))
+    opens = target.language == "python" and _begins_keyword(target.document, target.start, words)
     found = loop.clean_form(words, target, forced=forced_prefix, check_word=False, close_header=False,
                             incomplete_ok=opens)
     return found[0][len(forced_prefix):] if found is not None else ""
