@@ -216,3 +216,25 @@ def test_style_of_a_named_file_is_reread_only_when_it_changes_much() -> None:
     assert style.profile(snake + "x = 1\n", "python", "m.py") is first  # one line typed: not re-read
     assert style.profile(camel, "python", "m.py").naming.get("function") == "camel"  # rewritten: re-read
     assert style.profile(camel, "python").naming.get("function") == "camel"  # no path: by content
+
+
+def test_a_file_s_style_read_when_it_opens_is_not_read_again_by_its_first_request(monkeypatch, caplog) -> None:
+    import glm5_lsp.repair.style as style_module
+    from glm5_lsp.repair.standard import standard_loop
+
+    loop = standard_loop(object(), exception_fill=False)  # a served model's loop: no monitor
+    document = (DATA / "style" / "snake_double.py").read_text()
+    loop.warm(document, "python", "s.py")
+    monkeypatch.setattr(style_module, "detect_style", lambda *a, **k: pytest.fail("read again"))
+    typed = document + "\n\ndef count_lines(path_name):\n    "
+    target = RepairTarget(typed, len(typed), len(typed), "s.py", "python")
+    (rewrite,), (penalty,) = loop.rewriters, loop.penalties
+    assert rewrite("return open(path_name, 'r')", target) == 'return open(path_name, "r")'
+    assert penalty("lineCount = 3", target) == 1
+
+    def broken(document: str, language: str, path: str) -> None:
+        raise RuntimeError("no")
+
+    loop.warmers.append(broken)
+    loop.warm(document, "python", "t.py")  # logged, not raised
+    assert "could not read t.py ahead of the requests" in caplog.text

@@ -360,3 +360,41 @@ def test_a_closed_document_leaves_nothing_behind(scripted: Any) -> None:
         server.stop()
 
     asyncio.run(run())
+
+
+def test_an_opened_document_s_style_is_read_before_its_first_completion(scripted: Any) -> None:
+    """didOpen reads what the repair loop takes from the whole file (its style), off the requests."""
+    import asyncio
+
+    from glm5_lsp.server.server import build_server
+
+    async def run() -> None:
+        server = build_server()
+        writer = _Writer()
+        server.protocol.set_writer(writer)
+
+        def send(payload: dict[str, Any]) -> None:
+            server.protocol.receive(json.dumps({"jsonrpc": "2.0", **payload}).encode())
+
+        send({"id": 1, "method": "initialize", "params": {"processId": None, "capabilities": {},
+                                                          "initializationOptions": {"model": {
+                                                              "backend": "openai", "url": scripted.url,
+                                                              "name": "scripted"}}}})
+        while 1 not in writer.answers:
+            await asyncio.sleep(0.01)
+        send({"method": "initialized", "params": {}})
+        while server.engine.pipeline is None:
+            await asyncio.sleep(0.05)
+        path = "/tmp/glm5_limits/styled.py"
+        text = "".join(f"def read_part_{i}(a):\n    return 'x'  # part\n" for i in range(6))
+        send({"method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": "file://" + path, "languageId": "python", "version": 1, "text": text}}})
+        await asyncio.sleep(0.1)
+        while server._warm_tasks:
+            await asyncio.sleep(0.05)
+        (rewrite, *_) = server.engine.pipeline.repair.rewriters
+        kept = rewrite.__self__._by_path.get((path, "python"))
+        assert kept is not None and kept[1].quote == "'" and kept[1].naming.get("function") == "snake"
+        server.stop()
+
+    asyncio.run(run())

@@ -158,6 +158,7 @@ Rewriter = Callable[[str, RepairTarget], "str | None"]  # a fixed candidate, or 
 WordFinisher = Callable[[str, str, str, str], "list[str]"]  # (before the word, the word, after, language) -> words
 WordCheck = Callable[[str, str, str, str, str], str | None]  # (before, typed, text, after, language) -> unknown word
 Penalty = Callable[[str, RepairTarget], int]
+Warmer = Callable[[str, str, str], object]  # (document, language, path): reads what a rule will need
 MonitorFactory = Callable[[RepairTarget], "LogitsProcessor | None"]
 # The workspace memory's processor around the monitor (which may be None): (target, monitor) -> processor
 MemoryFactory = Callable[[RepairTarget, "LogitsProcessor | None"], "LogitsProcessor | None"]
@@ -210,7 +211,8 @@ class RepairLoop:
                  finisher: WordFinisher | None = None,
                  word_check: WordCheck | None = None, clock: Callable[[], float] = time.monotonic,
                  memory_factory: MemoryFactory | None = None, alternative: Alternative | None = None,
-                 extension: Extensions | None = None, agreed: Alternative | None = None) -> None:
+                 extension: Extensions | None = None, agreed: Alternative | None = None,
+                 warmers: Sequence[Warmer] = ()) -> None:
         self.backend = backend
         self.settings = settings or RepairSettings()
         self._runner = runner
@@ -226,6 +228,17 @@ class RepairLoop:
         self.agreed = agreed  # the memory's answer where its views agree: shown without asking the model
         self.recall: Callable[[CompletionRequest, RepairTarget], Any] | None = None  # what the memory says there
         self._runners: dict[str, DiagnosticRunner] = {}  # per language, kept: providers keep recent parses
+        self.warmers = list(warmers)  # what a rule reads from a whole document, read when it opens
+
+    def warm(self, document: str, language: str, path: str = "") -> None:
+        """Read ahead what the rules read from a whole ``document`` (its style conventions), so the
+        first completion in a file just opened does not pay for it. Each warmer's failure is logged:
+        the request then reads it itself."""
+        for warmer in self.warmers:
+            try:
+                warmer(document, language, path)
+            except Exception:
+                log.warning("could not read %s ahead of the requests", path or "the document", exc_info=True)
 
     def runner_for(self, language: str) -> DiagnosticRunner:
         if self._runner is not None:

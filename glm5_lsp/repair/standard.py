@@ -6,6 +6,7 @@
 - rewriters: the file's style fixes (``style.StyleConsistency.rewrite``) and the narrowing of broad
   ``except`` clauses (``templates.exception_rewriter``, jedi + the document by default);
 - penalties: the style breaks left (``StyleConsistency.penalty``);
+- warmers: the file's style conventions, read when it opens (``StyleConsistency.profile``);
 - the decoding monitor for Python (``monitor.python_monitor_factory``) when the vocabulary's token
   strings are given (``Tokenizer.token_strings()``; a backend without internals ignores it anyway);
 - the word finisher (``words.finishing_words``): an as-you-type completion with no clean candidate
@@ -41,14 +42,16 @@ def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,
     """A repair loop with the style, exception-template and monitor rules attached (see above)."""
     rewriters = []
     penalties = []
+    warmers = []
     if style:
         consistency = StyleConsistency()
         rewriters.append(consistency.rewrite)
         penalties.append(consistency.penalty)
+        warmers.append(consistency.profile)
     if exception_fill:
         known = known_exceptions or CombinedExceptions([DocumentExceptions(), JediExceptions()])
         rewriters.append(exception_rewriter(known))
     factory = python_monitor_factory(token_strings, monitor_settings) if token_strings is not None else None
     return RepairLoop(backend, settings, runner, rewriters=rewriters, penalties=penalties,
                       monitor_factory=factory, finisher=finishing_words,
-                      word_check=unknown_word)
+                      word_check=unknown_word, warmers=warmers)

@@ -716,6 +716,10 @@ class Glm5Server(LanguageServer):
                     log.info("indexed the API docs of %d package(s) %s imports", added, target.path)
             except Exception:  # the index stays as it was; completions go on without those docs
                 log.exception("could not index the packages %s imports", target.path)
+        pipeline = self.current_pipeline()
+        if pipeline is not None and not target.view.windowed and self.document(uri) is not None:
+            # the repair loop's reading of the whole file (its style), once, not in its first request
+            await asyncio.to_thread(pipeline.warm_document, target.text, target.path, language_id)
         # Not for a document read as a window: jedi's parse of each window a large document shows
         # (its trees, its caches) stayed in the heap after the document closed, 8 MB a document.
         if target.language == "python" and self.engine.monitors_names and not target.view.windowed \
