@@ -215,7 +215,8 @@ def test_context_budget_fits_the_model(setting: int, trained: int | None, expect
 
 @pytest.mark.parametrize("setting,context,topk,expected", [
     (0, 416, None, 208),  # auto: half the prompt budget
-    (0, 416, 128, 128),  # and no more than the model's DSA top-k
+    (0, 416, 128, 64),  # and no more than half the model's DSA top-k
+    (0, 416, 256, 128),
     (0, 1024, 2048, 512),
     (0, 100, None, 64),  # never below the floor
     (300, 416, 128, 300),  # an explicit budget wins

@@ -100,8 +100,9 @@ class BudgetSettings:
     # (the checkpoint's metrics.json ``seq_len``), else DEFAULT_CONTEXT_TOKENS
     context_tokens: int = field(default=0, metadata=_range(0, 131072))
     # A single-line completion's prompt (inline and list completions); 0: half the budget above, and
-    # no more than the model's DSA top-k (a longer prompt's prefill runs the indexer). Its prefill is
-    # the largest part of an as-you-type request, and one line needs the code near it most.
+    # no more than half the model's DSA top-k (the prompt and its line then never run the indexer).
+    # Its prefill is the largest part of an as-you-type request, and one line needs the code near it
+    # most (the workspace memory reads the rest of the file).
     line_context_tokens: int = field(default=0, metadata=_range(0, 131072))
     api_doc_tokens: int = field(default=256, metadata=_range(0, 65536))
     symbol_tokens: int = field(default=256, metadata=_range(0, 65536))
