@@ -238,3 +238,30 @@ def test_a_file_s_style_read_when_it_opens_is_not_read_again_by_its_first_reques
     loop.warmers.append(broken)
     loop.warm(document, "python", "t.py")  # logged, not raised
     assert "could not read t.py ahead of the requests" in caplog.text
+
+
+def test_a_files_style_read_from_several_threads_at_once_is_its_own() -> None:
+    """A warm-up thread reads one file's conventions while requests read others': each gets its
+    document's, and the memory of them stays bounded."""
+    import threading
+
+    snake = "".join(f"def do_thing_{i}(a):\n    return 'x'\n" for i in range(8))
+    camel = "".join(f"def doThing{i}(a):\n    return \"x\"\n" for i in range(8))
+    style = StyleConsistency()
+    wrong: list[str] = []
+
+    def read(worker: int) -> None:
+        for i in range(150):
+            kind = (worker + i) % 2
+            path = f"w{worker}_{i}.py"
+            profile = style.profile(camel if kind else snake, "python", path)
+            if profile.naming.get("function") != ("camel" if kind else "snake"):
+                wrong.append(path)
+
+    threads = [threading.Thread(target=read, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not wrong
+    assert len(style._by_path) <= 256

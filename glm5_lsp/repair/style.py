@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
@@ -175,30 +176,38 @@ def detect_style(document: str, language: str = "python", min_votes: int = 3, mi
 
 class StyleConsistency:
     """Repair-loop hooks: ``rewrite`` (:meth:`StyleProfile.fix`) and ``penalty`` (the number of style
-    breaks left), each reading the conventions of the target's document (cached for the last one)."""
+    breaks left), each reading the conventions of the target's document (cached for the last one).
+    Thread-safe: a file's conventions may be read ahead (a warm-up thread) while a request reads them."""
 
     def __init__(self, min_votes: int = 3, min_share: float = 0.7) -> None:
         self.min_votes = min_votes
         self.min_share = min_share
         self._last: tuple[int, str, StyleProfile] | None = None
         self._by_path: dict[tuple[str, str], tuple[int, StyleProfile]] = {}
+        self._lock = threading.Lock()
 
     def profile(self, document: str, language: str, path: str = "") -> StyleProfile:
         """The document's conventions. For a named file, kept while its size stays within
         ``_drift`` of the size they were read at: a few keystrokes do not change a majority, and
         reading a 2,500-line file's conventions costs tens of milliseconds."""
-        if path:
-            known = self._by_path.get((path, language))
-            if known is not None and abs(len(document) - known[0]) <= _drift(known[0]):
-                return known[1]
         key = hash(document)
-        if self._last is None or self._last[:2] != (key, language):
-            self._last = (key, language, detect_style(document, language, self.min_votes, self.min_share))
-        if path:
-            if len(self._by_path) >= 256:
-                self._by_path.pop(next(iter(self._by_path)))
-            self._by_path[(path, language)] = (len(document), self._last[2])
-        return self._last[2]
+        with self._lock:  # read outside it: a warm-up's reading of one file holds up no request
+            if path:
+                known = self._by_path.get((path, language))
+                if known is not None and abs(len(document) - known[0]) <= _drift(known[0]):
+                    return known[1]
+            last = self._last
+        if last is not None and last[:2] == (key, language):
+            profile = last[2]
+        else:
+            profile = detect_style(document, language, self.min_votes, self.min_share)
+        with self._lock:
+            self._last = (key, language, profile)
+            if path:
+                if len(self._by_path) >= 256:
+                    self._by_path.pop(next(iter(self._by_path)))
+                self._by_path[(path, language)] = (len(document), profile)
+        return profile
 
     def rewrite(self, candidate: str, target: object) -> str | None:
         profile = self._profile_of(target)
