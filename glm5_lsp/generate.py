@@ -17,6 +17,8 @@ import argparse
 import sys
 from typing import Any
 
+from glm5_lsp.threads import add_threads_argument, use_threads
+
 EPILOG = ("Exit status: 0 when the printed text passed the checks (with --raw: whenever the model wrote "
           "something); 1 when nothing did (with --allow-unclean the best unclean text is printed anyway); "
           "2 on bad arguments or a model that cannot be loaded.")
@@ -41,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--raw", action="store_true", help="the model's text as it comes: no checks, no repair")
     parser.add_argument("--stop", action="append", default=[], help="with --raw: stop string (repeatable)")
     parser.add_argument("--stream", action="store_true", help="with --raw: print text as it is generated")
+    add_threads_argument(parser)
     add_backend_arguments(parser)
 
 
@@ -70,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_new_tokens < 1 or args.repair_rounds < 1:
         return _fail("--max-new-tokens and --repair-rounds must be at least 1")
+    if args.threads < 1:
+        return _fail("--threads must be at least 1")
+    use_threads(args.threads, "generate")
     if not args.raw and (args.stream or args.stop):
         return _fail("--stream and --stop print or cut the model's text before it is checked: add --raw")
     if args.prefix is None and args.suffix:

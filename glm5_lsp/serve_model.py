@@ -76,6 +76,7 @@ from glm5_lsp.pipeline.session import (
     fit_to_text,
 )
 from glm5_lsp.spans import Prompt
+from glm5_lsp.threads import add_threads_argument, use_threads
 
 log = logging.getLogger(__name__)
 
@@ -750,6 +751,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="checkpoint folder (default: the embedded model)")
     parser.add_argument("--model-name", default=None, help="the id clients ask for (default: the folder's name)")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
+    add_threads_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 to serve a team)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key-env", default=None,
@@ -829,6 +831,7 @@ def serve(app: Starlette, host: str, port: int, stopping: threading.Event, log_l
 
 
 def run(args: argparse.Namespace) -> int:
+    use_threads(args.threads, "serve-model")
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)

@@ -102,3 +102,22 @@ def test_the_command_on_a_checkpoint(tiny_checkpoint: Path) -> None:
     bad = subprocess.run(args[:4] + ["--model", str(tiny_checkpoint.parent / "nope"), "--prompt", "x"],
                          capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and "no checkpoint at" in bad.stderr
+
+
+def test_the_model_runs_on_one_torch_thread_unless_told(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """torch's default (a thread a core) made the embedded model 8x slower where another program held
+    a core; the front ends run it on one thread unless ``--threads`` says otherwise."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert generate(monkeypatch, capsys, "3.14 * r * r", *PREFIX)[0] == 0
+        assert torch.get_num_threads() == 1
+        assert generate(monkeypatch, capsys, "3.14 * r * r", *PREFIX, "--threads", "2")[0] == 0
+        assert torch.get_num_threads() == 2
+        code, _, err = generate(monkeypatch, capsys, "x", *PREFIX, "--threads", "0")
+        assert code == 2 and "--threads must be at least 1" in err
+    finally:
+        torch.set_num_threads(before)

@@ -338,3 +338,25 @@ def test_completion_settings_reach_a_loaded_engine_without_a_reload() -> None:
     engine.update_settings(changed)
     now = engine.pipeline.settings
     assert (now.max_tokens, now.min_token_prob, now.line_context_tokens) == (7, 0.25, 128)
+
+
+@pytest.mark.parametrize("command", ["glm5_lsp.server.serve_command", "glm5_lsp.serve_model", "glm5_lsp.generate"])
+def test_every_front_end_runs_the_model_on_one_torch_thread_by_default(command: str, monkeypatch) -> None:
+    import argparse
+    import importlib
+    import os
+    import sys
+
+    from glm5_lsp.threads import use_threads
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(command).add_arguments(parser)
+    extra = ["--prompt", "x"] if command.endswith("generate") else []
+    assert parser.parse_args(extra).threads == 1
+    assert parser.parse_args([*extra, "--threads", "4"]).threads == 4
+    with pytest.raises(SystemExit, match="--threads must be at least 1"):
+        use_threads(0, "serve-model")
+    monkeypatch.delitem(sys.modules, "torch")  # not imported yet: torch reads the count when it starts
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    use_threads(3, "serve")
+    assert os.environ["OMP_NUM_THREADS"] == "3"

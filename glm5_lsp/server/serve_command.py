@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+from glm5_lsp.threads import add_threads_argument, use_threads
+
 log = logging.getLogger(__name__)
 
 # How long a thread may hold the interpreter while another waits for it (Python's default: 5 ms).
@@ -31,24 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     transport.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
     transport.add_argument("--tcp", type=_host_port, metavar="HOST:PORT", help="listen on TCP and serve the first client to connect (a second is refused: the "
                            "server's workspace and model belong to one session)")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch threads for the in-process model (default 1: the embedded model is small, and many tiny "
-        "multi-threaded operations stall when the editor and other programs share the cores)",
-    )
+    add_threads_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from glm5_lsp.server.server import build_server  # pygls is imported only when serving
 
-    if args.threads < 1:
-        raise SystemExit("glm5-lsp serve: --threads must be at least 1")
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(args.threads)
-    else:  # read by torch when the local backend imports it; an HTTP backend never does
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    use_threads(args.threads, "serve")
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     server = build_server()
     if args.tcp:
