@@ -548,6 +548,9 @@ def test_the_time_budget_counts_from_the_request_prompt_building_included() -> N
     ("# ----------------", None),  # a rule line: no letter
     ("[0, 0, 0, 0, 0, 0, 0]", None),
     ("aaaa", None),  # too short to tell
+    ("    return __name__" + " = __name__" * 6, "    return __name__ = __name__"),  # a longer piece in one line
+    ("x = (\n" + "    None,\n" * 7, None),  # short lines alike: a table as often as a loop
+    ("x = (\n" + "    None," * 7, "x = (\n    None,"),  # the same piece within one line
 ])
 def test_a_degenerate_repetition_is_found_where_it_begins(text: str, kept: str | None) -> None:
     start = pp.repetition_start(text)
