@@ -275,8 +275,8 @@ class Pipeline:
 
     def warm_document(self, document: str, path: str | None = None, language: str | None = None) -> None:
         """Read what the repair loop's rules take from a whole document (its style conventions) when it
-        opens, so its first completion does not: 5-15 ms a request on a few hundred lines, once a file
-        (they are kept while its size stays close). ``language``: the LSP languageId, else the path's
+        opens, so its first completion does not (7 ms on average in a file's first request on FIT
+        code, once a file: they are kept while its size stays close). ``language``: the LSP languageId, else the path's
         extension says. Never raises."""
         lang = detect_language(path, language)
         try:
