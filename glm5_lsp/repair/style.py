@@ -190,13 +190,13 @@ class StyleConsistency:
         """The document's conventions. For a named file, kept while its size stays within
         ``_drift`` of the size they were read at: a few keystrokes do not change a majority, and
         reading a 2,500-line file's conventions costs tens of milliseconds."""
-        key = hash(document)
         with self._lock:  # read outside it: a warm-up's reading of one file holds up no request
             if path:
                 known = self._by_path.get((path, language))
                 if known is not None and abs(len(document) - known[0]) <= _drift(known[0]):
                     return known[1]
             last = self._last
+        key = hash(document)  # not for a file already read: a new text's hash reads all of it
         if last is not None and last[:2] == (key, language):
             profile = last[2]
         else:
