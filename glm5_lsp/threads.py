@@ -2,9 +2,9 @@
 
 The embedded model is small: each operation is tiny, and spread over several threads it mostly
 waits for them. Where another program holds a core (a build, the editor, the background
-training), torch's default of one thread a core was 8x slower than one thread: `glm5-lsp
-generate --prompt 'def fib(n):' --max-new-tokens 256` took 30.7 s against 3.7 s on this 2-core
-machine with the training running (BENCHMARKS.md). Every front end therefore defaults to one;
+training), torch's default of one thread a core was 6-8x slower than one thread: `glm5-lsp
+generate --prompt 'def fib(n):' --max-new-tokens 256` took 26-30 s with two threads against 3.9-4.1 s
+with one on this 2-core machine with the training running (BENCHMARKS.md). Every front end therefore defaults to one;
 ``--threads N`` is there for a larger model on a machine of its own.
 """
 

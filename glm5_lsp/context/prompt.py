@@ -52,7 +52,7 @@ INDENT_ABOVE, INDENT_BELOW = 24, 8
 SNIPPET_LINES = 12
 # Less room than this for snippets: none. A snippet is a header line and a window of several code
 # lines (the memory's are 8 lines): in less room none fits, and looking for them costs tens of
-# milliseconds (a single-line completion's prompt has 64 tokens by default).
+# milliseconds (a single-line completion's 64-token prompt would give them 12).
 MIN_SNIPPET_TOKENS = 48
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 

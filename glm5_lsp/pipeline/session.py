@@ -83,8 +83,8 @@ def context_budget(context_tokens: int, trained_context: int | None, multiline_m
 def line_context_budget(line_context_tokens: int, context_tokens: int, index_topk: int | None = None) -> int:
     """A single-line completion's prompt budget: ``line_context_tokens`` when given, else half of
     ``context_tokens``, and no more than half the model's DSA top-k (``index_topk``, when known): the
-    prompt and the line written after it (``max_tokens``, 32 by default) then stay within one
-    selection, so no step scores its keys with the indexer or attends through a gather. (For the
+    prompt and the line written after it (``max_tokens``: 32 in the editor's settings, 64 in
+    ``PipelineSettings``) then stay within one selection, so no step scores its keys with the indexer or attends through a gather. (For the
     embedded model, 64 tokens rather than 128: on 208 FIT cursors as exact and as often the right
     word, 6-8 ms sooner a request; the workspace memory reads the rest of the file.) At least
     ``MIN_CONTEXT_TOKENS``, at most ``context_tokens``."""
