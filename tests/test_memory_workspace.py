@@ -3,6 +3,7 @@ the cursor's own line never predicting itself, and the libraries' shard cached b
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -311,3 +312,30 @@ def test_a_matcher_before_an_offset_sees_the_document_above_it_and_nothing_from_
         assert estimate_at(line_start).match.length <= 12
     with pytest.raises(ValueError, match="not the document last updated"):
         memory.matcher_before(as_key(tmp_path / "other.py"), 0)
+
+
+def test_a_request_s_matcher_is_made_whole_while_other_documents_change(tokenizer, workspace: Path) -> None:
+    """The server's memory work updates other documents on its own threads. Between a request's
+    update of its document and the exclusion of its cursor line, two such updates can move that
+    document out of the hot shard into a frozen one (and out of the edited documents): the matcher
+    is made under one hold of the lock, so they wait, and the cursor line stays excluded."""
+    memory = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False, recent_tokens=1))
+    memory.index_folder(workspace)
+    key = as_key(workspace / "shapes" / "main.py")
+    others = [as_key(workspace / "shapes" / name) for name in ("a.py", "b.py")]
+    cut = MAIN.index("point.y * 2") + len("point.y * 2")
+    document = MAIN[:cut] + "\n" + MAIN[MAIN.index("\n", cut) + 1:]
+    update = memory.update
+
+    def update_then_others(changed: str, text: str) -> bool:
+        done = update(changed, text)
+        if changed == key:  # the other documents' updates, on another thread, while this one goes on
+            worker = threading.Thread(target=lambda: [update(other, HELPER + "\n# " + other) for other in others])
+            worker.start()
+            worker.join(timeout=0.3)  # done by now unless they wait for this request's hold of the lock
+        return done
+
+    memory.update = update_then_others  # type: ignore[method-assign]
+    matcher = memory.matcher(key, document, cut)
+    own = [source for source in matcher.sources if source.own]
+    assert own and own[0].exclude is not None  # the request's document, its cursor line excluded

@@ -357,10 +357,13 @@ class WorkspaceMemory:
         pending (``import ty`` is ``import``, `` t``, ``y``: matched up to ``import``) ends before
         the cursor's token, and found itself there."""
         exclude = None
-        if key is not None and document is not None:
-            self.update(key, document)
-            if prefix_end is not None:
-                with self._lock:
+        # One hold of the lock from the update to the shards: an update of another document in
+        # between (the server's memory work runs on its own threads) would make this one no longer
+        # the hot document, or move its tokens into a frozen shard, and the exclusion would be lost.
+        with self._lock:
+            if key is not None and document is not None:
+                self.update(key, document)
+                if prefix_end is not None:
                     doc = self._edited[key]
                     line_end = document.find("\n", prefix_end)
                     line_start = document.rfind("\n", 0, prefix_end) + 1
@@ -369,7 +372,8 @@ class WorkspaceMemory:
                     first = doc.token_at(max(0, min(word_start, prefix_end - 1)))
                     last = doc.token_at(line_end) + 1 if line_end >= 0 else len(doc.ids) + 1
                     exclude = (first, last)
-        return Matcher(self.sources(key, exclude), self.settings.max_match)
+            sources = self.sources(key, exclude)
+        return Matcher(sources, self.settings.max_match)
 
     def matcher_before(self, key: str, offset: int) -> Matcher:
         """A matcher in which document ``key`` (the one last updated: ``update``) counts only up to
