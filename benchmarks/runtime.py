@@ -21,6 +21,7 @@ top-k over every cached key as bare operations.
     python benchmarks/runtime.py --part steps    # decode-step times alone, to compare two versions
     python benchmarks/runtime.py --part prompts  # the embedded model's short-prompt prefill, general vs lean
     python benchmarks/runtime.py --part stats    # what the per-step statistics for the gate cost
+    python benchmarks/runtime.py --part verify   # the embedded model's draft verification, general vs lean
 
 Decode steps and prompt prefills run through ``generate.cached_forward``, the generator's choice of
 path (the lean step where it applies), as ``Generator.generate`` runs them.
@@ -29,6 +30,7 @@ path (the lean step where it applies), as ``Generator.generate`` runs them.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -338,9 +340,11 @@ def prompt_prefills(path: Path, lengths=(10, 50, 100), repeats: int = 15) -> dic
     return out
 
 
-def _report_prompts(count: int, lengths: tuple[int, ...]) -> list[tuple[str, int, list[int]]]:
-    """``count`` editor-like requests per prompt length from the ``BENCHMARK_REPORT`` packages' code:
-    the document up to the start of a line (at least 40 lines in), its last ``n`` tokens."""
+def _report_prompts(count: int, lengths: tuple[int, ...], packages: tuple[str, ...] | None = None,
+                    after: int = 0) -> list[tuple[str, int, list[int]]]:
+    """``count`` editor-like requests per prompt length from the ``BENCHMARK_REPORT`` packages' code
+    (or ``packages``'): the document up to the start of a line (at least 40 lines in), its last ``n``
+    tokens, and the ``after`` tokens that follow there in the file (a perfect draft)."""
     import importlib.util
     import random
 
@@ -349,7 +353,7 @@ def _report_prompts(count: int, lengths: tuple[int, ...]) -> list[tuple[str, int
 
     tokenizer = load_tokenizer(default_model_path())
     files = []
-    for package in BENCHMARK_REPORT:
+    for package in packages or BENCHMARK_REPORT:
         spec = importlib.util.find_spec(package.replace("-", "_"))
         if spec is not None and spec.origin:
             files += sorted(Path(spec.origin).parent.rglob("*.py"))
@@ -364,9 +368,75 @@ def _report_prompts(count: int, lengths: tuple[int, ...]) -> list[tuple[str, int
         offset = rng.choice(starts)
         ids = tokenizer.encode(text[:offset])
         n = lengths[len(out) % len(lengths)]
-        if len(ids) >= n:
-            out.append((text, offset, ids[-n:]))
+        rest = tokenizer.encode(text[offset:])[:after] if after else []
+        if len(ids) >= n and len(rest) == after:
+            out.append((text, offset, ids[-n:] + rest))
     return out
+
+
+def _paired(calls: dict[str, object], repeats: int) -> dict[str, float]:
+    """Each of ``calls`` (name -> a function of no arguments) run ``repeats`` times, the names taking
+    turns (so a slow spell on this shared machine lands on all of them alike): median ms per name."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            times[name].append((time.perf_counter() - t0) * 1000)
+    return {name: statistics.median(ms) for name, ms in times.items()}
+
+
+def verify_calls(count: int = 24, drafts: tuple[int, ...] = (2, 3, 4, 5, 6, 7, 8), prompt_tokens: int = 64,
+                 repeats: int = 9) -> dict[str, float]:
+    """A draft's verification on the embedded model, as ``Generator.generate`` runs it: a real
+    ``prompt_tokens``-token prompt (pexpect, pluggy and rsa code) prefilled, then ``[token, *k
+    proposed]`` (the file's next tokens) in one ``cached_forward`` call with every row's logits, by the
+    general path and by the lean prefill, alternating, with and without the step statistics' probe.
+    Per (prompt, k, probe) the ratio of the medians; reported: their median per probe setting and k."""
+    from glm5_lsp.model.stats import StatsProbe
+
+    path = Path(default_model_path())
+    model = load_model(path)
+    scaling = model.config.routed_scaling_factor
+    requests = _report_prompts(count, (prompt_tokens,), packages=("pexpect", "pluggy", "rsa"), after=max(drafts) + 1)
+    ratios: dict[tuple[bool, int], list[float]] = {}
+    ms: dict[tuple[bool, bool], list[float]] = {}
+
+    def verify(lean: bool, cache: KVCache, probe: StatsProbe | None, draft: torch.Tensor) -> None:
+        cache.truncate(prompt_tokens)
+        cached_forward(model, draft, cache, lean=lean, probe=probe)
+
+    with torch.inference_mode():
+        for _, _, ids in requests:
+            prompt_ids = torch.tensor([ids[:prompt_tokens]])
+            caches, probes = {}, {}
+            for lean in (False, True):
+                caches[lean] = KVCache(model.config, capacity=prompt_tokens + max(drafts) + 8)
+                probes[lean] = StatsProbe(scaling=scaling)  # holds the prompt's roles, as in a generation
+                cached_forward(model, prompt_ids, caches[lean], last_only=True, lean=lean, probe=probes[lean])
+            for k in drafts:
+                draft = torch.tensor([ids[prompt_tokens : prompt_tokens + 1 + k]])
+                for on in (False, True):
+                    med = _paired({name: functools.partial(verify, lean, caches[lean], probes[lean] if on else None,
+                                                           draft)
+                                   for name, lean in (("general", False), ("lean", True))}, repeats)
+                    ratios.setdefault((on, k), []).append(med["general"] / med["lean"])
+                    for lean in (False, True):
+                        ms.setdefault((on, lean), []).append(med["lean" if lean else "general"])
+    results = {}
+    print(f"{len(requests)} prompts of {prompt_tokens} tokens (pexpect, pluggy, rsa), a draft of k tokens "
+          f"verified, general vs lean alternating ({repeats} each); general/lean, median over prompts")
+    for on in (False, True):
+        label = "probe on" if on else "probe off"
+        per_k = [statistics.median(ratios[(on, k)]) for k in drafts]
+        every = [r for k in drafts for r in ratios[(on, k)]]
+        results[f"verify_ratio_{'probe' if on else 'plain'}"] = statistics.median(every)
+        general, lean = statistics.median(ms[(on, False)]), statistics.median(ms[(on, True)])
+        results[f"verify_{'probe' if on else 'plain'}_general_ms"] = general
+        results[f"verify_{'probe' if on else 'plain'}_lean_ms"] = lean
+        print(f"{label}: {statistics.median(every):.2f}x overall (general {general:.2f} ms, lean {lean:.2f} ms); "
+              "per k " + ", ".join(f"{k}: {r:.2f}x" for k, r in zip(drafts, per_k)))
+    return results
 
 
 def stats_cost(count: int = 12, new_tokens: int = 24, lengths: tuple[int, ...] = (100, 300)) -> dict[str, float]:
@@ -462,10 +532,12 @@ def stats_cost(count: int = 12, new_tokens: int = 24, lengths: tuple[int, ...] =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts", "stats"], default="all",
+    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts", "stats", "verify"],
+                        default="all",
                         help="steps: decode-step times only (the benchmark model at 4k and 16k, DSA and dense, "
                              "and the embedded model at 400 tokens), for comparing two versions of the runtime; "
-                             "prompts: the embedded model's prefill of short prompts, general path against lean")
+                             "prompts: the embedded model's prefill of short prompts, general path against lean; "
+                             "verify: its verification of a draft, general path against lean")
     parser.add_argument("--context", type=int, default=4096, help="context for the reference comparison")
     parser.add_argument("--long-context", type=int, default=16384, help="context for DSA vs dense")
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -474,6 +546,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results: dict[str, float] = {}
+    if args.part == "verify":  # the embedded model only: no benchmark checkpoint to build
+        results.update(verify_calls())
+        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         sparse = build_checkpoint(Path(tmp) / "dsa")
         config = GlmMoeDsaConfig.from_pretrained(sparse)

@@ -210,6 +210,83 @@ def test_dense_prefill_gives_the_general_paths_logits_and_cache(chunks, dense, o
     assert torch.equal(lean_cache.token_ids[:, :n], gen_cache.token_ids[:, :n])
 
 
+@pytest.mark.parametrize(
+    ("prompt", "draft", "dense", "overrides"),
+    [
+        (9, 3, False, {}),  # up to DECODE_MAX_TOKENS: the general path's fused projections
+        (5, 7, False, {}),  # more: its plain projections
+        (30, 5, True, {}),  # dense mode, past the budget
+        (6, 4, False, {"indexer_types": ["full", "shared", "full"]}),
+        (6, 6, False, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}),
+    ],
+)
+def test_a_drafts_verification_takes_the_dense_prefill_with_every_rows_logits(prompt, draft, dense, overrides,
+                                                                               monkeypatch) -> None:
+    """A call that needs every position's logits (``last_only`` off: the generator's verification of a
+    draft) takes ``prefill_dense`` where every query keeps all its keys, and gives the general path's
+    logits ``[1, T, V]``, cache entries and following steps."""
+    model = _model(index_topk=12, **overrides)
+    ids = _ids(prompt + draft + 1, seed=prompt + draft)
+    calls = []
+    real = lean.prefill_dense
+    monkeypatch.setattr(lean, "prefill_dense", lambda *a, **k: calls.append(k.get("last_only", True)) or real(*a, **k))
+    out = {}
+    for lean_on in (True, False):
+        cache = KVCache(model.config)
+        with torch.no_grad():
+            cached_forward(model, ids[:, :prompt], cache, dense=dense, last_only=True, lean=lean_on)
+            rows = cached_forward(model, ids[:, prompt : prompt + draft], cache, dense=dense, lean=lean_on)
+            after = cached_forward(model, ids[:, -1:], cache, dense=dense, lean=lean_on)
+        out[lean_on] = (rows, after, cache)
+    assert calls == [True, False]  # the prompt's last position, then every row of the draft, lean side only
+    (rows, after, cache), (want_rows, want_after, want_cache) = out[True], out[False]
+    assert rows.shape == want_rows.shape == (1, draft, model.config.vocab_size)
+    assert (rows - want_rows).abs().max().item() < TOL
+    assert (after - want_after).abs().max().item() < TOL
+    n = prompt + draft + 1
+    for layer in range(model.config.num_hidden_layers):
+        assert (cache.latents[layer][:, :n] - want_cache.latents[layer][:, :n]).abs().max().item() < TOL
+        if cache.index_keys[layer] is not None:
+            assert (cache.index_keys[layer][:, :n] - want_cache.index_keys[layer][:, :n]).abs().max().item() < TOL
+    assert torch.equal(cache.token_ids[:, :n], want_cache.token_ids[:, :n])
+
+
+def test_the_generators_draft_verification_is_lean_and_keeps_its_text(monkeypatch) -> None:
+    model = _model(index_topk=24)
+    prompt = _ids(10, seed=4)[0].tolist()
+
+    class _Tok:
+        eos_token_id = None
+
+        def decode(self, ids):
+            return ""
+
+    config = GenerationConfig(max_new_tokens=10, stop_at_eos=False)
+    truth = Generator(model, _Tok()).generate(prompt, config).token_ids
+
+    def drafter(out):  # the true continuation, wrong from its third token on
+        rest = truth[len(out) : len(out) + 4]
+        return rest[:2] + [(t + 1) % 512 for t in rest[2:]]
+
+    verified = []
+    real = lean.prefill_dense
+
+    def counted(model, ids, step, last_only=True):
+        if not last_only:
+            verified.append(ids.shape[1])
+        return real(model, ids, step, last_only=last_only)
+
+    monkeypatch.setattr(lean, "prefill_dense", counted)
+    drafted = Generator(model, _Tok()).generate(prompt, config, drafter=drafter)
+    assert drafted.drafted_tokens > drafted.accepted_tokens > 0
+    assert verified and sum(verified) == drafted.drafted_tokens + len(verified)  # every verification: lean
+    calls = len(verified)
+    general = Generator(model, _Tok(), lean=False).generate(prompt, config, drafter=drafter)
+    assert len(verified) == calls
+    assert drafted.token_ids == general.token_ids == truth
+    assert drafted.drafted_tokens == general.drafted_tokens and drafted.accepted_tokens == general.accepted_tokens
+
+
 def _code(batch: int, n: int) -> torch.Tensor:
     return torch.full((batch, n), int(Role.CODE), dtype=torch.long)
 

@@ -114,6 +114,49 @@ def test_lean_and_general_paths_give_the_same_statistics(prompt, topk, overrides
         assert min(min(r) for r in concentration) < 1.0  # past 16 keys the share is a real figure
 
 
+@pytest.mark.parametrize(
+    ("overrides", "policy"),
+    [
+        ({}, False),
+        ({"indexer_types": ["full", "shared", "full"]}, True),
+        ({"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}, False),
+    ],
+)
+def test_a_verification_on_the_lean_prefill_records_every_row_as_the_general_path(overrides, policy,
+                                                                                    monkeypatch) -> None:
+    """A draft's verification (several tokens, every row's logits) that keeps every key takes the lean
+    prefill, which records each of its rows as the general path does: the statistics of every row."""
+    from glm5_lsp.model import lean as lean_paths
+
+    model = tiny_model(index_topk=40, **overrides).prepare_inference()
+    ids, roles = torch.tensor([_ids(28, seed=6)]), torch.tensor([_roles(28)])
+    attention = AttentionPolicy.from_config() if policy else None
+    verified = []
+    real = lean_paths.prefill_dense
+
+    def counted(model, ids, step, last_only=True):
+        if not last_only:
+            verified.append(ids.shape[1])
+        return real(model, ids, step, last_only=last_only)
+
+    monkeypatch.setattr(lean_paths, "prefill_dense", counted)
+    out = {}
+    for lean in (True, False):
+        cache, probe = KVCache(model.config), StatsProbe(scaling=model.config.routed_scaling_factor)
+        with torch.no_grad():
+            cached_forward(model, ids[:, :20], cache, roles=roles[:, :20], policy=attention, last_only=True,
+                           lean=lean, probe=probe)
+            cached_forward(model, ids[:, 20:], cache, roles=roles[:, 20:], policy=attention, lean=lean, probe=probe)
+        assert probe.blocks[1].rows == 8
+        out[lean] = probe.finish([(0, 0)] + [(1, r) for r in range(8)])
+    assert verified == [8]  # the lean side's verification only
+    for name in LAYER_STATS:
+        assert _close(out[True].per_layer[name], out[False].per_layer[name]) < TOL, name
+    assert _close(out[True].per_step["hidden_norm"], out[False].per_step["hidden_norm"]) < TOL
+    assert min(min(r) for r in out[True].per_layer["dsa_concentration"]) < 1.0  # past 16 keys: real figures
+    assert max(r[-1] for r in out[True].per_layer["dsa_mass_error_context"]) > 0.0  # a role in the draft seen
+
+
 def test_dense_mode_statistics_agree_on_both_paths() -> None:
     model = tiny_model(index_topk=8).prepare_inference()
     ids = torch.tensor([_ids(20, seed=3)])

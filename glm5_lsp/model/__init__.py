@@ -30,15 +30,15 @@ rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and o
   query), the indexer and the absorbed attention as 2-D products on cached contiguous ``W_uk``/``W_uv``,
   the router read once as Python floats. It writes the same cache entries and selects the same keys
   as the general path, so decoding may switch paths at any token (``tests/test_model_decode.py``
-  checks logits, key sets and caches; ``model.lean_decode = False`` turns it off).
+  checks logits, key sets and caches; ``Generator(..., lean=False)`` turns it off).
 - **A short prompt of one sequence** (2-512 tokens, every query seeing all its causal keys: the
-  context fits the top-k budget, or attention is dense) takes ``lean.py``'s ``prefill_dense`` when
-  the generator asks for the last position only (``last_only``): the same fused projections, one
+  context fits the top-k budget, or attention is dense) takes ``lean.py``'s ``prefill_dense``, for
+  the last position's logits (a prompt) or every position's (a draft's verification): the same fused projections, one
   masked absorbed attention over all keys, no indexer scoring (the selection would be every key,
   so the policy's biases and forced keys change nothing), the indexer's keys still cached. The
   editor's prompts are mostly shorter than the embedded model's 128 keys. Up to 64 tokens the
   routed experts run as one padded batch (two batched products) instead of a loop over experts.
-  Tested against the general path like ``decode_one``; ``model.lean_decode = False`` turns both off.
+  Tested against the general path like ``decode_one``; ``Generator(..., lean=False)`` turns both off.
 - **Prefix reuse.** ``Generator`` keeps one ``KVCache``; a new prompt reuses the longest prefix whose
   token ids *and* roles match (roles steer selection, so they shape the cached latents too).
 - **Training** (``forward_train``) uses the dense masked kernels so the indexer's KL target (the main

@@ -17,8 +17,8 @@ probability and otherwise samples from the rest (speculative sampling with a one
 so the text is distributed as without drafts. Greedy text is the same with and without drafts.
 
 Every forward call goes through :func:`cached_forward`, which picks the path: the lean one-token step
-(``decode.decode_one``) or short-prompt prefill (``decode.prefill_dense``) where they compute what the
-general ``forward`` would, else ``forward``. The model's inference weights are built when the
+(``decode.decode_one``) or short-prompt prefill (``decode.prefill_dense``, which also verifies a
+draft) where they compute what the general ``forward`` would, else ``forward``. The model's inference weights are built when the
 generator is made (``prepare_inference``) and again before a generation if the weights changed since.
 
 With ``GenerationConfig.step_stats`` the generation also hands out the model's per-step internals
@@ -166,14 +166,14 @@ def cached_forward(
     probe: StatsProbe | None = None,
 ) -> torch.Tensor:
     """``model(input_ids, cache=cache, ...)`` on the fastest path that computes the same logits and
-    cache entries: ``decode.decode_one`` for one token, ``decode.prefill_dense`` for a short prompt's
-    last position, else the general ``forward``. ``lean=False``: always the general path.
+    cache entries: ``decode.decode_one`` for one token, ``decode.prefill_dense`` for a short prompt
+    (its last position, or every position: a draft's verification), else the general ``forward``. ``lean=False``: always the general path.
     ``probe``: record the per-step statistics (of the last row with ``last_only``, else of every row)."""
     step = model.prepare_step(input_ids, cache=cache, roles=roles, policy=policy, dense=dense, probe=probe)
     if lean and decode.applies(model, input_ids, step):
         return decode.decode_one(model, input_ids, step)
-    if lean and last_only and decode.applies_dense(model, input_ids, step):
-        return decode.prefill_dense(model, input_ids, step)
+    if lean and decode.applies_dense(model, input_ids, step):
+        return decode.prefill_dense(model, input_ids, step, last_only=last_only)
     return model.forward_step(input_ids, step, last_only=last_only)
 
 

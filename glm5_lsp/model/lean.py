@@ -22,14 +22,19 @@ paths at any token; ``tests/test_model_decode.py`` checks logits and selected se
 causal keys than the top-k budget (the editor's prompts are mostly shorter than the embedded
 model's 128), or attention is dense: the selection is then every key, so the indexer's scores,
 the policy's biases and its forced keys change nothing and are skipped; the indexer's keys are still
-cached for the steps that follow. Only the last position's logits are computed. On the embedded
-model it is about 1.2x as fast as the general path on a 100-token prompt and 1.5x on a 10-token one
-(``python benchmarks/runtime.py --part prompts``).
+cached for the steps that follow. A prompt's prefill computes only the last position's logits. On
+the embedded model it is about 1.2x as fast as the general path on a 100-token prompt and 1.5x on a
+10-token one (``python benchmarks/runtime.py --part prompts``). A draft's verification (the
+generator feeds ``[token, *proposed]`` and reads every position's logits) is the same call with
+``last_only=False``: every row's logits, and every row's statistics when a probe records them. On
+the embedded model, 64-token prompts and drafts of 2-8 tokens, it takes 1/1.31 of the general
+path's time, and 1/1.77 with the statistics' probe (``--part verify``; the general path computes
+the probe's attention and router records a second time).
 
 Which path a call takes is the generator's choice (``generate.cached_forward``: :func:`applies`,
 :func:`applies_dense`); ``forward`` itself is always the general path. With a ``step.probe`` both
-paths record the per-step statistics of ``stats.py`` (the last row only), from the tensors they
-compute anyway where they can.
+paths record the per-step statistics of ``stats.py`` (the last row, or every row of a call that
+returns every row's logits), from the tensors they compute anyway where they can.
 """
 
 from __future__ import annotations
@@ -73,8 +78,8 @@ def applies(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: Step) ->
 
 
 def applies_dense(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: Step) -> bool:
-    """Whether :func:`prefill_dense` computes this call's last position as the general path would:
-    several tokens of one sequence whose every query attends to all its causal keys (dense attention,
+    """Whether :func:`prefill_dense` computes this call's logits (the last position's, or every
+    position's) as the general path would: several tokens of one sequence whose every query attends to all its causal keys (dense attention,
     or no more keys than the top-k budget, so the selection is every key and the policy's biases and
     forced keys change nothing)."""
     t = input_ids.shape[-1]
@@ -152,25 +157,32 @@ def _mlp(mlp, h: torch.Tensor, probe: StatsProbe | None) -> torch.Tensor:
     return shared if routed is None else routed + shared
 
 
-def _attention_dense(attn: MLAttention, x: torch.Tensor, step: Step, probe: StatsProbe | None) -> torch.Tensor:
+def _attention_dense(attn: MLAttention, x: torch.Tensor, step: Step, probe: StatsProbe | None,
+                     every: bool = False) -> torch.Tensor:
     """One layer's attention for ``T`` new tokens ``x [T, D]``, each over every causal key: ``[T, D]``.
     Writes the new latents and indexer keys to the cache; the indexer's queries are not needed (but
-    for the last row when ``probe`` records the statistics)."""
+    where ``probe`` records the statistics: of the last row, or with ``every`` of every row)."""
     t = x.shape[0]
     pos = step.start
     kend = pos + t
     cache = step.cache
     heads, nope, rope = attn.n_heads, attn.nope_dim, attn.rope_dim
     indexer = attn.indexer
-    parts = attn.fused.hidden(x)
+    fused = attn.fused
+    parts = fused.hidden(x)
     q_resid = attn.q_a_layernorm.rows(parts.q_latent)
-    q = F.linear(q_resid, attn.q_b_proj.weight).view(t, heads, attn.q_dim)
+    index_rows = indexer is not None and probe is not None and every  # every row's indexer query is recorded
+    qs = F.linear(q_resid, fused.w_q if index_rows else attn.q_b_proj.weight)
+    q = qs[:, : fused.q_rows].view(t, heads, attn.q_dim)
     rows = [q[:, :, nope:], parts.rope_key.unsqueeze(1)]
     if indexer is not None:
         norm = indexer.k_norm
         ik = F.layer_norm(parts.index_key, (indexer.head_dim,), norm.weight, norm.bias, norm.eps)
         rows.append(ik[:, None, :rope])
-    rot = apply_rope(torch.cat(rows, dim=1).unsqueeze(0), step.cos, step.sin)[0]  # [T, H + 1 (+1), R]
+        if index_rows:  # the indexer's queries come out of the same product and rotation
+            iq = qs[:, fused.q_rows :].view(t, indexer.n_heads, indexer.head_dim)
+            rows.append(iq[:, :, :rope])
+    rot = apply_rope(torch.cat(rows, dim=1).unsqueeze(0), step.cos, step.sin)[0]  # [T, H + 1 (+1 +Hi), R]
 
     latents = cache.latents[attn.layer_idx][0]
     latents[pos:kend, : attn.kv_rank] = attn.kv_a_layernorm.rows(parts.kv_latent)
@@ -179,7 +191,10 @@ def _attention_dense(attn: MLAttention, x: torch.Tensor, step: Step, probe: Stat
         keys = cache.index_keys[attn.layer_idx][0]
         keys[pos:kend, :rope] = rot[:, heads + 1]
         keys[pos:kend, rope:] = ik[:, rope:]
-        if probe is not None:  # the last query (scored at the end of the generation)
+        if index_rows:  # scored at the end of the generation, as a decoding step's
+            probe.index_query(attn.layer_idx, rot[:, heads + 2 :].contiguous(), iq[:, :, rope:], parts.index_weights,
+                              indexer.n_heads**-0.5, indexer.scale)
+        elif probe is not None:  # the last query (scored at the end of the generation)
             iq, iw = indexer.queries(x[None, -1:], q_resid[None, -1:], step.cos[-1:], step.sin[-1:])
             probe.index_query(attn.layer_idx, iq[0, 0, :, :rope].contiguous(), iq[0, 0, :, rope:], iw[0, 0], 1.0,
                               indexer.scale)
@@ -192,7 +207,7 @@ def _attention_dense(attn: MLAttention, x: torch.Tensor, step: Step, probe: Stat
     scores.masked_fill_(_future(pos, t, scores.device), float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     if probe is not None:
-        probe.attention(probs[:, -1], probe.key_roles(kend))
+        probe.attention(probs.transpose(0, 1) if every else probs[:, -1], probe.key_roles(kend))
     o_lat = torch.matmul(probs, keys_all[:, : attn.kv_rank])  # [H, T, L]
     out = torch.bmm(o_lat, absorbed.w_uv_t).transpose(0, 1).reshape(t, heads * attn.v_dim)
     return F.linear(out, attn.o_proj.weight)
@@ -203,8 +218,9 @@ def _future(start: int, t: int, device: torch.device) -> torch.Tensor:
     return torch.arange(start + t, device=device)[None, :] > torch.arange(start, start + t, device=device)[:, None]
 
 
-def _mlp_rows(mlp, h: torch.Tensor, probe: StatsProbe | None) -> torch.Tensor:
-    """A short prompt's tokens ``h [T, H]`` through the layer's MLP or MoE."""
+def _mlp_rows(mlp, h: torch.Tensor, probe: StatsProbe | None, every: bool = False) -> torch.Tensor:
+    """A short prompt's tokens ``h [T, H]`` through the layer's MLP or MoE (``probe``: the router's
+    statistics of the last row, or with ``every`` of every row)."""
     if not hasattr(mlp, "experts"):  # dense
         return mlp.swiglu(h)
     scores = mlp.gate.scores(h)
@@ -214,25 +230,33 @@ def _mlp_rows(mlp, h: torch.Tensor, probe: StatsProbe | None) -> torch.Tensor:
     else:
         routed = mlp.experts(h, idx, weights)
     shared = mlp.shared_experts.swiglu(h)
-    if probe is not None:
+    if probe is not None and every:
+        probe.router(scores, weights.max(-1).values, routed, shared)
+    elif probe is not None:
         probe.router(scores[-1:], float(weights[-1].max()), routed[-1:], shared[-1:])
     return routed + shared
 
 
-def prefill_dense(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: Step) -> torch.Tensor:
-    """The last position's logits ``[1, 1, V]`` for ``input_ids [1, T]`` appended to ``step.cache``
-    (which must have room), every query attending to all its causal keys (see :func:`applies_dense`)."""
+def prefill_dense(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: Step,
+                  last_only: bool = True) -> torch.Tensor:
+    """Logits for ``input_ids [1, T]`` appended to ``step.cache`` (which must have room), every query
+    attending to all its causal keys (see :func:`applies_dense`): the last position's ``[1, 1, V]``,
+    or without ``last_only`` every position's ``[1, T, V]`` (a draft's verification; ``step.probe``
+    then records every row, as the general path does)."""
     probe = step.probe
+    every = not last_only
     if probe is not None:
-        probe.begin(step, input_ids.shape[1], last_only=True, lean=True)
+        probe.begin(step, input_ids.shape[1], last_only=last_only, lean=last_only)
     x = F.embedding(input_ids[0], model.model.embed_tokens.weight)  # [T, H]
     for layer in model.model.layers:
-        x = x + _attention_dense(layer.self_attn, layer.input_layernorm.rows(x), step, probe)
-        x = x + _mlp_rows(layer.mlp, layer.post_attention_layernorm.rows(x), probe)
+        x = x + _attention_dense(layer.self_attn, layer.input_layernorm.rows(x), step, probe, every)
+        x = x + _mlp_rows(layer.mlp, layer.post_attention_layernorm.rows(x), probe, every)
     step.cache.commit(input_ids, step.role_ids)
     if probe is not None:
-        probe.hidden(x[-1:])
+        probe.hidden(x if every else x[-1:])
         probe.end()
+    if every:
+        return F.linear(model.model.norm.rows(x), model.lm_head.weight).unsqueeze(0)
     return F.linear(model.model.norm.one_row(x[-1:]), model.lm_head.weight).view(1, 1, -1)
 
 

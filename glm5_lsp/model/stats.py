@@ -80,8 +80,9 @@ class StepStats:
 
 @dataclass
 class _ForwardRecord:
-    """What one forward call recorded, one entry per layer in each list. A lean step (``lean.py``)
-    records one row in each entry's row shape; a general one records its ``rows`` rows stacked first."""
+    """What one forward call recorded, one entry per layer in each list. A ``lean`` call (``lean.py``'s
+    step, or its prefill's last row) records one row in each entry's row shape; any other (the general
+    path, or the lean prefill of a draft, which records every row) its ``rows`` rows stacked first."""
 
     rows: int
     lean: bool
@@ -124,7 +125,8 @@ class StatsProbe:
     # ---- one forward call ----------------------------------------------------------------------
 
     def begin(self, step: Step, t: int, last_only: bool, lean: bool = False) -> None:
-        """A forward call of ``t`` new tokens at ``step.start`` starts; the roles of its keys are noted."""
+        """A forward call of ``t`` new tokens at ``step.start`` starts; the roles of its keys are noted.
+        ``lean``: its one recorded row comes in the row shape (see :class:`_ForwardRecord`)."""
         if step.role_ids is None or step.role_ids.shape[0] != 1:
             raise ValueError("step statistics are collected for one sequence at a time")
         if step.cache is None:
