@@ -22,6 +22,7 @@ top-k over every cached key as bare operations.
     python benchmarks/runtime.py --part prompts  # the embedded model's short-prompt prefill, general vs lean
     python benchmarks/runtime.py --part stats    # what the per-step statistics for the gate cost
     python benchmarks/runtime.py --part verify   # the embedded model's draft verification, general vs lean
+    python benchmarks/runtime.py --part script   # its scripted lean paths vs the Python ones: numbers, speed
 
 Decode steps and prompt prefills run through ``generate.cached_forward``, the generator's choice of
 path (the lean step where it applies), as ``Generator.generate`` runs them.
@@ -320,23 +321,25 @@ def decode_steps(path: Path, context: int, steps: int = 13, rounds: int = 3) -> 
     return best
 
 
-def prompt_prefills(path: Path, lengths=(10, 50, 100), repeats: int = 15) -> dict[int, tuple[float, float]]:
+def prompt_prefills(path: Path, lengths=(10, 50, 100), repeats: int = 15) -> dict[int, tuple[float, float, float]]:
     """A short prompt's prefill into an empty cache, in ms (median of ``repeats``): the general
-    path and the lean dense one (``cached_forward``'s ``lean``), alternating, on the same ids."""
+    path, the lean dense one in Python and scripted (``cached_forward``'s ``lean``, ``scripted``),
+    taking turns, on the same ids."""
     model = load_model(path)
     gen = torch.Generator().manual_seed(0)
+    sides = ((False, False), (True, False), (True, True))
     out = {}
     with torch.inference_mode():
         for n in lengths:
-            times: dict[bool, list[float]] = {False: [], True: []}
+            times: dict[tuple[bool, bool], list[float]] = {side: [] for side in sides}
             for _ in range(repeats + 2):
                 ids = torch.randint(0, model.config.vocab_size, (1, n), generator=gen)
-                for lean in (False, True):
+                for lean, scripted in sides:
                     cache = KVCache(model.config, capacity=n + 8)
                     t0 = time.perf_counter()
-                    cached_forward(model, ids, cache, last_only=True, lean=lean)
-                    times[lean].append((time.perf_counter() - t0) * 1000)
-            out[n] = tuple(statistics.median(times[lean][2:]) for lean in (False, True))
+                    cached_forward(model, ids, cache, last_only=True, lean=lean, scripted=scripted)
+                    times[lean, scripted].append((time.perf_counter() - t0) * 1000)
+            out[n] = tuple(statistics.median(times[side][2:]) for side in sides)
     return out
 
 
@@ -391,52 +394,173 @@ def verify_calls(count: int = 24, drafts: tuple[int, ...] = (2, 3, 4, 5, 6, 7, 8
     """A draft's verification on the embedded model, as ``Generator.generate`` runs it: a real
     ``prompt_tokens``-token prompt (pexpect, pluggy and rsa code) prefilled, then ``[token, *k
     proposed]`` (the file's next tokens) in one ``cached_forward`` call with every row's logits, by the
-    general path and by the lean prefill, alternating, with and without the step statistics' probe.
-    Per (prompt, k, probe) the ratio of the medians; reported: their median per probe setting and k."""
+    general path, the lean prefill in Python and the scripted one, taking turns, with and without the
+    step statistics' probe. Per (prompt, k, probe) the ratios of the medians; reported: their median
+    per probe setting and k."""
     from glm5_lsp.model.stats import StatsProbe
 
     path = Path(default_model_path())
     model = load_model(path)
     scaling = model.config.routed_scaling_factor
     requests = _report_prompts(count, (prompt_tokens,), packages=("pexpect", "pluggy", "rsa"), after=max(drafts) + 1)
-    ratios: dict[tuple[bool, int], list[float]] = {}
-    ms: dict[tuple[bool, bool], list[float]] = {}
+    sides = {"general": (False, False), "lean": (True, False), "scripted": (True, True)}
+    ratios: dict[tuple[bool, str, int], list[float]] = {}
+    ms: dict[tuple[bool, str], list[float]] = {}
 
-    def verify(lean: bool, cache: KVCache, probe: StatsProbe | None, draft: torch.Tensor) -> None:
+    def verify(side: tuple[bool, bool], cache: KVCache, probe: StatsProbe | None, draft: torch.Tensor) -> None:
         cache.truncate(prompt_tokens)
-        cached_forward(model, draft, cache, lean=lean, probe=probe)
+        cached_forward(model, draft, cache, lean=side[0], scripted=side[1], probe=probe)
 
     with torch.inference_mode():
         for _, _, ids in requests:
             prompt_ids = torch.tensor([ids[:prompt_tokens]])
             caches, probes = {}, {}
-            for lean in (False, True):
-                caches[lean] = KVCache(model.config, capacity=prompt_tokens + max(drafts) + 8)
-                probes[lean] = StatsProbe(scaling=scaling)  # holds the prompt's roles, as in a generation
-                cached_forward(model, prompt_ids, caches[lean], last_only=True, lean=lean, probe=probes[lean])
+            for name, side in sides.items():
+                caches[name] = KVCache(model.config, capacity=prompt_tokens + max(drafts) + 8)
+                probes[name] = StatsProbe(scaling=scaling)  # holds the prompt's roles, as in a generation
+                cached_forward(model, prompt_ids, caches[name], last_only=True, lean=side[0], scripted=side[1],
+                               probe=probes[name])
             for k in drafts:
                 draft = torch.tensor([ids[prompt_tokens : prompt_tokens + 1 + k]])
                 for on in (False, True):
-                    med = _paired({name: functools.partial(verify, lean, caches[lean], probes[lean] if on else None,
+                    med = _paired({name: functools.partial(verify, side, caches[name], probes[name] if on else None,
                                                            draft)
-                                   for name, lean in (("general", False), ("lean", True))}, repeats)
-                    ratios.setdefault((on, k), []).append(med["general"] / med["lean"])
-                    for lean in (False, True):
-                        ms.setdefault((on, lean), []).append(med["lean" if lean else "general"])
+                                   for name, side in sides.items()}, repeats)
+                    for name in ("lean", "scripted"):
+                        ratios.setdefault((on, name, k), []).append(med["general"] / med[name])
+                    ratios.setdefault((on, "scripted/lean", k), []).append(med["lean"] / med["scripted"])
+                    for name in sides:
+                        ms.setdefault((on, name), []).append(med[name])
     results = {}
     print(f"{len(requests)} prompts of {prompt_tokens} tokens (pexpect, pluggy, rsa), a draft of k tokens "
-          f"verified, general vs lean alternating ({repeats} each); general/lean, median over prompts")
+          f"verified, the three paths taking turns ({repeats} each); ratios of the medians, median over prompts")
     for on in (False, True):
-        label = "probe on" if on else "probe off"
-        per_k = [statistics.median(ratios[(on, k)]) for k in drafts]
-        every = [r for k in drafts for r in ratios[(on, k)]]
-        results[f"verify_ratio_{'probe' if on else 'plain'}"] = statistics.median(every)
-        general, lean = statistics.median(ms[(on, False)]), statistics.median(ms[(on, True)])
-        results[f"verify_{'probe' if on else 'plain'}_general_ms"] = general
-        results[f"verify_{'probe' if on else 'plain'}_lean_ms"] = lean
-        print(f"{label}: {statistics.median(every):.2f}x overall (general {general:.2f} ms, lean {lean:.2f} ms); "
-              "per k " + ", ".join(f"{k}: {r:.2f}x" for k, r in zip(drafts, per_k)))
+        label = "probe" if on else "plain"
+        times = ", ".join(f"{name} {statistics.median(ms[(on, name)]):.2f} ms" for name in sides)
+        print(f"{'probe on' if on else 'probe off'}: {times}")
+        for name, what in (("lean", "general/lean"), ("scripted", "general/scripted"),
+                           ("scripted/lean", "lean/scripted")):
+            every = [r for k in drafts for r in ratios[(on, name, k)]]
+            key = name.replace("/", "_per_")
+            results[f"verify_{label}_{key}_ratio"] = statistics.median(every)
+            print(f"  {what}: {statistics.median(every):.2f}x overall; per k "
+                  + ", ".join(f"{k}: {statistics.median(ratios[(on, name, k)]):.2f}x" for k in drafts))
+        for name in sides:
+            results[f"verify_{label}_{name}_ms"] = statistics.median(ms[(on, name)])
     return results
+
+
+def script_check(count: int = 240, lengths: tuple[int, ...] = (16, 64, 100, 150), new_tokens: int = 16) -> dict:
+    """The scripted lean paths against the Python ones on the embedded model: ``count`` real prompts
+    (pexpect, pluggy, rsa; the lengths in turn, the longest past the 128-key budget so steps select),
+    ``new_tokens`` greedy steps each with the step statistics on, by a generator of each kind: the
+    largest difference of any step's logits, and how many generations are token for token the same."""
+    from glm5_lsp.model import load_tokenizer
+
+    path = Path(default_model_path())
+    model = load_model(path)
+    tokenizer = load_tokenizer(path)
+    requests = _report_prompts(count // len(lengths), lengths, packages=("pexpect", "pluggy", "rsa"))
+    gens = {scripted: Generator(model, tokenizer, scripted=scripted) for scripted in (False, True)}
+    config = GenerationConfig(max_new_tokens=new_tokens, stop_at_eos=False, step_stats=True)
+    worst, same, steps, stats_worst = 0.0, 0, 0, 0.0
+
+    def keep(seen: list[torch.Tensor], out: list[int], scores: torch.Tensor) -> torch.Tensor:
+        seen.append(scores)
+        return scores
+
+    with torch.inference_mode():
+        for _, _, ids in requests:
+            seen: dict[bool, list[torch.Tensor]] = {False: [], True: []}
+            outs = {}
+            for scripted, gen in gens.items():
+                gen.reset()
+                outs[scripted] = gen.generate(ids, config, logits_processor=functools.partial(keep, seen[scripted]))
+            same += outs[False].token_ids == outs[True].token_ids
+            for a, b in zip(seen[False], seen[True]):
+                worst = max(worst, float((a - b).abs().max()))
+                steps += 1
+            for name, rows in outs[False].stats.per_layer.items():
+                for r1, r2 in zip(rows, outs[True].stats.per_layer[name]):
+                    stats_worst = max([stats_worst] + [abs(x - y) for x, y in zip(r1, r2)])
+    print(f"{len(requests)} real prompts ({', '.join(map(str, lengths))} tokens), {new_tokens} greedy steps with "
+          f"statistics: {same}/{len(requests)} generations token-identical, largest logit difference {worst:.3g} "
+          f"over {steps} steps, largest statistic difference {stats_worst:.3g}")
+    return {"script_identical": same, "script_prompts": len(requests), "script_max_logit_diff": worst,
+            "script_steps": steps, "script_max_stat_diff": stats_worst}
+
+
+def script_speed(count: int = 40, prompt_tokens: int = 64, new_tokens: int = 12, repeats: int = 7) -> dict:
+    """The Python lean paths against the scripted ones on the embedded model, the statistics' probe on
+    (as the editor runs), on real ``prompt_tokens``-token prompts (pexpect, pluggy, rsa): a decoding step
+    after the prompt, the prompt's prefill, and the whole ``Generator.generate`` of ``new_tokens``
+    greedy tokens (from an empty cache); each pair taking turns ``repeats`` times per prompt, the ratio
+    of the medians per prompt, reported as their median."""
+    from glm5_lsp.model import load_tokenizer
+    from glm5_lsp.model.stats import StatsProbe
+
+    path = Path(default_model_path())
+    model = load_model(path)
+    tokenizer = load_tokenizer(path)
+    scaling = model.config.routed_scaling_factor
+    requests = _report_prompts(count, (prompt_tokens,), packages=("pexpect", "pluggy", "rsa"), after=1)
+    gens = {scripted: Generator(model, tokenizer, scripted=scripted) for scripted in (False, True)}
+    config = GenerationConfig(max_new_tokens=new_tokens, stop_at_eos=False, step_stats=True)
+    ratios: dict[str, list[float]] = {"step": [], "prefill": [], "generate": []}
+    ms: dict[tuple[str, bool], list[float]] = {}
+
+    def step(scripted: bool, cache: KVCache, probe: StatsProbe, token: torch.Tensor) -> None:
+        cache.truncate(prompt_tokens)
+        cached_forward(model, token, cache, scripted=scripted, probe=probe)
+
+    def prefill(scripted: bool, prompt: torch.Tensor) -> None:
+        cache = KVCache(model.config, capacity=prompt_tokens + 8)
+        cached_forward(model, prompt, cache, last_only=True, scripted=scripted, probe=StatsProbe(scaling=scaling))
+
+    def generate(scripted: bool, ids: list[int]) -> None:
+        gens[scripted].reset()
+        gens[scripted].generate(ids, config)
+
+    with torch.inference_mode():
+        for _, _, ids in requests:
+            prompt = torch.tensor([ids[:prompt_tokens]])
+            token = torch.tensor([ids[prompt_tokens:]])
+            caches, probes = {}, {}
+            for scripted in (False, True):
+                caches[scripted] = KVCache(model.config, capacity=prompt_tokens + 8)
+                probes[scripted] = StatsProbe(scaling=scaling)
+                cached_forward(model, prompt, caches[scripted], last_only=True, scripted=scripted,
+                               probe=probes[scripted])
+            calls = {
+                "step": {s: functools.partial(step, s, caches[s], probes[s], token) for s in (False, True)},
+                "prefill": {s: functools.partial(prefill, s, prompt) for s in (False, True)},
+                "generate": {s: functools.partial(generate, s, ids[:prompt_tokens]) for s in (False, True)},
+            }
+            for what, pair in calls.items():
+                med = _paired({"lean" if not s else "scripted": f for s, f in pair.items()},
+                              repeats * (5 if what == "step" else 1))
+                ratios[what].append(med["lean"] / med["scripted"])
+                for name, value in med.items():
+                    ms.setdefault((what, name == "scripted"), []).append(value)
+            for probe in probes.values():
+                probe.blocks.clear()
+    results = {}
+    print(f"{len(requests)} real {prompt_tokens}-token prompts (pexpect, pluggy, rsa), statistics on; Python lean "
+          f"vs scripted taking turns; ratio of the medians per prompt, median over prompts")
+    for what, each in ratios.items():
+        lean_ms, script_ms = statistics.median(ms[(what, False)]), statistics.median(ms[(what, True)])
+        results[f"script_{what}_ratio"] = statistics.median(each)
+        results[f"script_{what}_lean_ms"], results[f"script_{what}_scripted_ms"] = lean_ms, script_ms
+        label = {"step": "decoding step", "prefill": f"{prompt_tokens}-token prefill",
+                 "generate": f"generate {new_tokens} tokens"}[what]
+        print(f"{label}: {statistics.median(each):.3f}x (lean {lean_ms:.3f} ms, scripted {script_ms:.3f} ms; "
+              f"quartiles of the ratio {_quartiles(each)})")
+    return results
+
+
+def _quartiles(values: list[float]) -> str:
+    q = statistics.quantiles(values, n=4)
+    return f"{q[0]:.3f}-{q[2]:.3f}"
 
 
 def stats_cost(count: int = 12, new_tokens: int = 24, lengths: tuple[int, ...] = (100, 300)) -> dict[str, float]:
@@ -532,12 +656,13 @@ def stats_cost(count: int = 12, new_tokens: int = 24, lengths: tuple[int, ...] =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts", "stats", "verify"],
+    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts", "stats", "verify", "script"],
                         default="all",
                         help="steps: decode-step times only (the benchmark model at 4k and 16k, DSA and dense, "
                              "and the embedded model at 400 tokens), for comparing two versions of the runtime; "
                              "prompts: the embedded model's prefill of short prompts, general path against lean; "
-                             "verify: its verification of a draft, general path against lean")
+                             "verify: its verification of a draft, general path against lean (Python and "
+                             "scripted); script: the scripted lean paths against the Python ones, numbers and speed")
     parser.add_argument("--context", type=int, default=4096, help="context for the reference comparison")
     parser.add_argument("--long-context", type=int, default=16384, help="context for DSA vs dense")
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -546,9 +671,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results: dict[str, float] = {}
-    if args.part == "verify":  # the embedded model only: no benchmark checkpoint to build
-        results.update(verify_calls())
-        print(json.dumps({k: round(v, 3) for k, v in results.items()}))
+    if args.part in ("verify", "script"):  # the embedded model only: no benchmark checkpoint to build
+        if args.part == "verify":
+            results.update(verify_calls())
+        else:
+            results.update(script_check())
+            results.update(script_speed())
+        print(json.dumps({k: round(v, 3) if k != "script_max_logit_diff" else v for k, v in results.items()}))
         return
     with tempfile.TemporaryDirectory() as tmp:
         sparse = build_checkpoint(Path(tmp) / "dsa")
@@ -567,10 +696,11 @@ def main() -> None:
         if args.part == "stats":
             results.update(stats_cost())
         if args.part == "prompts":
-            for n, (general, lean) in prompt_prefills(Path(default_model_path())).items():
+            for n, (general, lean, scripted) in prompt_prefills(Path(default_model_path())).items():
                 results[f"prefill_{n}_general_ms"], results[f"prefill_{n}_lean_ms"] = general, lean
+                results[f"prefill_{n}_scripted_ms"] = scripted
                 print(f"embedded model, {n}-token prompt: prefill general {general:.2f} ms vs lean {lean:.2f} ms "
-                      f"-> {general / lean:.2f}x")
+                      f"-> {general / lean:.2f}x, scripted {scripted:.2f} ms -> {general / scripted:.2f}x")
         if args.part in ("all", "reference"):
             ids = prompt(args.context)
             o_pre, o_dec = ours_prefill_and_decode(sparse, ids, args.new_tokens)

@@ -3,11 +3,14 @@ seam around them: inference weights built once and public, the path chosen by th
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from tiny import tiny_model
 
 from glm5_lsp.model import AttentionPolicy, GenerationConfig, Generator, KVCache, Role, cached_forward, lean
+from glm5_lsp.model import scripted as script
 from glm5_lsp.model.glm5 import AbsorbedWeights, FusedWeights, Projection
 
 TOL = 1e-5
@@ -19,6 +22,22 @@ def _ids(n: int, seed: int = 0) -> torch.Tensor:
 
 def _model(**overrides):
     return tiny_model(**overrides).prepare_inference()
+
+
+def _lean_calls(monkeypatch) -> list[tuple[str, str, int, bool]]:
+    """Record every call of the lean paths, Python (``lean``) and scripted (``scripted``), as
+    ``(module, function, tokens, last_only)``."""
+    calls = []
+    for module, where in ((lean, "python"), (script, "script")):
+        for name in ("decode_one", "prefill_dense"):
+            real = getattr(module, name)
+
+            def counted(first, ids, step, *args, real=real, where=where, name=name, **kwargs):
+                calls.append((where, name, ids.shape[1], kwargs.get("last_only", True)))
+                return real(first, ids, step, *args, **kwargs)
+
+            monkeypatch.setattr(module, name, counted)
+    return calls
 
 
 def _lean_step(model, token, cache, *, policy=None, dense=False, strict=True):
@@ -156,17 +175,15 @@ def test_error_context_within_the_budget_keeps_the_lean_step() -> None:
         assert step.forced_keys is not None and not lean.applies(model, _ids(1), step)
 
 
-def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=False, monkeypatch=None):
+def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=False, monkeypatch=None,
+                  scripted=True):
     """Prefill ``sum(chunks)`` tokens in pieces (``last_only``, as the generator does), into one cache
-    through ``cached_forward`` with the lean paths and one without; then two decoding steps. Returns,
-    per side, the logits of every piece and step and the cache (and, with ``monkeypatch``, how many
-    pieces the lean prefill took)."""
+    through ``cached_forward`` with the lean paths (``scripted`` or not) and one without; then two
+    decoding steps. Returns, per side, the logits of every piece and step and the cache (and, with
+    ``monkeypatch``, the lean paths' calls: ``_lean_calls``)."""
     total = sum(chunks)
     ids = _ids(total + 2, seed=total)
-    calls = []
-    if monkeypatch is not None:
-        real = lean.prefill_dense
-        monkeypatch.setattr(lean, "prefill_dense", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _lean_calls(monkeypatch) if monkeypatch is not None else []
     out = {}
     for lean_on in (True, False):
         cache = KVCache(model.config)
@@ -175,12 +192,13 @@ def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=Fa
             for n in chunks:
                 part_roles = None if roles is None else roles[:, at : at + n]
                 logits.append(cached_forward(model, ids[:, at : at + n], cache, roles=part_roles, policy=policy,
-                                             dense=dense, last_only=True, lean=lean_on))
+                                             dense=dense, last_only=True, lean=lean_on, scripted=scripted))
                 at += n
             for t in range(total, total + 2):
-                logits.append(cached_forward(model, ids[:, t : t + 1], cache, policy=policy, dense=dense, lean=lean_on))
+                logits.append(cached_forward(model, ids[:, t : t + 1], cache, policy=policy, dense=dense, lean=lean_on,
+                                             scripted=scripted))
         out[lean_on] = (logits, cache)
-    return out[True], out[False], len(calls)
+    return out[True], out[False], calls
 
 
 @pytest.mark.parametrize(
@@ -194,11 +212,15 @@ def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=Fa
         ([12], False, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}),
     ],
 )
-def test_dense_prefill_gives_the_general_paths_logits_and_cache(chunks, dense, overrides, monkeypatch) -> None:
+@pytest.mark.parametrize("scripted", [True, False])
+def test_dense_prefill_gives_the_general_paths_logits_and_cache(chunks, dense, overrides, scripted,
+                                                                monkeypatch) -> None:
     model = _model(index_topk=12, **overrides)
-    (lean_logits, lean_cache), (gen_logits, gen_cache), lean_prefills = _prefill_both(
-        model, chunks, dense=dense, monkeypatch=monkeypatch)
-    assert lean_prefills == len(chunks)  # every piece took the lean prefill (and only on the lean side)
+    (lean_logits, lean_cache), (gen_logits, gen_cache), calls = _prefill_both(
+        model, chunks, dense=dense, monkeypatch=monkeypatch, scripted=scripted)
+    where = "script" if scripted else "python"
+    # every piece took the lean prefill, then each step the lean step (and only on the lean side)
+    assert calls == [(where, "prefill_dense", n, True) for n in chunks] + [(where, "decode_one", 1, True)] * 2
     for a, b in zip(lean_logits, gen_logits):
         assert a.shape == b.shape
         assert (a - b).abs().max().item() < TOL
@@ -220,25 +242,28 @@ def test_dense_prefill_gives_the_general_paths_logits_and_cache(chunks, dense, o
         (6, 6, False, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}),
     ],
 )
+@pytest.mark.parametrize("scripted", [True, False])
 def test_a_drafts_verification_takes_the_dense_prefill_with_every_rows_logits(prompt, draft, dense, overrides,
-                                                                               monkeypatch) -> None:
+                                                                               scripted, monkeypatch) -> None:
     """A call that needs every position's logits (``last_only`` off: the generator's verification of a
     draft) takes ``prefill_dense`` where every query keeps all its keys, and gives the general path's
     logits ``[1, T, V]``, cache entries and following steps."""
     model = _model(index_topk=12, **overrides)
     ids = _ids(prompt + draft + 1, seed=prompt + draft)
-    calls = []
-    real = lean.prefill_dense
-    monkeypatch.setattr(lean, "prefill_dense", lambda *a, **k: calls.append(k.get("last_only", True)) or real(*a, **k))
+    calls = _lean_calls(monkeypatch)
     out = {}
     for lean_on in (True, False):
         cache = KVCache(model.config)
         with torch.no_grad():
-            cached_forward(model, ids[:, :prompt], cache, dense=dense, last_only=True, lean=lean_on)
-            rows = cached_forward(model, ids[:, prompt : prompt + draft], cache, dense=dense, lean=lean_on)
-            after = cached_forward(model, ids[:, -1:], cache, dense=dense, lean=lean_on)
+            cached_forward(model, ids[:, :prompt], cache, dense=dense, last_only=True, lean=lean_on, scripted=scripted)
+            rows = cached_forward(model, ids[:, prompt : prompt + draft], cache, dense=dense, lean=lean_on,
+                                  scripted=scripted)
+            after = cached_forward(model, ids[:, -1:], cache, dense=dense, lean=lean_on, scripted=scripted)
         out[lean_on] = (rows, after, cache)
-    assert calls == [True, False]  # the prompt's last position, then every row of the draft, lean side only
+    where = "script" if scripted else "python"
+    # the prompt's last position, every row of the draft, then a step: on the lean side only
+    assert calls == [(where, "prefill_dense", prompt, True), (where, "prefill_dense", draft, False),
+                     (where, "decode_one", 1, True)]
     (rows, after, cache), (want_rows, want_after, want_cache) = out[True], out[False]
     assert rows.shape == want_rows.shape == (1, draft, model.config.vocab_size)
     assert (rows - want_rows).abs().max().item() < TOL
@@ -251,7 +276,8 @@ def test_a_drafts_verification_takes_the_dense_prefill_with_every_rows_logits(pr
     assert torch.equal(cache.token_ids[:, :n], want_cache.token_ids[:, :n])
 
 
-def test_the_generators_draft_verification_is_lean_and_keeps_its_text(monkeypatch) -> None:
+@pytest.mark.parametrize("scripted", [True, False])
+def test_the_generators_draft_verification_is_lean_and_keeps_its_text(scripted, monkeypatch) -> None:
     model = _model(index_topk=24)
     prompt = _ids(10, seed=4)[0].tolist()
 
@@ -268,23 +294,150 @@ def test_the_generators_draft_verification_is_lean_and_keeps_its_text(monkeypatc
         rest = truth[len(out) : len(out) + 4]
         return rest[:2] + [(t + 1) % 512 for t in rest[2:]]
 
-    verified = []
-    real = lean.prefill_dense
-
-    def counted(model, ids, step, last_only=True):
-        if not last_only:
-            verified.append(ids.shape[1])
-        return real(model, ids, step, last_only=last_only)
-
-    monkeypatch.setattr(lean, "prefill_dense", counted)
-    drafted = Generator(model, _Tok()).generate(prompt, config, drafter=drafter)
+    calls = _lean_calls(monkeypatch)
+    drafted = Generator(model, _Tok(), scripted=scripted).generate(prompt, config, drafter=drafter)
+    verified = [n for where, name, n, last_only in calls if name == "prefill_dense" and not last_only]
+    assert {where for where, *_ in calls} == {"script" if scripted else "python"}
     assert drafted.drafted_tokens > drafted.accepted_tokens > 0
     assert verified and sum(verified) == drafted.drafted_tokens + len(verified)  # every verification: lean
-    calls = len(verified)
+    before = len(calls)
     general = Generator(model, _Tok(), lean=False).generate(prompt, config, drafter=drafter)
-    assert len(verified) == calls
+    assert len(calls) == before
     assert drafted.token_ids == general.token_ids == truth
     assert drafted.drafted_tokens == general.drafted_tokens and drafted.accepted_tokens == general.accepted_tokens
+
+
+def _python_and_scripted(model, prompt: int, steps: int, *, policy=None, roles=None, dense=False, every=False):
+    """Prefill ``prompt`` tokens (``every``: all rows' logits) and decode ``steps`` more, into one cache by
+    ``lean``'s Python paths and one by the scripted ones. Returns both logit lists, key-set lists,
+    caches, and whether any step's selection was biased by the policy."""
+    ids = _ids(prompt + steps, seed=prompt + steps)
+    fast = script.get(model)
+    assert fast is not None
+    out, biased = {}, False
+    for scripted in (False, True):
+        cache = KVCache(model.config)
+        logits, picks = [], []
+        with torch.no_grad():
+            step = model.prepare_step(ids[:, :prompt], cache=cache, roles=roles, policy=policy, dense=dense)
+            assert lean.applies_dense(model, ids[:, :prompt], step)
+            if scripted:
+                logits.append(script.prefill_dense(fast, ids[:, :prompt], step, last_only=not every))
+            else:
+                logits.append(lean.prefill_dense(model, ids[:, :prompt], step, last_only=not every))
+            for t in range(prompt, prompt + steps):
+                token = ids[:, t : t + 1]
+                step = model.prepare_step(token, cache=cache, policy=policy, dense=dense)
+                assert lean.applies(model, token, step)
+                biased |= step.key_bias is not None
+                picked: list = []
+                if scripted:
+                    logits.append(script.decode_one(fast, token, step, picked))
+                else:
+                    logits.append(lean.decode_one(model, token, step, picked))
+                picks.append([None if idx is None else sorted(idx.tolist()) for idx in picked])
+        out[scripted] = (logits, picks, cache)
+    return out[False], out[True], biased
+
+
+@pytest.mark.parametrize(
+    ("overrides", "prompt", "policy", "dense", "every"),
+    [
+        ({}, 10, False, False, False),  # grouped routing (n_group 2), a dense first layer; steps select past 12
+        ({}, 10, True, False, True),  # the policy's biased selection; a prefill of every row
+        ({"n_group": 1, "topk_group": 1, "norm_topk_prob": False}, 12, False, False, False),
+        ({"indexer_types": ["full", "shared", "full"]}, 9, False, False, True),  # a shared layer
+        ({"first_k_dense_replace": 0, "routed_scaling_factor": 1.0}, 8, False, False, False),
+        ({}, lean.BATCHED_EXPERTS_MAX_TOKENS + 6, False, True, False),  # dense mode; experts one by one
+        ({}, lean.BATCHED_EXPERTS_MAX_TOKENS + 6, False, True, True),
+    ],
+)
+def test_the_scripted_paths_compute_what_the_python_lean_paths_do(overrides, prompt, policy, dense, every) -> None:
+    """``scripted.py`` mirrors ``lean.py`` operation by operation: the same logits, selected keys and
+    cache entries (in practice bit for bit), in every branch."""
+    model = _model(index_topk=12, **overrides)
+    roles = None
+    if policy:
+        roles = torch.full((1, prompt), int(Role.CODE), dtype=torch.long)
+        roles[0, 1:4] = int(Role.API_DOC)
+        roles[0, 6:8] = int(Role.CURRENT_BLOCK)
+    (py_logits, py_picks, py_cache), (sc_logits, sc_picks, sc_cache), biased = _python_and_scripted(
+        model, prompt, 8, policy=AttentionPolicy.from_config() if policy else None, roles=roles, dense=dense,
+        every=every)
+    assert py_logits[0].shape == sc_logits[0].shape == (1, prompt if every else 1, model.config.vocab_size)
+    for a, b in zip(py_logits, sc_logits):
+        assert (a - b).abs().max().item() < TOL
+    assert py_picks == sc_picks
+    if not dense:
+        assert any(s is not None for per_layer in sc_picks for s in per_layer)  # top-k really selected
+    assert biased == policy
+    n = prompt + 8
+    for layer in range(model.config.num_hidden_layers):
+        assert (py_cache.latents[layer][:, :n] - sc_cache.latents[layer][:, :n]).abs().max().item() < TOL
+        if py_cache.index_keys[layer] is not None:
+            assert (py_cache.index_keys[layer][:, :n] - sc_cache.index_keys[layer][:, :n]).abs().max().item() < TOL
+    assert torch.equal(py_cache.token_ids[:, :n], sc_cache.token_ids[:, :n])
+
+
+class _NoText:
+    eos_token_id = None
+
+    def decode(self, ids):
+        return ""
+
+
+def test_a_failed_script_leaves_the_python_lean_paths_with_one_log_line(monkeypatch, caplog) -> None:
+    model = _model(index_topk=12)
+    config = GenerationConfig(max_new_tokens=6, stop_at_eos=False)
+    want = Generator(model, _NoText(), scripted=False).generate(_ids(9)[0].tolist(), config)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no TorchScript here")
+
+    model = _model(index_topk=12)  # the same weights, never scripted
+    monkeypatch.setattr(torch.jit, "script", refuse)
+    calls = _lean_calls(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=script.__name__):
+        generator = Generator(model, _NoText())
+        got = [generator.generate(_ids(9)[0].tolist(), config) for _ in range(2)]
+        got.append(Generator(model, _NoText()).generate(_ids(9)[0].tolist(), config))
+    lines = [r for r in caplog.records if r.name == script.__name__]
+    assert len(lines) == 1 and "no TorchScript here" in lines[0].getMessage()
+    assert calls and {where for where, *_ in calls} == {"python"}
+    assert all(out.token_ids == want.token_ids for out in got)
+
+
+def test_the_script_is_rebuilt_when_the_inference_weights_are() -> None:
+    """Built once per set of inference weights: weights changed in place are read as they are (like
+    the Python path reads them); the generator's ``prepare_inference`` after an attention weight
+    changed brings a new script, whose logits are the new weights'."""
+    model = _model(index_topk=12)
+    generator = Generator(model, _NoText())
+    first = script.get(model)
+    assert first is not None and script.get(model) is first
+    ids = _ids(10)
+    config = GenerationConfig(max_new_tokens=3, stop_at_eos=False)
+    generator.generate(ids[0].tolist(), config)
+    assert script.get(model) is first
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.5)  # not an attention weight: read in place, no rebuild
+        model.model.layers[1].mlp.experts.down_proj.mul_(0.5)
+        generator.reset()  # (the cached keys were computed with the old weights)
+        logits, _ = generator.prefill(ids[0].tolist())
+        assert script.get(model) is first
+        assert (logits - model(ids, reference=True)[0, -1]).abs().max().item() < 1e-4
+        model.model.layers[0].self_attn.q_a_proj.weight.mul_(1.5)
+    assert not model.inference_current()
+    generator.reset()
+    with torch.no_grad():
+        logits, _ = generator.prefill(ids[0].tolist())  # rebuilds the inference weights, then the script
+        rebuilt = script.get(model)
+        assert rebuilt is not None and rebuilt is not first
+        assert (logits - model(ids, reference=True)[0, -1]).abs().max().item() < 1e-4
+        token = _ids(1, seed=3)
+        step = cached_forward(model, token, generator.cache)
+        full = model(torch.cat([ids, token], dim=1), reference=True)[:, -1:]
+        assert (step - full).abs().max().item() < 1e-4
 
 
 def _code(batch: int, n: int) -> torch.Tensor:
@@ -393,16 +546,12 @@ def test_inference_weights_are_built_once_public_and_guarded(tiny_checkpoint) ->
 
 def test_forward_is_the_general_path_and_the_generator_chooses_the_lean_one(monkeypatch) -> None:
     model = _model(index_topk=12)
-    calls = {"one": 0, "dense": 0}
-    real_one, real_dense = lean.decode_one, lean.prefill_dense
-    monkeypatch.setattr(lean, "decode_one", lambda *a, **k: calls.__setitem__("one", calls["one"] + 1) or real_one(*a, **k))
-    monkeypatch.setattr(lean, "prefill_dense",
-                        lambda *a, **k: calls.__setitem__("dense", calls["dense"] + 1) or real_dense(*a, **k))
+    calls = _lean_calls(monkeypatch)
     cache = KVCache(model.config)
     with torch.no_grad():
         model(_ids(8), cache=cache, last_only=True)
         model(_ids(1), cache=cache)
-    assert calls == {"one": 0, "dense": 0}
+    assert calls == []
 
     class _Tok:
         eos_token_id = None
@@ -411,9 +560,13 @@ def test_forward_is_the_general_path_and_the_generator_chooses_the_lean_one(monk
             return ""
 
     plain = Generator(model, _Tok()).generate(_ids(8)[0].tolist(), GenerationConfig(max_new_tokens=5))
-    assert calls == {"one": 4, "dense": 1}
+    assert calls == [("script", "prefill_dense", 8, True)] + [("script", "decode_one", 1, True)] * 4
+    calls.clear()
+    python = Generator(model, _Tok(), scripted=False).generate(_ids(8)[0].tolist(), GenerationConfig(max_new_tokens=5))
+    assert calls == [("python", "prefill_dense", 8, True)] + [("python", "decode_one", 1, True)] * 4
+    calls.clear()
     general = Generator(model, _Tok(), lean=False).generate(_ids(8)[0].tolist(), GenerationConfig(max_new_tokens=5))
-    assert calls == {"one": 4, "dense": 1} and general.token_ids == plain.token_ids
+    assert calls == [] and general.token_ids == python.token_ids == plain.token_ids
 
 
 def test_projections_are_named() -> None:

@@ -94,11 +94,15 @@ def test_lean_and_general_paths_give_the_same_statistics(prompt, topk, overrides
             return rest[:2] + [(t + 1) % 512 for t in rest[2:]]
 
     runs = {}
-    for lean in (True, False):
-        generator = Generator(model, _Tok(), policy=AttentionPolicy.from_config() if policy else None, lean=lean)
-        runs[lean] = generator.generate(ids, config, roles=roles, drafter=drafter)
-    fast, general = runs[True], runs[False]
-    assert fast.token_ids == general.token_ids
+    for lean, scripted in ((True, True), (True, False), (False, False)):
+        generator = Generator(model, _Tok(), policy=AttentionPolicy.from_config() if policy else None, lean=lean,
+                              scripted=scripted)
+        runs[lean, scripted] = generator.generate(ids, config, roles=roles, drafter=drafter)
+    fast, python, general = runs[True, True], runs[True, False], runs[False, False]
+    assert fast.token_ids == python.token_ids == general.token_ids
+    for name in LAYER_STATS:  # the scripted lean paths feed the probe what the Python ones do
+        assert _close(fast.stats.per_layer[name], python.stats.per_layer[name]) < 1e-6, name
+    assert _close(fast.stats.per_step["hidden_norm"], python.stats.per_step["hidden_norm"]) < 1e-6
     if draft:
         assert fast.drafted_tokens > fast.accepted_tokens > 0  # some proposals kept, some not
     counts = _layers(model)
@@ -122,34 +126,37 @@ def test_lean_and_general_paths_give_the_same_statistics(prompt, topk, overrides
         ({"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}, False),
     ],
 )
-def test_a_verification_on_the_lean_prefill_records_every_row_as_the_general_path(overrides, policy,
+@pytest.mark.parametrize("scripted", [True, False])
+def test_a_verification_on_the_lean_prefill_records_every_row_as_the_general_path(overrides, policy, scripted,
                                                                                     monkeypatch) -> None:
     """A draft's verification (several tokens, every row's logits) that keeps every key takes the lean
-    prefill, which records each of its rows as the general path does: the statistics of every row."""
+    prefill (scripted or not), which records each of its rows as the general path does: the
+    statistics of every row."""
     from glm5_lsp.model import lean as lean_paths
+    from glm5_lsp.model import scripted as script
 
     model = tiny_model(index_topk=40, **overrides).prepare_inference()
     ids, roles = torch.tensor([_ids(28, seed=6)]), torch.tensor([_roles(28)])
     attention = AttentionPolicy.from_config() if policy else None
     verified = []
-    real = lean_paths.prefill_dense
+    for module in (lean_paths, script):
+        def counted(first, ids, step, last_only=True, real=module.prefill_dense, module=module):
+            if not last_only:
+                verified.append((module.__name__, ids.shape[1]))
+            return real(first, ids, step, last_only=last_only)
 
-    def counted(model, ids, step, last_only=True):
-        if not last_only:
-            verified.append(ids.shape[1])
-        return real(model, ids, step, last_only=last_only)
-
-    monkeypatch.setattr(lean_paths, "prefill_dense", counted)
+        monkeypatch.setattr(module, "prefill_dense", counted)
     out = {}
     for lean in (True, False):
         cache, probe = KVCache(model.config), StatsProbe(scaling=model.config.routed_scaling_factor)
         with torch.no_grad():
             cached_forward(model, ids[:, :20], cache, roles=roles[:, :20], policy=attention, last_only=True,
-                           lean=lean, probe=probe)
-            cached_forward(model, ids[:, 20:], cache, roles=roles[:, 20:], policy=attention, lean=lean, probe=probe)
+                           lean=lean, scripted=scripted, probe=probe)
+            cached_forward(model, ids[:, 20:], cache, roles=roles[:, 20:], policy=attention, lean=lean,
+                           scripted=scripted, probe=probe)
         assert probe.blocks[1].rows == 8
         out[lean] = probe.finish([(0, 0)] + [(1, r) for r in range(8)])
-    assert verified == [8]  # the lean side's verification only
+    assert verified == [((script if scripted else lean_paths).__name__, 8)]  # the lean side's verification only
     for name in LAYER_STATS:
         assert _close(out[True].per_layer[name], out[False].per_layer[name]) < TOL, name
     assert _close(out[True].per_step["hidden_norm"], out[False].per_step["hidden_norm"]) < TOL

@@ -2,7 +2,8 @@
 
 Files in the order a request flows: ``config.py`` (Hugging Face field names) -> ``glm5.py`` (the
 whole transformer) -> ``attention.py`` (kernels) -> ``lean.py`` (the one-token CPU step and the
-short-prompt prefill) -> ``kv_cache.py`` -> ``generate.py``; ``policy.py`` (roles -> selection
+short-prompt prefill) -> ``scripted.py`` (the same two compiled by TorchScript) -> ``kv_cache.py`` ->
+``generate.py``; ``policy.py`` (roles -> selection
 rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and out), ``tokenizer.py``.
 
 - **MLA in two forms.** Prefill chunks that attend to everything expand per-head K/V once and call
@@ -33,12 +34,20 @@ rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and o
   checks logits, key sets and caches; ``Generator(..., lean=False)`` turns it off).
 - **A short prompt of one sequence** (2-512 tokens, every query seeing all its causal keys: the
   context fits the top-k budget, or attention is dense) takes ``lean.py``'s ``prefill_dense``, for
-  the last position's logits (a prompt) or every position's (a draft's verification): the same fused projections, one
-  masked absorbed attention over all keys, no indexer scoring (the selection would be every key,
-  so the policy's biases and forced keys change nothing), the indexer's keys still cached. The
+  the last position's logits (a prompt) or every position's (a draft's verification): the same
+  fused projections, one masked absorbed attention over all keys, no indexer scoring (the selection
+  would be every key, so the policy's biases and forced keys change nothing), the indexer's keys
+  still cached. The
   editor's prompts are mostly shorter than the embedded model's 128 keys. Up to 64 tokens the
   routed experts run as one padded batch (two batched products) instead of a loop over experts.
   Tested against the general path like ``decode_one``; ``Generator(..., lean=False)`` turns both off.
+- **The lean paths compiled.** ``scripted.py`` writes ``decode_one`` and ``prefill_dense`` once more
+  as methods of a ``torch.jit.script``-ed module over the same weights (references, not copies), in
+  the same operations and order: TorchScript's interpreter runs them with less overhead a step
+  than Python and the dispatcher (embedded model, statistics on: a decoding step 1.38x, a 64-token
+  prefill 1.25x, a 12-token generation 1.33x as fast; logits equal bit for bit on 240 real prompts x
+  16 steps). Built once per set of inference weights (after ``prepare_inference``); if scripting
+  fails, one log line and the Python lean paths run.
 - **Prefix reuse.** ``Generator`` keeps one ``KVCache``; a new prompt reuses the longest prefix whose
   token ids *and* roles match (roles steer selection, so they shape the cached latents too).
 - **Training** (``forward_train``) uses the dense masked kernels so the indexer's KL target (the main

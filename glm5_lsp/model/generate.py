@@ -18,7 +18,9 @@ so the text is distributed as without drafts. Greedy text is the same with and w
 
 Every forward call goes through :func:`cached_forward`, which picks the path: the lean one-token step
 (``decode.decode_one``) or short-prompt prefill (``decode.prefill_dense``, which also verifies a
-draft) where they compute what the general ``forward`` would, else ``forward``. The model's inference weights are built when the
+draft) where they compute what the general ``forward`` would, else ``forward``; the lean paths run
+as ``scripted.py`` compiled them (the same operations through TorchScript; the Python ones where
+scripting failed or ``scripted=False``). The model's inference weights are built when the
 generator is made (``prepare_inference``) and again before a generation if the weights changed since.
 
 With ``GenerationConfig.step_stats`` the generation also hands out the model's per-step internals
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from glm5_lsp.model import lean as decode
+from glm5_lsp.model import scripted as script
 from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM
 from glm5_lsp.model.kv_cache import KVCache
 from glm5_lsp.model.policy import AttentionPolicy, Role, roles_tensor
@@ -163,16 +166,25 @@ def cached_forward(
     dense: bool = False,
     last_only: bool = False,
     lean: bool = True,
+    scripted: bool = True,
     probe: StatsProbe | None = None,
 ) -> torch.Tensor:
     """``model(input_ids, cache=cache, ...)`` on the fastest path that computes the same logits and
     cache entries: ``decode.decode_one`` for one token, ``decode.prefill_dense`` for a short prompt
-    (its last position, or every position: a draft's verification), else the general ``forward``. ``lean=False``: always the general path.
+    (its last position, or every position: a draft's verification), each as ``scripted.py`` compiled
+    it where it could, else the general ``forward``. ``lean=False``: always the general path;
+    ``scripted=False``: the lean paths in Python.
     ``probe``: record the per-step statistics (of the last row with ``last_only``, else of every row)."""
     step = model.prepare_step(input_ids, cache=cache, roles=roles, policy=policy, dense=dense, probe=probe)
     if lean and decode.applies(model, input_ids, step):
+        fast = script.get(model) if scripted else None
+        if fast is not None:
+            return script.decode_one(fast, input_ids, step)
         return decode.decode_one(model, input_ids, step)
     if lean and decode.applies_dense(model, input_ids, step):
+        fast = script.get(model) if scripted else None
+        if fast is not None:
+            return script.prefill_dense(fast, input_ids, step, last_only=last_only)
         return decode.prefill_dense(model, input_ids, step, last_only=last_only)
     return model.forward_step(input_ids, step, last_only=last_only)
 
@@ -181,23 +193,29 @@ class Generator:
     """Owns one model's cache across calls (batch size 1). Not thread-safe: callers hold a lock.
 
     ``lean``: take ``lean.py``'s paths where they apply (False: the general ``forward`` only; tests
-    and benchmarks compare the two)."""
+    and benchmarks compare the two); ``scripted``: run them as ``scripted.py`` compiled them (built
+    here, so the first request does not wait for it: about 180 ms for the first model of a process,
+    the compile and TorchScript's first optimised runs; False: in Python)."""
 
     def __init__(self, model: GlmMoeDsaForCausalLM, tokenizer: Tokenizer, policy: AttentionPolicy | None = None,
-                 lean: bool = True) -> None:
+                 lean: bool = True, scripted: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.policy = policy
         self.lean = lean
+        self.scripted = scripted
         param = next(model.parameters())
         self.cache = KVCache(model.config, 1, dtype=param.dtype, device=param.device)
         model.prepare_inference()
+        if lean and scripted:
+            script.get(model)  # built (and warmed up) now rather than in the first request
 
     def reset(self) -> None:
         self.cache.truncate(0)
 
     def _forward(self, ids: torch.Tensor, probe: StatsProbe | None, **kwargs) -> torch.Tensor:
-        return cached_forward(self.model, ids, self.cache, policy=self.policy, lean=self.lean, probe=probe, **kwargs)
+        return cached_forward(self.model, ids, self.cache, policy=self.policy, lean=self.lean, scripted=self.scripted,
+                              probe=probe, **kwargs)
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: Sequence[int], roles: Sequence[int] | torch.Tensor | None = None,
