@@ -27,9 +27,9 @@ the embedded model it is about 1.2x as fast as the general path on a 100-token p
 10-token one (``python benchmarks/runtime.py --part prompts``). A draft's verification (the
 generator feeds ``[token, *proposed]`` and reads every position's logits) is the same call with
 ``last_only=False``: every row's logits, and every row's statistics when a probe records them. On
-the embedded model, 64-token prompts and drafts of 2-8 tokens, it takes 1/1.31 of the general
-path's time, and 1/1.77 with the statistics' probe (``--part verify``; the general path computes
-the probe's attention and router records a second time).
+the embedded model, 64-token prompts and drafts of 2-8 tokens, it is 1.35x as fast as the general
+path, and 1.81x with the statistics' probe (``--part verify``; the general path computes the
+probe's attention and router records a second time).
 
 ``scripted.py`` compiles both functions, operation for operation, with TorchScript, and the
 generator runs that compiled form (on the embedded model a decoding step 1.38x and a 64-token
