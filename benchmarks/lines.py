@@ -17,7 +17,11 @@ the other (never concurrently):
   on), asked the same way, once its memory is built;
 - **copy**  : the most frequent rest among the workspace's other lines that start with the typed
   line (indentation aside);
-- **jedi**  : jedi-language-server's first completion item (a word only: no rest of line).
+- **jedi**  : jedi-language-server's first completion item (a word only: no rest of line);
+- **baseline** (with ``--baseline CHECKOUT``): what ships at another checkout of this repository
+  (its ``glm5-lsp serve`` at its defaults, its own code and weights), asked right before or right
+  after **mixed** (alternating cursor by cursor): a change measured through the language server, the
+  paired median of the two latencies and the answers they share printed beside the table.
 
 Figures: shown (a non-empty first line), exact (the first line equals the real rest of the line,
 trailing spaces aside), right word (the answer finishes the cut identifier as the file has it; after a
@@ -32,6 +36,7 @@ model runs on one torch thread, as ``glm5-lsp serve`` does by default.
 
     python benchmarks/lines.py                          # 8 packages x 10 cursors
     python benchmarks/lines.py --packages tqdm wrapt --positions 20 --details rows.jsonl
+    git worktree add /tmp/before HEAD~3 && python benchmarks/lines.py --systems mixed jedi --baseline /tmp/before
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from glm5_lsp.gate.labels import label
 from glm5_lsp.memory.heldout import CURSORS, Case, copy_package, seeded_cases
 from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_REPORT
 
-SYSTEMS = ("model", "memory", "mixed", "copy", "jedi")
+SYSTEMS = ("model", "memory", "mixed", "baseline", "copy", "jedi")
 
 
 def edit_similarity(a: str, b: str) -> float:
@@ -148,17 +153,20 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
         if args.no_drafts:
             options.setdefault("memory", {})["drafts"] = False
         servers["mixed"] = Server("glm5-lsp", serve, env, options)
+    if args.baseline:  # what ships at another checkout: its own code (and weights), its defaults
+        servers["baseline"] = Server("glm5-lsp", serve, {**os.environ, "PYTHONPATH": args.baseline}, {})
     if "jedi" in args.systems:
         servers["jedi"] = Server("jedi-language-server",
                                  [sys.executable, "-c", "from jedi_language_server.cli import cli; cli()"], env, None)
     for server in servers.values():
         await server.start(root)
     try:
-        for key in ("model", "mixed"):
+        for key in ("model", "mixed", "baseline"):
             if key in servers and not await _model_ready(servers[key], args.load_timeout):
                 raise RuntimeError(f"glm5-lsp serve ({key}) did not get ready")
-        if "mixed" in servers and not await _memory_ready(servers["mixed"], args.load_timeout):
-            raise RuntimeError("glm5-lsp serve did not build its workspace memory")
+        for key in ("mixed", "baseline"):
+            if key in servers and not await _memory_ready(servers[key], args.load_timeout):
+                raise RuntimeError(f"glm5-lsp serve ({key}) did not build its workspace memory")
         opened: set[Path] = set()
         for number, case in enumerate(cases):
             warming = number < args.warmup  # asked, not counted: each system's first requests start things up
@@ -173,7 +181,12 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
                 memory.update(as_key(case.path), originals[case.path])
                 await asyncio.sleep(args.settle)  # the servers' own warm-up of a document they open
             tally = {k: Tally() for k in SYSTEMS} if warming else tallies
-            for key, server in servers.items():
+            order = list(servers)
+            if number % 2 and "mixed" in servers and "baseline" in servers:  # each first on every other cursor
+                i, j = order.index("mixed"), order.index("baseline")
+                order[i], order[j] = order[j], order[i]
+            for key in order:
+                server = servers[key]
                 server.replace(uri, case.document)
                 started = time.perf_counter()
                 try:
@@ -224,6 +237,11 @@ async def _memory_ready(server: Server, seconds: float) -> bool:
     return False
 
 
+def checkout_commit(path: str) -> str:
+    out = subprocess.run(["git", "-C", path, "log", "-1", "--format=%h"], capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
 def weights_commit() -> str:
     out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h", "--", "glm5_lsp/weights"],
                          capture_output=True, text=True, check=False)
@@ -265,8 +283,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle", type=float, default=2.0, help="seconds after a document opens before its first request")
     parser.add_argument("--details", default="", help="write each cursor's answers to this JSON-lines file")
     parser.add_argument("--fit", action="store_true", help="allow BENCHMARK_FIT packages (for tuning; never report them)")
+    parser.add_argument("--baseline", default="", metavar="CHECKOUT",
+                        help="also ask what ships at this other checkout of the repository (alternating with mixed)")
     parser.add_argument("--verbose", action="store_true")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.baseline:
+        if not (Path(args.baseline) / "glm5_lsp" / "__init__.py").is_file():
+            parser.error(f"--baseline {args.baseline}: not a checkout of this repository")
+        args.baseline = str(Path(args.baseline).resolve())
+        args.systems = [*args.systems, "baseline"] if "baseline" not in args.systems else args.systems
+    elif "baseline" in args.systems:
+        parser.error("the baseline system needs --baseline CHECKOUT")
+    return args
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -294,7 +322,8 @@ async def main(args: argparse.Namespace) -> int:
     print("|---|---|---|---|---|---|---|---|")
     labels = {"model": "model alone (glm5-lsp serve, memory.enabled false)", "memory": "memory alone (no model)",
               "mixed": "model + memory (glm5-lsp serve, defaults: what ships)", "copy": "copy baseline",
-              "jedi": "jedi-language-server (first item, word)"}
+              "jedi": "jedi-language-server (first item, word)",
+              "baseline": f"what ships at {args.baseline} ({checkout_commit(args.baseline) or '?'})"}
     for name in SYSTEMS:
         if name in args.systems:
             print(tallies[name].row(labels[name], word_only=name == "jedi"))
@@ -303,8 +332,16 @@ async def main(args: argparse.Namespace) -> int:
         print(f"\nmixed exact / copy exact = {tallies['mixed'].exact / copy:.2f}; "
               f"mixed exact / memory exact = {tallies['mixed'].exact / max(tallies['memory'].exact, 1):.2f}")
     if "jedi" in args.systems and "mixed" in args.systems:
-        ratio = statistics.median(tallies["mixed"].seconds) / statistics.median(tallies["jedi"].seconds)
-        print(f"mixed p50 / jedi-language-server p50 = {ratio:.2f}")
+        for name in ("mixed", "baseline"):
+            if name in args.systems:
+                ratio = statistics.median(tallies[name].seconds) / statistics.median(tallies["jedi"].seconds)
+                print(f"{name} p50 / jedi-language-server p50 = {ratio:.2f}")
+    if "baseline" in args.systems and "mixed" in args.systems:
+        pairs = [(r["baseline"], r["mixed"]) for r in details if "baseline" in r and "mixed" in r]
+        if pairs:
+            saved = statistics.median(b["ms"] - m["ms"] for b, m in pairs)
+            same = sum(b["answer"] == m["answer"] for b, m in pairs)
+            print(f"paired median, baseline - mixed: {saved:+.1f} ms; the same answer at {same} of {len(pairs)} cursors")
     return 0
 
 
