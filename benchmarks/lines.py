@@ -59,7 +59,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from lsp_latency import Server, _model_ready
+from lsp_latency import Server, _model_ready, glm5_server
 
 from glm5_lsp.gate.labels import label
 from glm5_lsp.memory.heldout import CURSORS, Case, copy_package, seeded_cases
@@ -144,17 +144,16 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
     lines_by_file = {p: p.read_text(encoding="utf-8").split("\n") for p in root.rglob("*.py")}
     originals = {c.path: c.path.read_text(encoding="utf-8") for c in cases}
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    serve = [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads", "1"]
     servers = {}
     if "model" in args.systems:
-        servers["model"] = Server("glm5-lsp", serve, env, {"memory": {"enabled": False}})
+        servers["model"] = glm5_server("glm5-lsp", REPO, 1, {"memory": {"enabled": False}})
     if "mixed" in args.systems:  # what ships: the default settings
         options = json.loads(args.mixed_options) if args.mixed_options else {}
         if args.no_drafts:
             options.setdefault("memory", {})["drafts"] = False
-        servers["mixed"] = Server("glm5-lsp", serve, env, options)
+        servers["mixed"] = glm5_server("glm5-lsp", REPO, 1, options)
     if args.baseline:  # what ships at another checkout: its own code (and weights), its defaults
-        servers["baseline"] = Server("glm5-lsp", serve, {**os.environ, "PYTHONPATH": args.baseline}, {})
+        servers["baseline"] = glm5_server("glm5-lsp", Path(args.baseline), 1, {})
     if "jedi" in args.systems:
         servers["jedi"] = Server("jedi-language-server",
                                  [sys.executable, "-c", "from jedi_language_server.cli import cli; cli()"], env, None)

@@ -124,14 +124,27 @@ def finishes_word(answer: str, rest: str) -> bool:
     return answer.startswith(rest) and not (answer[len(rest):len(rest) + 1].isalnum() or answer[len(rest):len(rest) + 1] == "_")
 
 
-class Server:
-    """One language server under test, with a client that drains its stderr."""
+def glm5_server(name: str, checkout: Path, threads: int, init_options: Any | None) -> Server:
+    """``glm5-lsp serve`` running the code (and the embedded weights) of ``checkout``: the folder on
+    PYTHONPATH and the server's working directory. ``python -m`` puts the working directory ahead of
+    PYTHONPATH on ``sys.path``, so a server started from inside another checkout would import that
+    checkout's package instead, and a comparison of two checkouts would compare one with itself."""
+    checkout = Path(checkout).resolve()
+    command = [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads", str(threads)]
+    return Server(name, command, {**os.environ, "PYTHONPATH": str(checkout)}, init_options, cwd=str(checkout))
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str], init_options: Any | None) -> None:
+
+class Server:
+    """One language server under test, with a client that drains its stderr. ``cwd``: the folder it
+    runs in (None: this process's)."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], init_options: Any | None,
+                 cwd: str | None = None) -> None:
         self.name = name
         self.command = command
         self.env = env
         self.init_options = init_options
+        self.cwd = cwd
         self.client = LanguageClient("lsp-latency", "1")
         self.versions: dict[str, int] = {}
         self.logs: list[str] = []
@@ -148,7 +161,7 @@ class Server:
                 self.errors.append(params.message)
 
     async def start(self, root: Path) -> None:
-        await self.client.start_io(*self.command, env=self.env)
+        await self.client.start_io(*self.command, env=self.env, cwd=self.cwd)
         stderr = self.client._server.stderr if self.client._server else None
         if stderr is not None:
             self._drain = asyncio.create_task(_drain(stderr))
@@ -242,14 +255,13 @@ async def main(args: argparse.Namespace) -> int:
     if args.model:
         options.setdefault("model", {})["path"] = args.model
     root = Path(tempfile.mkdtemp(prefix="lsp-latency-"))  # a workspace holding copies of the files
-    ours = Server("glm5-lsp", [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads", str(args.threads)], env, options)
+    ours = glm5_server("glm5-lsp", REPO, args.threads, options)
     jedi_command = [sys.executable, "-c", "from jedi_language_server.cli import cli; cli()"]
     jedi = Server("jedi-language-server", jedi_command, env, None)
     servers = [ours, jedi]
     if args.versus:
         other = Path(args.versus).resolve()
-        servers.insert(1, Server(f"glm5-lsp@{other.name}", [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads",
-                                                            str(args.threads)], {**env, "PYTHONPATH": str(other)}, options))
+        servers.insert(1, glm5_server(f"glm5-lsp@{other.name}", other, args.threads, options))
     tallies = {server.name: Tally() for server in servers}
     details: list[dict[str, Any]] | None = [] if args.details else None
     rng = random.Random(args.seed)
