@@ -264,8 +264,10 @@ class Glm5Server(LanguageServer):
                     )
                 )
                 return
-            progress.end(f"ready in {engine.load_seconds:.1f}s")
+            # Logged first: both go out through the event loop in the order they are asked for, so a
+            # client that sees the progress end has the log line already.
             log.info("model ready (%s) in %.1fs", self.settings.model.backend, engine.load_seconds)
+            progress.end(f"ready in {engine.load_seconds:.1f}s")
             if root and engine.context is not None:
                 await self.index_workspace(engine, root)
             if engine.memory is not None:
