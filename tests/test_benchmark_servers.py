@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lsp_latency import glm5_server  # noqa: E402
+from lsp_latency import glm5_server
 
 
 def test_a_server_for_another_checkout_imports_that_checkout_even_when_started_inside_this_one(tmp_path: Path) -> None:
