@@ -13,6 +13,7 @@ import copy
 import json
 import os
 import random
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -322,13 +323,15 @@ def test_fuzzed_messages_crash_nothing_and_every_request_is_answered(scripted: A
         assert not unanswered, f"{len(unanswered)} unanswered requests"
         twice = {i: codes for i, codes in answers.items() if len(codes) > 1 and i not in (1, 2)}
         assert not twice, f"answered more than once: {twice}"
-        wrong = {i: (answers[i], plan.expect[i]) for i in plan.expect if answers[i][0] not in plan.expect[i]}
-        assert not wrong, f"answered with the wrong code (got, allowed): {wrong}"
+        wrong = {i: (answers[i], plan.expect[i], server.responses[i][0].get("error", {}).get("message"))
+                 for i in plan.expect if answers[i][0] not in plan.expect[i]}
+        assert not wrong, (f"answered with the wrong code (got, allowed, message): {wrong}\n"
+                           + _tracebacks(tmp_path / "stderr.txt"))
         stray = set(answers) - set(plan.expect) - plan.maybe - {1}
         assert not stray, f"answers to ids never sent: {stray}"
         internal = [r for replies in server.responses.values() for r in replies if r.get("error", {}).get("code") == -32603]
         internal += [r for r in server.null_errors if r["error"]["code"] == -32603]
-        assert not internal, f"internal errors: {internal[:3]}"
+        assert not internal, f"internal errors: {internal[:3]}\n" + _tracebacks(tmp_path / "stderr.txt")
         assert len(server.null_errors) >= plan.null_min
         bad_probes = {p: answers[p] for p in plan.probes if answers[p] != [None]}
         assert not bad_probes, f"health probes not answered with a result: {bad_probes}"
@@ -338,3 +341,19 @@ def test_fuzzed_messages_crash_nothing_and_every_request_is_answered(scripted: A
         assert server.finish() == 0
     finally:
         server.close()
+
+
+def _tracebacks(stderr: Path, limit: int = 6000) -> str:
+    """The server's ERROR records with their tracebacks (a record runs to the next timestamped line)."""
+    try:
+        lines = stderr.read_text(errors="replace").splitlines()
+    except OSError as error:
+        return f"(no server log: {error})"
+    kept: list[str] = []
+    keeping = False
+    for line in lines:
+        if re.match(r"\d{4}-\d\d-\d\d ", line):
+            keeping = " ERROR " in line
+        if keeping:
+            kept.append(line)
+    return "server log, errors:\n" + "\n".join(kept)[-limit:]

@@ -20,6 +20,8 @@ import ast
 from collections import Counter
 from dataclasses import dataclass
 
+from glm5_lsp import pyparse
+
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
@@ -37,7 +39,7 @@ class PerfHint:
 def perf_hints(code: str) -> list[PerfHint]:
     """Every hint for ``code``; a text that does not parse gets none."""
     try:
-        tree = ast.parse(code)
+        tree = pyparse.parse(code)
     except (SyntaxError, ValueError):
         return []
     hints: list[PerfHint] = []

@@ -23,6 +23,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from glm5_lsp import pyparse
 from glm5_lsp.context.sources import read_source
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ def _parse(path: Path) -> ast.Module | None:
     if source is None:
         return None
     try:
-        return ast.parse(source.text, filename=str(path))
+        return pyparse.parse(source.text, filename=str(path))
     except (SyntaxError, ValueError, RecursionError) as err:
         log.info("%s: cannot parse for API docs (%s); skipped", path, err)
         return None

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 
+from glm5_lsp import pyparse
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.postprocess import bracket_depth
 from glm5_lsp.pysource import HEADER_LINE
@@ -147,7 +148,7 @@ def public_names(source: str) -> set[str]:
             end = source.find("\n", end + 1)
         literal = source[found.end() - 1:end if end != -1 else len(source)]
         try:
-            names = {n for n in ast.literal_eval(literal.strip()) if isinstance(n, str) and n.isidentifier()}
+            names = {n for n in pyparse.literal_eval(literal.strip()) if isinstance(n, str) and n.isidentifier()}
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             names = set()  # computed (``[n for n in globals() ...]``, ``a + b``): read the definitions
         if names:
@@ -549,7 +550,7 @@ def unused_import_edits(code: str, diagnostics: list[Diagnostic]) -> list[tuple[
     if not wanted:
         return []
     try:
-        tree = ast.parse(code)
+        tree = pyparse.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     statements = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]

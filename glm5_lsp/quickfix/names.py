@@ -25,6 +25,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+from glm5_lsp import pyparse
 from glm5_lsp.checks.introduced import LineIndex
 from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.diagnostics import Diagnostic
@@ -147,7 +148,7 @@ def attribute_problems(code: str, path: str | None = None, seconds: float = 1.0)
     attributes no method of the class sets; [] when ``code`` does not parse. jedi gets ``seconds``
     in all: a module it has not loaded by then is not judged."""
     try:
-        tree = ast.parse(code)
+        tree = pyparse.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     found = _module_attribute_problems(code, tree, seconds)
@@ -274,7 +275,7 @@ def warm(code: str, seconds: float = 10.0) -> int:
     """List the attributes of the modules ``code`` imports and reads attributes of, so that the
     first fix does not wait for jedi (the server does this when a file opens). Returns how many."""
     try:
-        tree = ast.parse(code)
+        tree = pyparse.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return 0
     modules = sorted({module for _, module, _ in _module_reads(tree)})
@@ -378,7 +379,7 @@ def _targets(statement: ast.stmt) -> list[ast.expr]:
 
 def _members_of_class(code: str, name: str) -> set[str]:
     try:
-        tree = ast.parse(code)
+        tree = pyparse.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return set()
     classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}

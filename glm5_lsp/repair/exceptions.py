@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
+from glm5_lsp import pyparse
 from glm5_lsp.pynames.jedi import script as jedi_script
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ def narrow_broad_handlers(code: str, first_line: int, last_line: int, known: Kno
     """``code`` with the broad handlers on lines ``first_line..last_line`` (0-based) narrowed to the
     exception types their try bodies' calls are known to raise; None when nothing changes."""
     try:
-        tree = ast.parse(code)
+        tree = pyparse.parse(code)
     except SyntaxError:
         return None
     lines = code.split("\n")
@@ -232,7 +233,7 @@ class DocumentExceptions:
 
     def exception_classes(self, code: str, called: Sequence[str]) -> list[str]:
         try:
-            tree = ast.parse(code)
+            tree = pyparse.parse(code)
         except SyntaxError:
             return []
         defined: list[str] = []
@@ -286,7 +287,7 @@ def _raises_in_file(path: str, line: int) -> tuple[str, ...]:
     if not path.endswith(".py"):
         return ()
     try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+        tree = pyparse.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return ()
     for node in ast.walk(tree):

@@ -9,7 +9,6 @@ for evaluation. Nothing is ever read from the benchmarks folder. The manifest re
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import multiprocessing
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from glm5_lsp import pyparse
 from glm5_lsp.train.contamination import BenchmarkGuard
 from glm5_lsp.train.licence import classify_metadata
 
@@ -221,7 +221,7 @@ def check_file(
         return FileCheck(path, None, size, "benchmark_text")
     if check_syntax:
         try:
-            ast.parse(text)
+            pyparse.parse(text)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return FileCheck(path, None, size, "syntax")
     normalised = text.replace("\r\n", "\n").encode("utf-8")

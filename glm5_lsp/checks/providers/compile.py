@@ -72,6 +72,7 @@ from collections import deque
 from types import CodeType
 from typing import NamedTuple
 
+from glm5_lsp import pyparse
 from glm5_lsp.checks.providers.compile_worker import CompileWorker, worker_available
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.lru import LRUCache
@@ -536,7 +537,7 @@ def _compute_status(source: str, sentinel: bool, flags: int, segment: Segment,
     # A head segment is always checked on its tree: its first body line sets the indentation, so a
     # sentinel could land in a nested block at the expected one.
     try:
-        tree = compile(source, filename, "exec", flags | ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = pyparse.parse(source, filename, flags=flags)
     except SyntaxError:
         return Status.BROKEN, None
     if sentinel and not _tree_ends_in_class_body(tree, segment):
@@ -576,7 +577,7 @@ def _scope_declaration(text: str, layout: Layout, i: int, filename: str) -> bool
         return False
     source, _ = _source(text, layout, i, padded=False)
     try:
-        tree = compile(source, filename, "exec", _flags(layout, i) | ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = pyparse.parse(source, filename, flags=_flags(layout, i))
     except SyntaxError:
         return True
     statements = list(tree.body)
@@ -695,7 +696,7 @@ def _derived(text: str, layout: Layout, filename: str) -> list[Diagnostic]:
     if not scoped:
         return _compile_report(source, filename, _flags(layout, k), text)
     try:
-        compile(source, filename, "exec", _flags(layout, k) | ast.PyCF_ONLY_AST, dont_inherit=True)
+        pyparse.parse(source, filename, flags=_flags(layout, k))
     except SyntaxError as exc:
         return [_from_syntax_error(text, exc)]
     return compile_diagnostics(text, filename)

@@ -19,6 +19,7 @@ import re
 
 from pyflakes import checker, messages
 
+from glm5_lsp import pyparse
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.positions import clamp_position
 
@@ -91,7 +92,7 @@ def _parse_longest_head(text: str, filename: str, max_cuts: int) -> tuple[ast.Mo
     for _ in range(max_cuts + 1):
         source = text if kept is None else "\n".join(lines[:kept])
         try:
-            return ast.parse(source, filename=filename), kept
+            return pyparse.parse(source, filename=filename), kept
         except SyntaxError as exc:
             bad_line = (exc.lineno or 1) - 1
             if bad_line <= 0 or (kept is not None and bad_line >= kept):
