@@ -9,8 +9,10 @@ finder), and the fuzz test met this as an internal error answering ``glm5.fix``.
 
 Every parse to a tree in this package goes through :func:`parse`: one at a time under a process-wide
 lock (a parse holds the interpreter lock for most of its run anyway, so nothing is lost), and tried
-once more if a parser outside this package (TorchScript's, a library's) still tripped the counter.
-Compiling to bytecode builds no ``ast`` objects and needs none of this.
+once more if a parser outside this package (a library's) still tripped the counter. A library call
+that parses much, such as ``torch.jit.script`` (which reads the scripted methods' source with
+``ast.parse``; a failure there would leave the session on the slower Python paths), runs inside
+:func:`exclusive`. Compiling to bytecode builds no ``ast`` objects and needs none of this.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import ast
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,13 @@ def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec", 
                 raise
             log.debug("a parse met another thread's (%s): parsing again", error)
             return compile(source, filename, mode, flags | ast.PyCF_ONLY_AST, dont_inherit=True)
+
+
+@contextmanager
+def exclusive() -> Iterator[None]:
+    """No parse of this package's runs inside (for a library call that parses to trees itself)."""
+    with _LOCK:
+        yield
 
 
 def literal_eval(text: str) -> Any:

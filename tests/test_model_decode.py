@@ -9,6 +9,7 @@ import pytest
 import torch
 from tiny import tiny_model
 
+from glm5_lsp import pyparse
 from glm5_lsp.model import AttentionPolicy, GenerationConfig, Generator, KVCache, Role, cached_forward, lean
 from glm5_lsp.model import scripted as script
 from glm5_lsp.model.glm5 import AbsorbedWeights, FusedWeights, Projection
@@ -406,6 +407,19 @@ def test_a_failed_script_leaves_the_python_lean_paths_with_one_log_line(monkeypa
     assert calls and {where for where, *_ in calls} == {"python"}
     assert all(out.token_ids == want.token_ids for out in got)
 
+
+def test_torchscript_reads_the_methods_source_while_no_parse_of_ours_runs(monkeypatch) -> None:
+    # torch.jit.script parses the methods' source with ast.parse; a parse on another thread at the
+    # same time can fail it on CPython 3.11 (glm5_lsp.pyparse), leaving the slower Python paths
+    held: list[bool] = []
+
+    def script_(module):
+        held.append(pyparse._LOCK._is_owned())
+        raise RuntimeError("not scripted in this test")
+
+    monkeypatch.setattr(torch.jit, "script", script_)
+    assert script.get(_model(index_topk=12)) is None
+    assert held == [True]
 
 def test_the_script_is_rebuilt_when_the_inference_weights_are() -> None:
     """Built once per set of inference weights: weights changed in place are read as they are (like

@@ -95,3 +95,19 @@ def test_the_package_parses_to_trees_only_through_pyparse() -> None:
              for path in sorted(PACKAGE.rglob("*.py")) if path.name != "pyparse.py"
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if direct.search(line)]
     assert found == []
+
+
+def test_exclusive_holds_every_parse_of_the_package_until_it_ends() -> None:
+    parsed = threading.Event()
+
+    def parse() -> None:
+        pyparse.parse("x = 1")
+        parsed.set()
+
+    with pyparse.exclusive():
+        thread = threading.Thread(target=parse)
+        thread.start()
+        assert not parsed.wait(0.3)
+    assert parsed.wait(5)
+    thread.join()
+

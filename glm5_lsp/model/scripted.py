@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from glm5_lsp import pyparse
 from glm5_lsp.model import lean
 from glm5_lsp.model.attention import rope_cos_sin
 from glm5_lsp.model.kv_cache import KVCache
@@ -478,7 +479,7 @@ def _fits(model: GlmMoeDsaForCausalLM) -> bool:
 
 def _script(model: GlmMoeDsaForCausalLM) -> Scripted:
     module = LeanScript(model)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), pyparse.exclusive():  # it parses the methods' source (pyparse)
         warnings.simplefilter("ignore")  # "torch.jit.script is deprecated"; it still runs this fastest here
         fast = Scripted(model, torch.jit.script(module))
     _warm(model, fast)
