@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,10 @@ def test_the_memorys_continuation_is_collected_as_the_candidate_that_stands_in(t
     assert collector._stand_in(PipelineResult("zzz", True, recalled=extra), case, str(case.path)).text == case.rest
     broken = Recollection(heal + case.rest + " = = 1", "")  # ... and checked: a syntax error never stands in
     assert collector._stand_in(PipelineResult("zzz", True, recalled=broken), case, str(case.path)) is None
+    # the same continuation where the model's answer spells its last word on ("tal = 0" against
+    # "tal = 05"): cut short inside it, never what the line holds
+    longer = PipelineResult(case.rest + "5", True, recalled=recalled)
+    assert re.search(r"\w$", case.rest) and collector._stand_in(longer, case, str(case.path)) is None
 
 
 def test_a_finished_word_is_right_by_the_identifier_it_finishes() -> None:

@@ -205,3 +205,36 @@ def test_a_gate_reading_internals_gets_them_from_the_runtime(gate: Gate, tiny_ch
     asked.clear()
     pipeline.complete(document, len(document), path="m.py")  # not gated: not asked
     assert asked and not any(asked)
+
+
+class _ShowsOnlyStandIns:
+    """A gate that withholds what the model wrote and shows whatever stands in for it."""
+
+    threshold = 0.5
+    wants_internals = False
+
+    def judge(self, result, *args, generated: bool = True, **kwargs):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(show=not generated, score=0.0 if generated else 0.9, features={}, text=result.text,
+                               strategy="silent")
+
+
+@pytest.mark.parametrize(("remembered", "line", "shown"), [
+    ("gu", "", ""),  # stops inside the word the model wrote on: ``argu`` for ``argument(``
+    ("gu", "argument(", ""),  # ... or the workspace's lines do
+    ("gument", "", "gument"),  # a whole word the model's line goes on from: it may stand in
+    ("gument(", "argu", "gument("),
+])
+def test_the_memorys_continuation_never_stands_in_cut_inside_a_word(remembered: str, line: str, shown: str) -> None:
+    from glm5_lsp.pipeline import PipelineResult
+    from glm5_lsp.pipeline.gating import judged
+    from glm5_lsp.pipeline.memory import Recollection
+
+    document = "@ar\ndef f():\n    pass\n"
+    rejected = "gument(x)" if line == "argu" else "gument("
+    result = PipelineResult(rejected, True, recalled=Recollection("ar" + remembered, line, 1, 1, 1))
+    out = judged(_ShowsOnlyStandIns(), result, document, 3, language="python", multiline=False, trigger=None,
+                 finish=lambda: "", heal="ar", remembered=lambda shown: remembered)
+    assert out.text == shown
+    assert out.remembered == bool(shown)

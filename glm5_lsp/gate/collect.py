@@ -156,13 +156,17 @@ class Collector:
 
     def _stand_in(self, result: Any, case: Any, path: str) -> Any:
         """What the pipeline's gating would judge in place of ``result`` were it withheld: the memory's
-        continuation at the cursor (``Pipeline.stand_in_text``), where it is not ``result``'s text
-        (None otherwise)."""
-        from glm5_lsp.pipeline.gating import stand_in
+        continuation at the cursor (``Pipeline.stand_in_text``), where it is not ``result``'s text and
+        does not stop inside a word that text or the workspace's lines spell on (None otherwise)."""
+        from glm5_lsp.pipeline.gating import cut_inside_word, stand_in
 
-        text = self.pipeline.stand_in_text(case.document, case.offset, getattr(result, "recalled", None), path=path,
-                                           language="python")
+        recalled = getattr(result, "recalled", None)
+        text = self.pipeline.stand_in_text(case.document, case.offset, recalled, path=path, language="python")
         if not text.strip() or text == result.text:
+            return None
+        heal = self.pipeline.healed_word(case.document, case.offset, path, "python")
+        line = recalled.line if recalled is not None else ""
+        if cut_inside_word(text, result.text, line[len(heal):] if line.startswith(heal) else ""):
             return None
         return stand_in(result, text)
 

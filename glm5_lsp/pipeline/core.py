@@ -362,6 +362,10 @@ class Pipeline:
         return self._stand_in(*self._cursor_target(document, offset, path, language or guess_language(path)),
                               recalled)
 
+    def healed_word(self, document: str, offset: int, path: str | None = None, language: str | None = None) -> str:
+        """The typed word a completion at ``offset`` writes again (token healing), "" for none."""
+        return self._cursor_target(document, offset, path, language or guess_language(path))[0]
+
     def _stand_in(self, heal: str, target: RepairTarget, whole_lines: bool, recalled: Any) -> str:
         task = _Task(prompt=Prompt(prefix=""), target=target, multiline=False, stop=["\n"], max_tokens=0,
                      block_prefix=target.document[: target.start], wrap=_end_line if whole_lines else None,

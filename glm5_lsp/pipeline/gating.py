@@ -65,8 +65,8 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
                                                             language=language, trigger=trigger, internals=internals):
             log.debug("no clean candidate: showing the workspace's rest of the line (%r)", result.text)
             return result
-        shown = (_from_memory(gate, result, remembered, document, offset, language=language, trigger=trigger)
-                 if remembered is not None and not multiline else None)
+        shown = (_from_memory(gate, result, remembered, document, offset, language=language, trigger=trigger,
+                              heal=heal) if remembered is not None and not multiline else None)
         if shown is not None:
             log.debug("no clean candidate: showing the memory's continuation (%r)", shown.text)
             return shown
@@ -91,7 +91,7 @@ def judged(gate: Any, result: Any, document: str, offset: int, *, language: str,
         log.debug("%s; the workspace's rest of the line shown instead (%r)", why, result.text)
         return result
     shown = (_from_memory(gate, result, remembered, document, offset, language=language, trigger=trigger,
-                          rejected=rejected) if remembered is not None and not multiline else None)
+                          rejected=rejected, heal=heal) if remembered is not None and not multiline else None)
     if shown is not None:
         log.debug("%s; the memory's continuation shown instead (%r, %.3f)", why, shown.text, shown.score)
         return shown
@@ -176,12 +176,17 @@ def stand_in(result: Any, text: str) -> Any:
 
 
 def _from_memory(gate: Any, result: Any, remembered: Callable[[Any], str], document: str, offset: int, *,
-                 language: str, trigger: str | None, rejected: str = "") -> Any:
+                 language: str, trigger: str | None, rejected: str = "", heal: str = "") -> Any:
     """``result`` with the memory's continuation (``remembered(result)``) in its place (:func:`stand_in`)
-    where it is not the rejected text and the gate, judging it as a candidate that was not generated,
-    would show it; None otherwise."""
+    where it is not the rejected text, does not stop inside a word that the rejected text or the
+    workspace's lines spell on (:func:`cut_inside_word`; ``heal``: the healed word the lines begin
+    with), and the gate, judging it as a candidate that was not generated, would show it; None otherwise."""
     text = remembered(result)
     if not text.strip() or text == rejected:
+        return None
+    line = result.recalled.line if result.recalled is not None else ""
+    if cut_inside_word(text, rejected, line[len(heal):] if line.startswith(heal) else ""):
+        log.debug("the memory's continuation %r stops inside a word: not shown", text)
         return None
     candidate = stand_in(result, text)
     verdict = gate.judge(candidate, document, offset, language=language, multiline=False, trigger=trigger,
@@ -190,6 +195,17 @@ def _from_memory(gate: Any, result: Any, remembered: Callable[[Any], str], docum
         return None
     candidate.score, candidate.features = verdict.score, verdict.features
     return candidate
+
+
+def cut_inside_word(text: str, *spelled: str) -> bool:
+    """Whether ``text`` stops inside a word that one of ``spelled`` (other answers at the same place)
+    writes on: ``gu`` where the model wrote ``gument(`` (the memory's continuation ran into ids it does
+    not hold after ``ar`` and stopped at ``argu``; the gate, reading it as a short, sure answer, showed
+    it on BENCHMARK_FIT). A word cut short is never what the line holds."""
+    if not text or not _WORD.match(text[-1]):
+        return False
+    n = len(text)
+    return any(len(other) > n and other.startswith(text) and _WORD.match(other[n]) is not None for other in spelled)
 
 
 def _memory_goes_on(result: Any, remembered: Callable[[Any], str] | None) -> None:
