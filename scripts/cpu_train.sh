@@ -13,7 +13,9 @@
 # A run killed at any moment loses at most its last checkpoint interval (5 minutes). The run folder
 # (runs/ is not committed) survives only on this machine: a new checkout starts a new run from the
 # shipped weights, which record where in the corpus they stopped (metrics.json, "continued").
-# Knobs (environment): GLM5_RUN (run folder, default runs/continued), GLM5_EVAL (1/0: re-measure
+# Knobs (environment): GLM5_RUN (run folder, default runs/continued), GLM5_FROM (the model folder a
+# new run starts from, default the shipped weights: say an upcycled copy of them, made by
+# `python -m glm5_lsp.train.upcycle`; a run that exists resumes whatever it started from), GLM5_EVAL (1/0: re-measure
 # HumanEval after a promotion, default 1), GLM5_BENCHMARKS (default ../shared/benchmarks), GLM5_GROUP_NICE
 # (the run's scheduling-group nice value, default 5).
 set -euo pipefail
@@ -22,6 +24,7 @@ RUN="${GLM5_RUN:-runs/continued}"
 PY="${PYTHON:-python3}"
 BENCH="${GLM5_BENCHMARKS:-../shared/benchmarks}"
 WEIGHTS=glm5_lsp/weights/glm5-code-tiny
+FROM="${GLM5_FROM:-$WEIGHTS}"
 PIDFILE="$RUN/train.pid"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
@@ -33,7 +36,7 @@ train_cmd() {
     if [[ -f "$RUN/run.json" ]]; then
         echo "$PY" -m glm5_lsp.cli train --resume "$RUN" --threads 1
     else
-        echo "$PY" -m glm5_lsp.cli train --continue-from "$WEIGHTS" --out "$RUN" --threads 1 --benchmarks "$BENCH"
+        echo "$PY" -m glm5_lsp.cli train --continue-from "$FROM" --out "$RUN" --threads 1 --benchmarks "$BENCH"
     fi
 }
 

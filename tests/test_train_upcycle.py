@@ -1,0 +1,78 @@
+"""Sparse upcycling (``glm5_lsp.train.upcycle``): more routed experts, the same function to start with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny_model
+
+from glm5_lsp.model import GenerationConfig, Generator, load_model
+from glm5_lsp.model.config import GlmMoeDsaConfig
+from glm5_lsp.train.upcycle import main, upcycle
+
+
+def _ids(n: int = 40) -> torch.Tensor:
+    return torch.randint(0, 512, (2, n), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("factor", [2, 3])
+def test_the_upcycled_model_computes_what_the_original_did(factor: int) -> None:
+    model = tiny_model(n_group=1, topk_group=1)
+    bigger = upcycle(model, factor).eval()
+    assert bigger.config.n_routed_experts == 8 * factor
+    with torch.no_grad():
+        assert torch.equal(model(_ids()), bigger(_ids()))
+        assert torch.equal(model(_ids(), dense=True), bigger(_ids(), dense=True))
+    # the runtime's decoding, cached and step by step, writes the same tokens
+    config = GenerationConfig(max_new_tokens=8, stop_at_eos=False)
+    prompt = _ids(12)[0].tolist()
+    assert (Generator(model.prepare_inference(), _NoText()).generate(prompt, config).token_ids
+            == Generator(bigger.prepare_inference(), _NoText()).generate(prompt, config).token_ids)
+
+
+def test_the_copies_differ_and_the_router_can_bring_them_in() -> None:
+    model = tiny_model(n_group=1, topk_group=1)
+    bigger = upcycle(model, 2, noise=0.05)
+    layer = next(layer for layer in bigger.model.layers if hasattr(layer.mlp, "experts"))
+    experts, gate = layer.mlp.experts, layer.mlp.gate
+    assert not torch.equal(experts.down_proj[:8], experts.down_proj[8:])  # room to part ways
+    assert torch.equal(gate.weight[:8], gate.weight[8:])
+    x = torch.randn(64, bigger.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert int(gate(x)[0].max()) < 8  # the originals only ...
+        gate.e_score_correction_bias[8:] = gate.e_score_correction_bias[:8] + 0.5  # the balancer's doing
+        assert int(gate(x)[0].min()) >= 8  # ... until the copies' bias rises
+
+
+def test_grouped_routing_and_a_zero_factor_are_refused() -> None:
+    with pytest.raises(ValueError, match="grouped"):
+        upcycle(tiny_model(), 2)  # the tiny model routes in 2 groups
+    with pytest.raises(ValueError, match="factor"):
+        upcycle(tiny_model(n_group=1, topk_group=1), 0)
+
+
+def test_a_model_folder_is_upcycled_into_one_training_can_continue_from(tmp_path: Path) -> None:
+    from glm5_lsp.model import save_model
+
+    source = tmp_path / "model"
+    save_model(tiny_model(n_group=1, topk_group=1), source)
+    (source / "tokenizer.json").write_text("{}", encoding="utf-8")
+    (source / "metrics.json").write_text(json.dumps({"continued": {"position": {"epoch": 1}}}), encoding="utf-8")
+    (source / "gate").mkdir()
+    target = tmp_path / "upcycled"
+    assert main([str(source), str(target)]) == 0
+    assert GlmMoeDsaConfig.from_pretrained(target).n_routed_experts == 16
+    assert (target / "tokenizer.json").is_file() and json.loads((target / "metrics.json").read_text())["continued"]
+    assert not (target / "gate").exists()  # trained for the other weights
+    assert load_model(target).config.n_routed_experts == 16
+    assert main([str(source), str(target)]) == 1  # never over another model
+
+
+class _NoText:
+    eos_token_id = None
+
+    def decode(self, ids):
+        return ""
