@@ -4,7 +4,8 @@ framing lies each followed by a health probe, and the accounting that matters.
 Passes when the server never dies, answers every request it could read exactly once (with the
 error code its fault deserves, never -32603), answers each framing lie's probe, and shuts down
 cleanly. ``GLM5_FUZZ_MESSAGES`` sets how many messages (default 400), ``GLM5_FUZZ_SEED`` the seed.
-The model is the ``openai`` backend on the scripted server of ``tests/data/server``.
+The model is the ``openai`` backend on the scripted server of ``tests/data/server``, then the
+embedded default (the workspace memory, the gate and the model's own threads beside the server's).
 """
 
 from __future__ import annotations
@@ -302,11 +303,15 @@ def scripted() -> Any:
     server.stop()
 
 
-def test_fuzzed_messages_crash_nothing_and_every_request_is_answered(scripted: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("model", ["served", "embedded"])
+def test_fuzzed_messages_crash_nothing_and_every_request_is_answered(scripted: Any, tmp_path: Path, model: str) -> None:
+    """The served model (scripted), and the embedded default with everything that runs beside it (the
+    workspace memory, the gate, TorchScript's forward passes: more threads at once)."""
     plan = build(random.Random(SEED), COUNT)
     server = RawServer(stderr_path=tmp_path / "stderr.txt")
+    served = {"model": {"backend": "openai", "url": scripted.url, "name": "scripted", "timeoutSeconds": 5}}
     try:
-        server.initialize({"model": {"backend": "openai", "url": scripted.url, "name": "scripted", "timeoutSeconds": 5},
+        server.initialize({**(served if model == "served" else {}),
                            "completion": {"debounceMs": 0}, "budgets": {"completionMs": 2000, "requestTimeoutMs": 5000,
                                                                         "fixTimeoutMs": 5000}})
         server.wait_ready()
