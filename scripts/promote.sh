@@ -13,6 +13,11 @@
 #    one after the other) and the gate trained into the weights' gate/ folder.
 # 4. completion.minQuality's default in the VS Code extension and the README set to the new gate's
 #    threshold.
+# 5. What a user would see change: the FIT packages' cursors through the language server, this
+#    working tree (the new weights, table and gate) against the last commit, asked alternately
+#    (benchmarks/lines.py --baseline): held-out perplexity decides the promotion, this says what it
+#    does to the answers (exact, right word, precision) before it is committed. GLM5_PROMOTE_AB=0
+#    skips it (about 10 minutes).
 #
 # Every step reads BENCHMARK_FIT packages only (glm5_lsp.train.corpus): the REPORT ones stay unseen.
 # The rows and logs stay in GLM5_REFIT (default runs/refit). Commit what changed under glm5_lsp/ and
@@ -66,4 +71,15 @@ if count != 1:
 path.write_text(new, encoding="utf-8")
 EOF
 "$PY" scripts/settings_reference.py --write
+
+if [[ "${GLM5_PROMOTE_AB:-1}" == "1" ]]; then
+    echo "promote.sh: the answers on FIT, these weights against the last commit's"
+    before="$(mktemp -d)/committed"
+    git worktree add --quiet --detach "$before" HEAD
+    code=0
+    "$PY" benchmarks/lines.py --fit --packages "${FIT[@]}" --positions 12 --systems mixed --baseline "$before" \
+        --details "$OUT/fit_answers.jsonl" > "$OUT/fit_answers.log" 2>&1 || code=$?
+    git worktree remove --force "$before"
+    if [[ $code -eq 0 ]]; then tail -n 6 "$OUT/fit_answers.log"; else echo "promote.sh: the FIT comparison failed (exit $code; $OUT/fit_answers.log)" >&2; fi
+fi
 echo "promote.sh: done; completion.minQuality $threshold. git status shows what changed."
