@@ -383,6 +383,14 @@ def test_finishing_words_prefers_the_names_used_near_the_cursor() -> None:
     ("class A:\n    @classmethod\n    def make(", "cl", "):\n        pass\n", "cls", None),
     # prose: the document's words (``content``, said below), not the names in scope (``continue``)
     ('def f():\n    """The amount of co', "co", 'ntent."""\n    # the content\n', "content", "continue"),
+    # the name a ``def`` binds: another definition's, a special method, what is called, never an import
+    ("from __future__ import annotations\n\nclass E(Exception):\n    def __", "__", "\n", "__init__", "__future__"),
+    ("class E:\n    def __init__(self):\n        pass\n\n    def __", "__", "\n", "__repr__", "__init__"),
+    ("class E:\n    def __init__(self):\n        self.reset()\n\n    def re", "re", "\n", "reset", None),
+    ("import os\n\ndef ru", "ru", "\n\nrun(os.sep)\n", "run", None),
+    ("import os\nfrom os import path as pa\n\ndef pa", "pa", "\n", None, "path"),
+    ("def load(p):\n    pass\n\ndef lo", "lo", "\n", None, "load"),  # defined already: not again
+    ("x = 1\ndef pr", "pr", "\nprint(x)\n", None, "print"),  # a builtin's name
 ])
 def test_finishing_words_fit_where_the_word_is(before: str, typed: str, after: str, expected: str | None,
                                                absent: str | None) -> None:

@@ -19,6 +19,7 @@ document from parsing.
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import re
 from collections import Counter
@@ -47,6 +48,8 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
         pool = set(scope_at(before, after)[0]) | _document_words(before, after)
     elif receiver is not None:  # an attribute: what follows this receiver's dot elsewhere, else any dot
         pool = _attributes(before, after, receiver.group(1))
+    elif language == "python" and _DEF_NAME.match(line):  # the name a ``def`` binds: a new one, never an import
+        pool = _definition_names(before, after, line)
     elif language == "python":
         names, kind = scope_at(before, after)
         pool = set(names) - _misplaced_keywords(line)
@@ -61,7 +64,7 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
     near = Counter(_IDENT.findall(before[-NEAR:] + " " + after[:NEAR]))
     counted = [piece(part).fact(_piece_counts) for text in (before, after) for part in top_level_pieces(text)]
     total = {w: sum(counts[w] for counts in counted) for w in words}
-    words.sort(key=lambda w: (w != first, -near[w], -total[w], len(w), w))
+    words.sort(key=lambda w: (w != first, -near[w], -total[w], _SPECIAL_RANK.get(w, len(SPECIAL_METHODS)), len(w), w))
     if language == "python" and not line.strip(" \t") and after[:1] in ("", "\n", "\r"):
         # ``el`` alone on its line: ``else`` does not compile there, ``else:`` does
         words = [w + ":" if w in _BARE_BLOCK_KEYWORDS else w for w in words]
@@ -69,6 +72,55 @@ def finishing_words(before: str, typed: str, after: str, language: str, limit: i
 
 
 _RECEIVER = re.compile(r"([A-Za-z_][\w.]*)?\.\Z")  # the dotted name (if any) before the dot the word follows
+
+
+# The special methods a class body defines, the usual ones first (the order breaks ties between names
+# the document does not use yet: ``def __`` in a new class is ``__init__`` before ``__eq__``).
+SPECIAL_METHODS = (
+    "__init__", "__repr__", "__str__", "__eq__", "__hash__", "__call__", "__len__", "__iter__", "__next__",
+    "__getitem__", "__setitem__", "__delitem__", "__contains__", "__enter__", "__exit__", "__post_init__",
+    "__new__", "__bool__", "__lt__", "__le__", "__gt__", "__ge__", "__ne__", "__getattr__", "__setattr__",
+    "__delattr__", "__getattribute__", "__get__", "__set__", "__set_name__", "__init_subclass__",
+    "__class_getitem__", "__aenter__", "__aexit__", "__aiter__", "__anext__", "__await__", "__add__", "__sub__",
+    "__mul__", "__truediv__", "__floordiv__", "__mod__", "__pow__", "__neg__", "__pos__", "__abs__", "__and__",
+    "__or__", "__xor__", "__invert__", "__radd__", "__rsub__", "__rmul__", "__iadd__", "__index__", "__int__",
+    "__float__", "__format__", "__reversed__", "__missing__", "__del__", "__reduce__", "__reduce_ex__",
+    "__getstate__", "__setstate__", "__copy__", "__deepcopy__", "__dir__", "__sizeof__", "__fspath__",
+)
+_SPECIAL_RANK = {name: rank for rank, name in enumerate(SPECIAL_METHODS)}
+_DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+\w*\Z")
+_DEFINED = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
+_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)[ \t]*\(")
+_CALLED_ON_SELF = re.compile(r"(?<![\w.])(?:self|cls)\.([A-Za-z_]\w*)[ \t]*\(")
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+def _definition_names(before: str, after: str, line: str) -> set[str]:
+    """Candidates for the name of the ``def`` being typed on ``line``: the names other ``def``s in the
+    document bind (methods are named alike across classes) and the names it calls (a function is often
+    called before it is written; builtins aside), and in a class body its special methods and what
+    ``self.`` or ``cls.`` calls; not the names in scope, which a definition does not read (``def __`` was
+    finished as ``__future__``, a module an import named). Those the same class (or module) defines
+    already before the cursor are left out: a second definition would replace the first."""
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    text = before + "\n" + after
+    pool = {name for _, name in _DEFINED.findall(text)}
+    pool |= set(_CALLED.findall(text)) - _BUILTIN_NAMES - _KEYWORDS
+    siblings = set()
+    for earlier in reversed(before[: len(before) - len(line)].split("\n")):
+        code = earlier.strip()
+        if not code or code.startswith(("#", "@")):
+            continue
+        current = earlier[: len(earlier) - len(earlier.lstrip(" \t"))]
+        if len(current) < len(indent):
+            if code.startswith("class ") and indent:
+                pool.update(SPECIAL_METHODS)
+                pool.update(_CALLED_ON_SELF.findall(text))
+            break
+        found = _DEFINED.match(earlier)
+        if found is not None and found.group(1) == indent:
+            siblings.add(found.group(2))
+    return pool - siblings
 
 
 def _document_words(before: str, after: str) -> set[str]:
