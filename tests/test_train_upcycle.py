@@ -47,6 +47,27 @@ def test_the_copies_differ_and_the_router_can_bring_them_in() -> None:
         assert int(gate(x)[0].min()) >= 8  # ... until the copies' bias rises
 
 
+def test_a_token_takes_its_experts_from_one_group_and_the_copies_compute_what_the_originals_do() -> None:
+    model = tiny_model(n_group=1, topk_group=1)
+    bigger = upcycle(model, 2, noise=0.0).eval()  # exact copies
+    assert (bigger.config.n_group, bigger.config.topk_group) == (2, 1)
+    gates = [layer.mlp.gate for layer in bigger.model.layers if hasattr(layer.mlp, "gate")]
+    originals = [gate.e_score_correction_bias[:8].clone() for gate in gates]
+    x = torch.randn(200, bigger.config.hidden_size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for gate, bias in zip(gates, originals):  # the copies' group above the originals' all along
+            gate.e_score_correction_bias[8:] = bias + 0.5
+            assert int(gate(x)[0].min()) >= 8
+        assert torch.equal(model(_ids()), bigger(_ids()))  # the same two experts, copied
+        chosen = []
+        for gate, bias in zip(gates, originals):  # the balancer's doing: some copies above their originals
+            gate.e_score_correction_bias[8:] = bias + torch.linspace(-0.03, 0.03, 8)
+            chosen.append(gate(x)[0])
+    picks = torch.cat(chosen)
+    assert ((picks < 8).all(-1) | (picks >= 8).all(-1)).all()  # never an expert with its own copy
+    assert (picks >= 8).any() and (picks < 8).any()  # both groups take tokens
+
+
 def test_grouped_routing_and_a_zero_factor_are_refused() -> None:
     with pytest.raises(ValueError, match="grouped"):
         upcycle(tiny_model(), 2)  # the tiny model routes in 2 groups

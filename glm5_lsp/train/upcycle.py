@@ -8,12 +8,17 @@ more: each token still runs ``num_experts_per_tok`` experts, whatever their numb
 expert is copied ``factor`` times, the copies' weights with a little multiplicative noise so they can
 part ways, their router rows the same as the original's.
 
-The upcycled model computes exactly what the original did: a copy scores as its original does, and
-its selection bias (``e_score_correction_bias``, which steers the choice only) starts below every
-original's choice value (a sigmoid score is under 1: the copies' bias is the original's less the
-biases' spread, less 1, less a margin), so the router still picks the originals, the same two.
-Training's load balancer (aux-loss-free: it raises the bias of experts that get too few tokens,
-``balance_rate`` a step) then brings the copies in, and the gradients make them differ.
+Each set of copies is a routing group of its own (``n_group`` = ``factor``, ``topk_group`` 1: the
+grouped routing GLM-5 and DeepSeek-V3 define): a token takes its experts from one group, the
+originals or one set of copies, never an expert and its own copy. The upcycled model computes
+exactly what the original did: a copy scores as its original does, and its selection bias
+(``e_score_correction_bias``, which steers the choice only) starts below every original's choice value
+(a sigmoid score is under 1: the copies' bias is the original's less the biases' spread, less 1,
+less a margin), so the router still picks the originals' group. Training's load balancer
+(aux-loss-free: it raises the bias of experts that get too few tokens, ``balance_rate`` a step) then
+hands tokens to the copies' groups, whose experts compute what the originals do (up to their noise),
+and the gradients make the groups differ. (Without the groups, a first run lost 12% of held-out
+perplexity once the copies came in: a token took an expert and its copy instead of two experts.)
 
     python -m glm5_lsp.train.upcycle glm5_lsp/weights/glm5-code-tiny runs/upcycled-init --factor 2
 """
@@ -45,10 +50,11 @@ def upcycle(model: GlmMoeDsaForCausalLM, factor: int, *, noise: float = NOISE, m
         raise ValueError(f"factor must be at least 1, got {factor}")
     if margin <= 0 and factor > 1:
         raise ValueError("margin must be positive: the originals must win the router's ties")
+    if model.config.n_group > 1:
+        raise ValueError("grouped routing (n_group > 1) is not upcycled: the copies make the groups")
     config = GlmMoeDsaConfig.from_dict({**model.config.to_dict(),
-                                        "n_routed_experts": model.config.n_routed_experts * factor})
-    if config.n_group > 1:
-        raise ValueError("grouped routing (n_group > 1) is not upcycled: copies would change the groups")
+                                        "n_routed_experts": model.config.n_routed_experts * factor,
+                                        "n_group": factor, "topk_group": 1})
     generator = torch.Generator().manual_seed(seed)
     state: dict[str, torch.Tensor] = {}
     for name, tensor in model.state_dict().items():
