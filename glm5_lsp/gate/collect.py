@@ -158,17 +158,12 @@ class Collector:
         """What the pipeline's gating would judge in place of ``result`` were it withheld: the memory's
         continuation at the cursor (``Pipeline.stand_in_text``), where it is not ``result``'s text and
         does not stop inside a word that text or the workspace's lines spell on (None otherwise)."""
-        from glm5_lsp.pipeline.gating import cut_inside_word, stand_in
+        from glm5_lsp.pipeline.gating import may_stand_in, stand_in
 
         recalled = getattr(result, "recalled", None)
         text = self.pipeline.stand_in_text(case.document, case.offset, recalled, path=path, language="python")
-        if not text.strip() or text == result.text:
-            return None
         heal = self.pipeline.healed_word(case.document, case.offset, path, "python")
-        line = recalled.line if recalled is not None else ""
-        if cut_inside_word(text, result.text, line[len(heal):] if line.startswith(heal) else ""):
-            return None
-        return stand_in(result, text)
+        return stand_in(result, text) if may_stand_in(text, result.text, recalled, heal) else None
 
     def _features(self, result: Any, stats: Any, document: str, offset: int, multiline: bool) -> tuple[dict, float]:
         started = time.perf_counter()

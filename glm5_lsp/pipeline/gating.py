@@ -178,15 +178,11 @@ def stand_in(result: Any, text: str) -> Any:
 def _from_memory(gate: Any, result: Any, remembered: Callable[[Any], str], document: str, offset: int, *,
                  language: str, trigger: str | None, rejected: str = "", heal: str = "") -> Any:
     """``result`` with the memory's continuation (``remembered(result)``) in its place (:func:`stand_in`)
-    where it is not the rejected text, does not stop inside a word that the rejected text or the
-    workspace's lines spell on (:func:`cut_inside_word`; ``heal``: the healed word the lines begin
-    with), and the gate, judging it as a candidate that was not generated, would show it; None otherwise."""
+    where it may stand in for the rejected text (:func:`may_stand_in`; ``heal``: the healed word the
+    workspace's lines begin with) and the gate, judging it as a candidate that was not generated, would
+    show it; None otherwise."""
     text = remembered(result)
-    if not text.strip() or text == rejected:
-        return None
-    line = result.recalled.line if result.recalled is not None else ""
-    if cut_inside_word(text, rejected, line[len(heal):] if line.startswith(heal) else ""):
-        log.debug("the memory's continuation %r stops inside a word: not shown", text)
+    if not may_stand_in(text, rejected, result.recalled, heal):
         return None
     candidate = stand_in(result, text)
     verdict = gate.judge(candidate, document, offset, language=language, multiline=False, trigger=trigger,
@@ -195,6 +191,20 @@ def _from_memory(gate: Any, result: Any, remembered: Callable[[Any], str], docum
         return None
     candidate.score, candidate.features = verdict.score, verdict.features
     return candidate
+
+
+def may_stand_in(text: str, rejected: str, recalled: Any, heal: str = "") -> bool:
+    """Whether the memory's continuation ``text`` (insertion text) may stand in for the ``rejected``
+    candidate: it says something, something else, and does not stop inside a word that the rejected
+    text or the workspace's lines (``recalled.line``, which begins with the healed word ``heal``) spell
+    on (:func:`cut_inside_word`). The gating and the gate's data collection ask the same."""
+    if not text.strip() or text == rejected:
+        return False
+    line = recalled.line if recalled is not None else ""
+    if cut_inside_word(text, rejected, line[len(heal):] if line.startswith(heal) else ""):
+        log.debug("the memory's continuation %r stops inside a word: not shown", text)
+        return False
+    return True
 
 
 def cut_inside_word(text: str, *spelled: str) -> bool:
