@@ -23,6 +23,7 @@ top-k over every cached key as bare operations.
     python benchmarks/runtime.py --part stats    # what the per-step statistics for the gate cost
     python benchmarks/runtime.py --part verify   # the embedded model's draft verification, general vs lean
     python benchmarks/runtime.py --part script   # its scripted lean paths vs the Python ones: numbers, speed
+    python benchmarks/runtime.py --part native   # its decoding step in C vs the scripted one: numbers, speed
 
 Decode steps and prompt prefills run through ``generate.cached_forward``, the generator's choice of
 path (the lean step where it applies), as ``Generator.generate`` runs them.
@@ -558,6 +559,79 @@ def script_speed(count: int = 40, prompt_tokens: int = 64, new_tokens: int = 12,
     return results
 
 
+def native_compare(count: int = 40, prompt_tokens: int = 64, new_tokens: int = 12, check_tokens: int = 16,
+                   repeats: int = 7) -> dict:
+    """The embedded model's decoding step in C (``native.py``) against the scripted one, as the editor
+    runs them (no statistics' probe) on real ``prompt_tokens``-token prompts (pexpect, pluggy, rsa):
+    the largest logit difference over ``check_tokens`` greedy steps of each prompt (both sides fed the
+    same tokens) and how many greedy texts are the same; then a decoding step after the prompt and the
+    whole ``Generator.generate`` of ``new_tokens`` tokens from an empty cache, the two sides taking
+    turns ``repeats`` times per prompt, the ratio of the medians per prompt, reported as their median."""
+    from glm5_lsp.model import load_tokenizer, native
+
+    path = Path(default_model_path())
+    model = load_model(path)
+    if native.get(model.prepare_inference()) is None:
+        raise SystemExit("the C step is not built or turned off (GLM5_NATIVE): pip install -e . builds it")
+    tokenizer = load_tokenizer(path)
+    requests = _report_prompts(count, (prompt_tokens,), packages=("pexpect", "pluggy", "rsa"), after=1)
+    gens = {c: Generator(model, tokenizer, native=c) for c in (False, True)}
+    greedy = GenerationConfig(max_new_tokens=check_tokens, stop_at_eos=False)
+    config = GenerationConfig(max_new_tokens=new_tokens, stop_at_eos=False)
+    worst, same = 0.0, 0
+    ratios: dict[str, list[float]] = {"step": [], "generate": []}
+    ms: dict[tuple[str, bool], list[float]] = {}
+
+    def step(c: bool, cache: KVCache, token: torch.Tensor) -> None:
+        cache.truncate(prompt_tokens)
+        cached_forward(model, token, cache, native_step=c)
+
+    def generate(c: bool, ids: list[int]) -> None:
+        gens[c].reset()
+        gens[c].generate(ids, config)
+
+    with torch.inference_mode():
+        for _, _, ids in requests:
+            prompt = torch.tensor([ids[:prompt_tokens]])
+            caches = {c: KVCache(model.config, capacity=prompt_tokens + check_tokens + 8) for c in (False, True)}
+            for c in (False, True):
+                cached_forward(model, prompt, caches[c], last_only=True)
+            token = torch.tensor([ids[prompt_tokens:]])
+            for _ in range(check_tokens):  # the same tokens into both caches: the scripted side's argmax
+                want = cached_forward(model, token, caches[False], native_step=False)
+                got = cached_forward(model, token, caches[True], native_step=True)
+                worst = max(worst, float((want - got).abs().max()))
+                token = want[:, -1].argmax(-1, keepdim=True)
+            texts = []
+            for c in (False, True):
+                gens[c].reset()
+                texts.append(gens[c].generate(ids[:prompt_tokens], greedy).token_ids)
+            same += texts[0] == texts[1]
+            calls = {
+                "step": {c: functools.partial(step, c, caches[c], torch.tensor([ids[prompt_tokens:]])) for c in (False, True)},
+                "generate": {c: functools.partial(generate, c, ids[:prompt_tokens]) for c in (False, True)},
+            }
+            for what, pair in calls.items():
+                med = _paired({"scripted" if not c else "native": f for c, f in pair.items()},
+                              repeats * (5 if what == "step" else 1))
+                ratios[what].append(med["scripted"] / med["native"])
+                for name, value in med.items():
+                    ms.setdefault((what, name == "native"), []).append(value)
+    print(f"{len(requests)} real {prompt_tokens}-token prompts (pexpect, pluggy, rsa), no statistics' probe; the "
+          f"scripted step vs the C step taking turns; ratio of the medians per prompt, median over prompts")
+    print(f"largest logit difference over {check_tokens} greedy steps a prompt: {worst:.2e}; the same greedy "
+          f"text ({check_tokens} tokens) at {same} of {len(requests)} prompts")
+    results = {"native_max_logit_diff": worst, "native_same_text": same, "native_prompts": len(requests)}
+    for what, each in ratios.items():
+        script_ms, c_ms = statistics.median(ms[(what, False)]), statistics.median(ms[(what, True)])
+        results[f"native_{what}_ratio"] = statistics.median(each)
+        results[f"native_{what}_scripted_ms"], results[f"native_{what}_c_ms"] = script_ms, c_ms
+        label = {"step": "decoding step", "generate": f"{prompt_tokens}-token prompt and {new_tokens} tokens"}[what]
+        print(f"{label}: {statistics.median(each):.2f}x as fast (scripted {script_ms:.3f} ms, C {c_ms:.3f} ms; "
+              f"quartiles of the ratio {_quartiles(each)})")
+    return results
+
+
 def _quartiles(values: list[float]) -> str:
     q = statistics.quantiles(values, n=4)
     return f"{q[0]:.3f}-{q[2]:.3f}"
@@ -656,13 +730,15 @@ def stats_cost(count: int = 12, new_tokens: int = 24, lengths: tuple[int, ...] =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts", "stats", "verify", "script"],
+    parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts", "stats", "verify", "script",
+                                           "native"],
                         default="all",
                         help="steps: decode-step times only (the benchmark model at 4k and 16k, DSA and dense, "
                              "and the embedded model at 400 tokens), for comparing two versions of the runtime; "
                              "prompts: the embedded model's prefill of short prompts, general path against lean; "
                              "verify: its verification of a draft, general path against lean (Python and "
-                             "scripted); script: the scripted lean paths against the Python ones, numbers and speed")
+                             "scripted); script: the scripted lean paths against the Python ones, numbers and speed; "
+                             "native: the decoding step in C against the scripted one, numbers and speed")
     parser.add_argument("--context", type=int, default=4096, help="context for the reference comparison")
     parser.add_argument("--long-context", type=int, default=16384, help="context for DSA vs dense")
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -671,13 +747,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results: dict[str, float] = {}
-    if args.part in ("verify", "script"):  # the embedded model only: no benchmark checkpoint to build
+    if args.part in ("verify", "script", "native"):  # the embedded model only: no benchmark checkpoint to build
         if args.part == "verify":
             results.update(verify_calls())
+        elif args.part == "native":
+            results.update(native_compare())
         else:
             results.update(script_check())
             results.update(script_speed())
-        print(json.dumps({k: round(v, 3) if k != "script_max_logit_diff" else v for k, v in results.items()}))
+        print(json.dumps({k: round(v, 3) if not k.endswith("max_logit_diff") else v for k, v in results.items()}))
         return
     with tempfile.TemporaryDirectory() as tmp:
         sparse = build_checkpoint(Path(tmp) / "dsa")

@@ -17,6 +17,12 @@ from glm5_lsp.model.glm5 import AbsorbedWeights, FusedWeights, Projection
 TOL = 1e-5
 
 
+@pytest.fixture(autouse=True)
+def _no_native_step(monkeypatch):
+    """These tests pin the Python and scripted paths; the C step has its own (test_model_native.py)."""
+    monkeypatch.setenv("GLM5_NATIVE", "0")
+
+
 def _ids(n: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 512, (1, n), generator=torch.Generator().manual_seed(seed))
 

@@ -20,8 +20,10 @@ Every forward call goes through :func:`cached_forward`, which picks the path: th
 (``decode.decode_one``) or short-prompt prefill (``decode.prefill_dense``, which also verifies a
 draft) where they compute what the general ``forward`` would, else ``forward``; the lean paths run
 as ``scripted.py`` compiled them (the same operations through TorchScript; the Python ones where
-scripting failed or ``scripted=False``). The model's inference weights are built when the
-generator is made (``prepare_inference``) and again before a generation if the weights changed since.
+scripting failed or ``scripted=False``), and a one-token step where every key is attended runs as
+``native.c`` computes it in one call (``native.py``; ``native=False``: never). The model's inference
+weights are built when the generator is made (``prepare_inference``) and again before a generation
+if the weights changed since.
 
 With ``GenerationConfig.step_stats`` the generation also hands out the model's per-step internals
 (``Generation.stats``, ``stats.StepStats``: DSA's indexer and attention by key role, the MoE router,
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 import torch
 
 from glm5_lsp.model import lean as decode
+from glm5_lsp.model import native as c_step
 from glm5_lsp.model import scripted as script
 from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM
 from glm5_lsp.model.kv_cache import KVCache
@@ -167,16 +170,22 @@ def cached_forward(
     last_only: bool = False,
     lean: bool = True,
     scripted: bool = True,
+    native_step: bool = True,
     probe: StatsProbe | None = None,
 ) -> torch.Tensor:
     """``model(input_ids, cache=cache, ...)`` on the fastest path that computes the same logits and
     cache entries: ``decode.decode_one`` for one token, ``decode.prefill_dense`` for a short prompt
     (its last position, or every position: a draft's verification), each as ``scripted.py`` compiled
     it where it could, else the general ``forward``. ``lean=False``: always the general path;
-    ``scripted=False``: the lean paths in Python.
+    ``scripted=False``: the lean paths in Python. ``native_step``: a one-token step that ``native.py``
+    computes (every key attended, no probe) runs in C, to rounding the same logits (False: never).
     ``probe``: record the per-step statistics (of the last row with ``last_only``, else of every row)."""
     step = model.prepare_step(input_ids, cache=cache, roles=roles, policy=policy, dense=dense, probe=probe)
     if lean and decode.applies(model, input_ids, step):
+        if native_step and c_step.applies(step):
+            compiled = c_step.get(model)
+            if compiled is not None:
+                return compiled.decode(input_ids, step)
         fast = script.get(model) if scripted else None
         if fast is not None:
             return script.decode_one(fast, input_ids, step)
@@ -195,27 +204,31 @@ class Generator:
     ``lean``: take ``lean.py``'s paths where they apply (False: the general ``forward`` only; tests
     and benchmarks compare the two); ``scripted``: run them as ``scripted.py`` compiled them (built
     here, so the first request does not wait for it: about 180 ms for the first model of a process,
-    the compile and TorchScript's first optimised runs; False: in Python)."""
+    the compile and TorchScript's first optimised runs; False: in Python); ``native``: a one-token
+    step where every key is attended runs in C (``native.py``; to rounding the same logits)."""
 
     def __init__(self, model: GlmMoeDsaForCausalLM, tokenizer: Tokenizer, policy: AttentionPolicy | None = None,
-                 lean: bool = True, scripted: bool = True) -> None:
+                 lean: bool = True, scripted: bool = True, native: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.policy = policy
         self.lean = lean
         self.scripted = scripted
+        self.native = native
         param = next(model.parameters())
         self.cache = KVCache(model.config, 1, dtype=param.dtype, device=param.device)
         model.prepare_inference()
         if lean and scripted:
             script.get(model)  # built (and warmed up) now rather than in the first request
+        if lean and native:
+            c_step.get(model)  # (a few microseconds: it holds the weights' addresses)
 
     def reset(self) -> None:
         self.cache.truncate(0)
 
     def _forward(self, ids: torch.Tensor, probe: StatsProbe | None, **kwargs) -> torch.Tensor:
         return cached_forward(self.model, ids, self.cache, policy=self.policy, lean=self.lean, scripted=self.scripted,
-                              probe=probe, **kwargs)
+                              native_step=self.native, probe=probe, **kwargs)
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: Sequence[int], roles: Sequence[int] | torch.Tensor | None = None,

@@ -1,0 +1,214 @@
+"""The decoding step in C (``native.c``), where it applies: the generator's fastest path.
+
+A decoding step of the embedded model is about 1,300 tensor operations under TorchScript, each
+costing more in dispatch than in arithmetic; ``native.c`` computes the same step in one call, on
+the model's own fp32 weights (their addresses, read in place) and the cache's rows. It applies
+where :func:`lean.applies` does and, besides, every key is attended (DSA's top-k holds them all, or
+attention is dense: the editor's one-line prompts), no statistics' probe records the step and no
+caller wants the selected keys; elsewhere the scripted path runs.
+
+The compiled module is optional (``setup.py`` builds it where a C compiler is found); without it,
+or for a model it cannot hold (a layout it does not know), :func:`get` returns None.
+``GLM5_NATIVE=0`` in the environment turns it off (to compare, or to rule it out).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM, Step
+
+try:
+    from glm5_lsp.model import _native
+except ImportError:  # built without a C compiler: the scripted path runs
+    _native = None
+
+log = logging.getLogger(__name__)
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+_F = ctypes.c_float
+
+MAX_EXPERTS = 256  # native.c's fixed arrays
+MAX_GROUPS = 64
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [
+        ("in_norm", _P), ("post_norm", _P), ("in_eps", _F), ("post_eps", _F),
+        ("w_x", _P), ("q_norm", _P), ("q_eps", _F), ("kv_norm", _P), ("kv_eps", _F),
+        ("q_b", _P), ("w_uk", _P), ("w_uv_t", _P), ("o_proj", _P),
+        ("has_index", _I), ("ik_w", _P), ("ik_b", _P), ("ik_eps", _F),
+        ("is_moe", _I), ("gate_w", _P), ("up_w", _P), ("down_w", _P), ("inter", _I),
+        ("router_w", _P), ("router_bias", _P), ("gate_up", _P), ("down", _P),
+        ("latents", _P), ("index_keys", _P),
+    ]
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [
+        ("hidden", _I), ("heads", _I), ("nope", _I), ("rope", _I), ("kv_rank", _I), ("v_dim", _I),
+        ("q_lora", _I), ("i_dim", _I), ("i_heads", _I),
+        ("n_layers", _I), ("vocab", _I), ("n_experts", _I), ("top_k", _I), ("n_group", _I), ("topk_group", _I),
+        ("norm_topk_prob", _I), ("moe_inter", _I),
+        ("scaling", _F), ("attn_scale", _F),
+        ("embed", _P), ("norm_w", _P), ("lm_head", _P), ("norm_eps", _F),
+        ("layers", ctypes.POINTER(_Layer)),
+        ("scratch", _P),
+    ]
+
+
+def available() -> bool:
+    """Whether the compiled step is installed, matches this side's layout, and is not turned off."""
+    if _native is None or os.environ.get("GLM5_NATIVE", "1") == "0":
+        return False
+    return tuple(_native.layout()) == (ctypes.sizeof(_Model), ctypes.sizeof(_Layer))
+
+
+class NativeStep:
+    """One model's weights as ``native.c`` reads them, and its scratch. Holds references to every
+    tensor whose address it passes (the model's own; none is copied). The layers' cache addresses
+    and the scratch are shared by every call: a lock keeps two threads' steps apart (generators on
+    one model in two threads; the C call itself lets go of the interpreter lock)."""
+
+    def __init__(self, model: GlmMoeDsaForCausalLM) -> None:
+        cfg = model.config
+        layers = list(model.model.layers)
+        self._keep: list[torch.Tensor] = []
+        first = layers[0].self_attn
+        some_index = next((layer.self_attn.indexer for layer in layers if layer.self_attn.indexer is not None), None)
+        moes = [layer.mlp for layer in layers if hasattr(layer.mlp, "experts")]
+        router = moes[0].gate if moes else None
+        self.n_layers = len(layers)
+        self._layers = (_Layer * self.n_layers)()
+        for i, layer in enumerate(layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            fused, absorbed = attn.fused, attn.absorbed
+            row = self._layers[i]
+            row.in_norm = self._ptr(layer.input_layernorm.weight)
+            row.post_norm = self._ptr(layer.post_attention_layernorm.weight)
+            row.in_eps, row.post_eps = layer.input_layernorm.eps, layer.post_attention_layernorm.eps
+            row.w_x = self._ptr(fused.w_x)
+            row.q_norm, row.q_eps = self._ptr(attn.q_a_layernorm.weight), attn.q_a_layernorm.eps
+            row.kv_norm, row.kv_eps = self._ptr(attn.kv_a_layernorm.weight), attn.kv_a_layernorm.eps
+            row.q_b = self._ptr(attn.q_b_proj.weight)
+            row.w_uk, row.w_uv_t = self._ptr(absorbed.w_uk), self._ptr(absorbed.w_uv_t)
+            row.o_proj = self._ptr(attn.o_proj.weight)
+            if attn.indexer is not None:
+                norm = attn.indexer.k_norm
+                row.has_index = 1
+                row.ik_w, row.ik_b, row.ik_eps = self._ptr(norm.weight), self._ptr(norm.bias), norm.eps
+            shared = mlp.shared_experts if hasattr(mlp, "experts") else mlp
+            row.gate_w, row.up_w = self._ptr(shared.gate_proj.weight), self._ptr(shared.up_proj.weight)
+            row.down_w, row.inter = self._ptr(shared.down_proj.weight), shared.gate_proj.weight.shape[0]
+            if hasattr(mlp, "experts"):
+                row.is_moe = 1
+                row.router_w, row.router_bias = self._ptr(mlp.gate.weight), self._ptr(mlp.gate.e_score_correction_bias)
+                row.gate_up, row.down = self._ptr(mlp.experts.gate_up_proj), self._ptr(mlp.experts.down_proj)
+        m = self._model = _Model()
+        m.hidden, m.heads, m.nope, m.rope = cfg.hidden_size, first.n_heads, first.nope_dim, first.rope_dim
+        m.kv_rank, m.v_dim, m.q_lora = first.kv_rank, first.v_dim, first.q_a_proj.out_features
+        m.i_dim = some_index.head_dim if some_index is not None else 0
+        m.i_heads = some_index.n_heads if some_index is not None else 0
+        m.n_layers, m.vocab = self.n_layers, model.lm_head.weight.shape[0]
+        if router is not None:
+            m.n_experts, m.top_k, m.n_group, m.topk_group = router.n_experts, router.top_k, router.n_group, router.topk_group
+            m.norm_topk_prob, m.scaling = int(bool(router.norm_topk_prob)), float(router.scaling)
+            m.moe_inter = moes[0].experts.down_proj.shape[-1]
+        m.attn_scale = float(first.scale)
+        m.embed = self._ptr(model.model.embed_tokens.weight)
+        m.norm_w, m.norm_eps = self._ptr(model.model.norm.weight), model.model.norm.eps
+        m.lm_head = self._ptr(model.lm_head.weight)
+        m.layers = self._layers
+        self._address = ctypes.addressof(m)
+        self._scratch = torch.zeros(0)
+        self._capacity = -1
+        self._bound: list[int] = []  # the cache rows' addresses the layers point at
+        self._lock = threading.Lock()
+
+    def _ptr(self, t: torch.Tensor) -> int:
+        t = t.detach()
+        if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous():
+            raise ValueError(f"not a contiguous fp32 CPU tensor: {t.dtype} {tuple(t.shape)}")
+        self._keep.append(t)
+        return t.data_ptr()
+
+    def _bind(self, step: Step) -> None:
+        """Point the layers at this cache's rows (again only when they moved) and size the scratch."""
+        cache = step.cache
+        addresses = [t.data_ptr() for t in cache.latents] + [0 if t is None else t.data_ptr() for t in cache.index_keys]
+        if addresses != self._bound:
+            for i in range(self.n_layers):
+                self._layers[i].latents = addresses[i]
+                self._layers[i].index_keys = addresses[self.n_layers + i]
+            self._bound = addresses
+        if cache.capacity > self._capacity:
+            self._scratch = torch.zeros(_native.scratch_floats(self._address, cache.capacity))
+            self._model.scratch = self._scratch.data_ptr()
+            self._capacity = cache.capacity
+
+    def decode(self, input_ids: torch.Tensor, step: Step) -> torch.Tensor:
+        """:func:`lean.decode_one`'s logits ``[1, 1, V]`` for this step (see :func:`applies`)."""
+        logits = torch.empty(1, 1, self._model.vocab)
+        cos, sin = step.cos, step.sin
+        if not (cos.is_contiguous() and sin.is_contiguous()):
+            cos, sin = cos.contiguous(), sin.contiguous()
+        with self._lock:
+            self._bind(step)
+            _native.decode(self._address, int(input_ids[0, 0]), step.start, cos.data_ptr(), sin.data_ptr(),
+                           logits.data_ptr())
+        step.cache.commit(input_ids, step.role_ids)
+        return logits
+
+
+def applies(step: Step) -> bool:
+    """Whether the native step computes this decoding step (one that :func:`lean.applies` to): every
+    key attended and no probe recording it."""
+    cache = step.cache
+    return (
+        step.probe is None
+        and (step.dense or step.start + 1 <= step.topk)
+        and all(t.is_contiguous() for t in cache.latents)
+        and all(t is None or t.is_contiguous() for t in cache.index_keys)
+    )
+
+
+def _fits(model: GlmMoeDsaForCausalLM) -> bool:
+    layers = list(model.model.layers)
+    routers = [layer.mlp.gate for layer in layers if hasattr(layer.mlp, "experts")]
+    return (
+        model.prepared
+        and all(layer.self_attn.fused is not None for layer in layers)
+        and all(r.n_experts <= MAX_EXPERTS and r.n_group <= MAX_GROUPS and r.n_experts % r.n_group == 0
+                for r in routers)
+        and len({(r.n_experts, r.top_k, r.n_group, r.topk_group, r.norm_topk_prob, r.scaling) for r in routers}) <= 1
+    )
+
+
+def _inference_weights(model: GlmMoeDsaForCausalLM) -> list:
+    return [(layer.self_attn.fused, layer.self_attn.absorbed) for layer in model.model.layers]
+
+
+def get(model: GlmMoeDsaForCausalLM) -> NativeStep | None:
+    """The model's native step, built on first use after each ``prepare_inference`` (as
+    ``scripted.get``); None where it is not installed, turned off, or cannot hold this model."""
+    if not available():
+        return None
+    held = model.__dict__.get("_native_step")
+    if held is not None and all(f is a and b is c for (f, b), (a, c) in zip(held[1], _inference_weights(model))):
+        return held[0]
+    built = None
+    if _fits(model):
+        try:
+            built = NativeStep(model)
+        except (ValueError, AttributeError, TypeError) as exc:  # a layout it does not know: the scripted path
+            log.info("the native decoding step does not hold this model (%s); the scripted path runs", exc)
+    model.__dict__["_native_step"] = (built, _inference_weights(model))
+    return built

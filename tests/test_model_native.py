@@ -1,0 +1,197 @@
+"""The decoding step in C (``glm5_lsp/model/native.c`` via ``native.py``) against the lean Python
+step it stands in for: logits and cache rows to rounding, the generator's greedy text, where it
+applies and where the scripted path runs instead."""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+
+import pytest
+import torch
+from tiny import tiny_model
+
+from glm5_lsp.model import GenerationConfig, Generator, KVCache, cached_forward, native
+from glm5_lsp.model.stats import StatsProbe
+
+TOL = 1e-4
+
+needs_native = pytest.mark.skipif(native._native is None, reason="the C step was not built (no compiler)")
+
+
+def _ids(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 512, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def _model(**overrides):
+    return tiny_model(**overrides).prepare_inference()
+
+
+def test_the_c_step_is_built_where_a_compiler_is() -> None:
+    cc = (sysconfig.get_config_var("CC") or "").split()
+    if not cc or shutil.which(cc[0]) is None:
+        pytest.skip("no C compiler: the install goes on without the C step")
+    assert native._native is not None, "pip install -e . should have built glm5_lsp/model/_native (setup.py)"
+    assert native.available()
+
+
+def _taken(monkeypatch) -> list[int]:
+    """Count the C step's calls (their positions)."""
+    calls: list[int] = []
+    real = native.NativeStep.decode
+
+    def counted(self, ids, step):
+        calls.append(step.start)
+        return real(self, ids, step)
+
+    monkeypatch.setattr(native.NativeStep, "decode", counted)
+    return calls
+
+
+@needs_native
+@pytest.mark.parametrize(
+    ("prompt", "steps", "dense", "overrides"),
+    [
+        (7, 8, False, {}),  # grouped routing (2 groups, 1 kept), scaled weights, a dense first layer
+        (5, 6, False, {"indexer_types": ["full", "shared", "full"]}),
+        (6, 6, False, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}),
+        (30, 4, True, {}),  # dense attention, past the top-k
+        (4, 5, False, {"n_shared_experts": 0, "num_experts_per_tok": 3}),
+    ],
+)
+def test_the_c_step_gives_the_lean_steps_logits_and_cache(prompt, steps, dense, overrides, monkeypatch) -> None:
+    model = _model(index_topk=16, **overrides)
+    ids = _ids(prompt + steps, seed=prompt + steps)
+    calls = _taken(monkeypatch)
+    out = {}
+    for c_step in (True, False):
+        cache = KVCache(model.config)
+        logits = []
+        with torch.no_grad():
+            cached_forward(model, ids[:, :prompt], cache, dense=dense, last_only=True, native_step=c_step)
+            for t in range(prompt, prompt + steps):
+                logits.append(cached_forward(model, ids[:, t : t + 1], cache, dense=dense, scripted=False,
+                                             native_step=c_step))
+        out[c_step] = (logits, cache)
+    assert calls == list(range(prompt, prompt + steps))  # every step in C, on that side only
+    (got, cache), (want, want_cache) = out[True], out[False]
+    for a, b in zip(got, want):
+        assert a.shape == b.shape == (1, 1, model.config.vocab_size)
+        assert (a - b).abs().max().item() < TOL
+    n = prompt + steps
+    for layer in range(model.config.num_hidden_layers):
+        assert (cache.latents[layer][:, :n] - want_cache.latents[layer][:, :n]).abs().max().item() < 1e-5
+        if cache.index_keys[layer] is not None:
+            assert (cache.index_keys[layer][:, :n] - want_cache.index_keys[layer][:, :n]).abs().max().item() < 1e-5
+    assert torch.equal(cache.token_ids[:, :n], want_cache.token_ids[:, :n])
+    assert cache.length == want_cache.length == n
+
+
+@needs_native
+def test_past_the_top_k_or_with_a_probe_the_scripted_step_runs(monkeypatch) -> None:
+    model = _model(index_topk=8)
+    ids = _ids(12, seed=3)
+    calls = _taken(monkeypatch)
+    cache = KVCache(model.config)
+    with torch.no_grad():
+        cached_forward(model, ids[:, :6], cache, last_only=True)
+        cached_forward(model, ids[:, 6:7], cache)  # its 7 keys fit the top-k of 8: in C
+        cached_forward(model, ids[:, 7:8], cache, probe=StatsProbe(scaling=2.5))  # a probe: scripted
+        cached_forward(model, ids[:, 8:9], cache)  # the 9th key: the indexer selects, scripted
+    assert calls == [6]
+    assert cache.length == 9
+
+
+@needs_native
+def test_the_generators_greedy_text_is_the_same_with_the_c_step(monkeypatch) -> None:
+    model = _model(index_topk=64)
+
+    class _Tok:
+        eos_token_id = None
+
+        def decode(self, ids):
+            return ""
+
+    config = GenerationConfig(max_new_tokens=12, stop_at_eos=False)
+    calls = _taken(monkeypatch)
+    for seed in range(4):
+        prompt = _ids(9 + seed, seed=seed)[0].tolist()
+        with_c = Generator(model, _Tok()).generate(prompt, config).token_ids
+        assert calls, "the generator did not take the C step"
+        calls.clear()
+        without = Generator(model, _Tok(), native=False).generate(prompt, config).token_ids
+        assert not calls
+        assert with_c == without
+
+
+@needs_native
+def test_weights_changed_in_place_are_read_and_new_inference_weights_rebuild_it() -> None:
+    model = _model(index_topk=32)
+    ids = _ids(6, seed=5)
+
+    def last(c_step: bool) -> torch.Tensor:
+        cache = KVCache(model.config)
+        with torch.no_grad():
+            cached_forward(model, ids[:, :5], cache, last_only=True)
+            return cached_forward(model, ids[:, 5:], cache, scripted=False, native_step=c_step)
+
+    first = native.get(model)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.5)  # in place: the same addresses
+    assert native.get(model) is first
+    assert (last(True) - last(False)).abs().max().item() < TOL
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_a_proj.weight.mul_(0.5)
+    model.prepare_inference()  # new fused weights: a new C model over them
+    assert native.get(model) is not first
+    assert (last(True) - last(False)).abs().max().item() < TOL
+
+
+@needs_native
+def test_turned_off_or_given_a_token_out_of_range(monkeypatch) -> None:
+    model = _model()
+    step_of = native.get(model)
+    assert step_of is not None
+    cache = KVCache(model.config)
+    with torch.no_grad():
+        cached_forward(model, _ids(4), cache, last_only=True)
+        step = model.prepare_step(torch.tensor([[600]]), cache=cache)
+        with pytest.raises(ValueError, match="out of range"):
+            step_of.decode(torch.tensor([[600]]), step)
+    assert cache.length == 4  # nothing committed
+    monkeypatch.setenv("GLM5_NATIVE", "0")
+    assert native.get(model) is None
+
+
+@needs_native
+def test_two_threads_decoding_on_one_model_each_get_their_own_text() -> None:
+    """The C model's cache addresses and scratch are shared: two generators on one model in two
+    threads must each get the text they get alone."""
+    import threading
+
+    model = _model(index_topk=64)
+
+    class _Tok:
+        eos_token_id = None
+
+        def decode(self, ids):
+            return ""
+
+    config = GenerationConfig(max_new_tokens=24, stop_at_eos=False)
+    prompts = [_ids(8, seed=s)[0].tolist() for s in (11, 12)]
+    alone = [Generator(model, _Tok()).generate(p, config).token_ids for p in prompts]
+    got: dict[int, list[list[int]]] = {0: [], 1: []}
+
+    def run(i: int) -> None:
+        gen = Generator(model, _Tok())
+        for _ in range(15):
+            got[i].append(gen.generate(prompts[i], config).token_ids)
+            gen.reset()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in (0, 1):
+        assert got[i] == [alone[i]] * 15
