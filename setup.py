@@ -1,7 +1,8 @@
-"""The one compiled part: the native decoding step (``glm5_lsp/model/native.c``).
+"""The one compiled part, ``glm5_lsp/native.c``: the model's decoding step in C (``model/native.py``)
+and the workspace memory's suffix-array searches (``memory/index.py``).
 
 Everything else is in pyproject.toml. The extension is optional: where no C compiler is found the
-install goes on without it and the generator runs the TorchScript path (``glm5_lsp/model/native.py``).
+install goes on without it, the generator runs the TorchScript step and the memory searches in numpy.
 """
 
 import sys
@@ -10,5 +11,4 @@ from setuptools import Extension, setup
 
 flags = ["/O2"] if sys.platform == "win32" else ["-O3", "-std=c99"]
 
-setup(ext_modules=[Extension("glm5_lsp.model._native", ["glm5_lsp/model/native.c"], extra_compile_args=flags,
-                             optional=True)])
+setup(ext_modules=[Extension("glm5_lsp._native", ["glm5_lsp/native.c"], extra_compile_args=flags, optional=True)])

@@ -269,3 +269,42 @@ def test_a_scan_reads_long_matches_at_once_as_id_by_id_would() -> None:
                 length, ends = _walk_id_by_id(scan.tokens, context, upper, exclude)
                 assert state.length == length, (trial, block)
                 assert (state.ends.tolist() if state.ends is not None else []) == ends, (trial, block)
+
+
+@pytest.mark.parametrize(("token_type", "sa_type"), [(np.uint16, np.int32), (np.uint32, np.int64), (np.uint8, np.int32)])
+def test_the_c_searches_give_the_numpy_searches_ranges(token_type, sa_type, monkeypatch) -> None:
+    """``find`` and ``narrow`` in C (``glm5_lsp/native.c``) against the numpy searches they stand in
+    for: every range the same, present patterns and absent ones, long and short, from every depth."""
+    import glm5_lsp.memory.index as index_module
+
+    if index_module._native is None:
+        pytest.skip("the C searches were not built (no compiler)")
+    rng = np.random.default_rng(7)
+    sep = int(np.iinfo(token_type).max)
+    docs = [(str(i), rng.integers(0, 6, size=int(rng.integers(1, 400))).astype(token_type)) for i in range(30)]
+    tokens = SuffixIndex.build(docs, np.dtype(token_type)).tokens
+    sa = suffix_array(tokens).astype(sa_type)
+    with_c = SuffixIndex(tokens, sa, np.zeros(1, dtype=np.int64), [])
+    monkeypatch.setenv("GLM5_NATIVE", "0")
+    in_numpy = SuffixIndex(tokens, sa, np.zeros(1, dtype=np.int64), [])
+    assert with_c._shard is not None and in_numpy._shard is None
+    checked = 0
+    def same(a: tuple[int, int], b: tuple[int, int]) -> bool:  # where an empty range lies does not matter
+        return a == b or (a[1] <= a[0] and b[1] <= b[0])
+
+    for _ in range(600):
+        doc = docs[int(rng.integers(len(docs)))][1]
+        start = int(rng.integers(len(doc)))
+        pattern = [int(t) for t in doc[start:start + int(rng.integers(1, 12))]]
+        if rng.random() < 0.3:  # absent ones too
+            pattern[int(rng.integers(len(pattern)))] = int(rng.integers(0, 9))
+        assert same(with_c.find(pattern), in_numpy.find(pattern))
+        depth = int(rng.integers(len(pattern)))
+        lo, hi = in_numpy.find(pattern[:depth])
+        assert same(with_c.find(pattern, lo, hi, depth), in_numpy.find(pattern, lo, hi, depth))
+        assert same(with_c.narrow(lo, hi, depth, pattern[depth]), in_numpy.narrow(lo, hi, depth, pattern[depth]))
+        checked += hi > lo
+    assert checked > 300
+    assert same(with_c.find([sep]), in_numpy.find([sep]))  # the separators' own range
+    assert with_c.find([sep])[1] > with_c.find([sep])[0]
+    assert same(with_c.find([3, sep - 1]), in_numpy.find([3, sep - 1]))

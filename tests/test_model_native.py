@@ -1,4 +1,4 @@
-"""The decoding step in C (``glm5_lsp/model/native.c`` via ``native.py``) against the lean Python
+"""The decoding step in C (``glm5_lsp/native.c`` via ``model/native.py``) against the lean Python
 step it stands in for: logits and cache rows to rounding, the generator's greedy text, where it
 applies and where the scripted path runs instead."""
 
@@ -31,7 +31,7 @@ def test_the_c_step_is_built_where_a_compiler_is() -> None:
     cc = (sysconfig.get_config_var("CC") or "").split()
     if not cc or shutil.which(cc[0]) is None:
         pytest.skip("no C compiler: the install goes on without the C step")
-    assert native._native is not None, "pip install -e . should have built glm5_lsp/model/_native (setup.py)"
+    assert native._native is not None, "pip install -e . should have built glm5_lsp/_native (setup.py)"
     assert native.available()
 
 

@@ -5,7 +5,8 @@ match runs from one document into the next), and every position is sorted by the
 there (``pydivsufsort``: libdivsufsort on the ids as big-endian bytes, which sorts them in token
 order; 4 million tokens in under a second). The suffixes that begin with a token sequence then form
 one range of the array, found by narrowing token by token (:meth:`SuffixIndex.narrow`): binary
-searches over the range, a vectorised ``searchsorted`` once it is small.
+searches over the range, in C (``glm5_lsp/native.c``) where the extension is built, else a Python
+binary search that turns into a vectorised ``searchsorted`` once the range is small.
 
 A shard never changes its ids; a document that changed or went away is marked dead (its positions'
 ``alive`` flags cleared) and lives on in a newer shard. Counting skips dead positions and a caller's
@@ -23,6 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from glm5_lsp.memory.tokens import separator
+
+try:
+    from glm5_lsp import _native
+except ImportError:  # built without a C compiler: the searches below run in numpy
+    _native = None
 
 SMALL_RANGE = 512  # at most this many suffixes: narrow with one vectorised gather and searchsorted
 SAMPLE = 2048  # at most this many occurrences are read for a distribution (evenly spaced)
@@ -145,6 +151,7 @@ class SuffixIndex:
         self.first: np.ndarray | None = first
         if first is None and self.sep <= np.iinfo(np.uint16).max:
             self.first = np.searchsorted(tokens[sa], np.arange(self.sep + 2), side="left")
+        self._shard = _c_shard(tokens, sa)  # the arrays' addresses for the C searches (None: numpy)
 
     # ---- building -------------------------------------------------------------------------
 
@@ -251,9 +258,11 @@ class SuffixIndex:
             if token >= len(self.first) - 1:
                 return 0, 0
             return int(self.first[token]), int(self.first[token + 1])
-        tokens, sa = self.tokens, self.sa
         if token > self.sep:
             return lo, lo
+        if self._shard is not None:
+            return _native.sa_narrow(*self._shard, lo, hi, depth, token)
+        tokens, sa = self.tokens, self.sa
         if hi - lo <= SMALL_RANGE:
             column = tokens[sa[lo:hi] + depth]
             typed = column.dtype.type(token)  # searchsorted converts a Python int slowly
@@ -279,8 +288,13 @@ class SuffixIndex:
         """The range of suffixes that begin with ``pattern`` (within ``sa[lo:hi]``, whose suffixes
         share ``pattern[:depth]`` already)."""
         hi = len(self.sa) if hi is None else hi
-        tokens, sa = self.tokens, self.sa
         n = len(pattern)
+        if self._shard is not None and depth < n and hi > lo:
+            rest = np.asarray(pattern[depth:], dtype=np.int64)
+            if int(rest.max()) > self.sep:  # an id no shard holds
+                return lo, lo
+            return _native.sa_find(*self._shard, lo, hi, depth, rest.ctypes.data, len(rest))
+        tokens, sa = self.tokens, self.sa
         while depth < n and hi > lo:
             if hi - lo <= 4 and n - depth > 1:  # a few candidates: compare the rest whole
                 rest = np.asarray(pattern[depth:], dtype=tokens.dtype)
@@ -379,6 +393,21 @@ class SuffixIndex:
 
     def counts_of(self, state: ShardState, exclude: tuple[int, int] | None) -> Counts:
         return self.counts(state.lo, state.hi, state.length, exclude)
+
+
+def _c_shard(tokens: np.ndarray, sa: np.ndarray) -> tuple[int, int, int, int, int] | None:
+    """``(tokens address, id size, length, suffix array address, its item size)`` for the C searches,
+    or None where they cannot read these arrays (no extension, ``GLM5_NATIVE=0``, a layout they do
+    not know): numpy then."""
+    if _native is None or os.environ.get("GLM5_NATIVE", "1") == "0":
+        return None
+    if (tokens.ndim != 1 or sa.ndim != 1 or len(tokens) != len(sa) or not tokens.flags.c_contiguous
+            or not sa.flags.c_contiguous or tokens.dtype.kind != "u" or tokens.dtype.itemsize not in (1, 2, 4)
+            or sa.dtype.kind != "i" or sa.dtype.itemsize not in (4, 8) or not len(tokens)):
+        return None
+    if not tokens.dtype.isnative or not sa.dtype.isnative:
+        return None
+    return tokens.ctypes.data, tokens.dtype.itemsize, len(tokens), sa.ctypes.data, sa.dtype.itemsize
 
 
 @dataclass(frozen=True)

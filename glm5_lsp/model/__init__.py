@@ -3,7 +3,7 @@
 Files in the order a request flows: ``config.py`` (Hugging Face field names) -> ``glm5.py`` (the
 whole transformer) -> ``attention.py`` (kernels) -> ``lean.py`` (the one-token CPU step and the
 short-prompt prefill) -> ``scripted.py`` (the same two compiled by TorchScript) -> ``native.py`` (the
-one-token step in C, ``native.c``) -> ``kv_cache.py`` ->
+one-token step in C, ``glm5_lsp/native.c``) -> ``kv_cache.py`` ->
 ``generate.py``; ``policy.py`` (roles -> selection
 rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and out), ``tokenizer.py``.
 

@@ -1,4 +1,4 @@
-"""The decoding step in C (``native.c``), where it applies: the generator's fastest path.
+"""The decoding step in C (``glm5_lsp/native.c``), where it applies: the generator's fastest path.
 
 A decoding step of the embedded model is about 1,300 tensor operations under TorchScript, each
 costing more in dispatch than in arithmetic; ``native.c`` computes the same step in one call, on
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from glm5_lsp.model.glm5 import GlmMoeDsaForCausalLM, Step
 
 try:
-    from glm5_lsp.model import _native
+    from glm5_lsp import _native
 except ImportError:  # built without a C compiler: the scripted path runs
     _native = None
 

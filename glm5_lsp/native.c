@@ -1,4 +1,7 @@
-/* One decoding step of the embedded model in C: the editor's hottest call, in one call.
+/* The editor's hottest calls in C: one decoding step of the embedded model, and the workspace
+ * memory's suffix-array searches (at the end of this file).
+ *
+ * One decoding step in one call.
  *
  * ``lean.decode_one`` (and its TorchScript form) computes a token's logits in about 1,300 tensor
  * operations, and on the embedded model (hidden 192) each costs more in dispatch than in arithmetic.
@@ -302,6 +305,118 @@ static void step(const Model *m, int64_t token, int64_t pos, const float *cos_, 
     matvec(m->lm_head, h, logits, m->vocab, hd);
 }
 
+/* ---- suffix-array ranges (the workspace memory's ``SuffixIndex.narrow`` and ``find``) -------------- */
+
+/* A shard's ids (unsigned, 1, 2 or 4 bytes) and suffix array (signed, 4 or 8 bytes), read in place. */
+typedef struct {
+    const void *tokens, *sa;
+    int64_t n;
+    int tokens_size, sa_size;
+} Shard;
+
+static inline int64_t token_at(const Shard *s, int64_t i) {
+    if (i >= s->n) return -1; /* past the end: below every id (no suffix of a valid pattern gets here) */
+    switch (s->tokens_size) {
+    case 1: return ((const uint8_t *)s->tokens)[i];
+    case 2: return ((const uint16_t *)s->tokens)[i];
+    default: return ((const uint32_t *)s->tokens)[i];
+    }
+}
+
+static inline int64_t suffix_at(const Shard *s, int64_t i) {
+    return s->sa_size == 4 ? ((const int32_t *)s->sa)[i] : ((const int64_t *)s->sa)[i];
+}
+
+/* Of the suffixes sa[lo:hi] (sharing their first ``depth`` ids), those whose next id is ``token``. */
+static void narrow_range(const Shard *s, int64_t *lo, int64_t *hi, int64_t depth, int64_t token) {
+    int64_t a = *lo, b = *hi;
+    while (a < b) { /* the first whose id at depth is >= token */
+        const int64_t mid = a + ((b - a) >> 1);
+        if (token_at(s, suffix_at(s, mid) + depth) < token) a = mid + 1;
+        else b = mid;
+    }
+    const int64_t start = a;
+    b = *hi;
+    while (a < b) { /* the first whose id at depth is > token */
+        const int64_t mid = a + ((b - a) >> 1);
+        if (token_at(s, suffix_at(s, mid) + depth) <= token) a = mid + 1;
+        else b = mid;
+    }
+    *lo = start;
+    *hi = a;
+}
+
+static int read_shard(PyObject *const *args, Shard *s) {
+    long long v[5];
+    for (int i = 0; i < 5; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    s->tokens = (const void *)(intptr_t)v[0];
+    s->tokens_size = (int)v[1];
+    s->n = v[2];
+    s->sa = (const void *)(intptr_t)v[3];
+    s->sa_size = (int)v[4];
+    if (!s->tokens || !s->sa || (s->tokens_size != 1 && s->tokens_size != 2 && s->tokens_size != 4) ||
+        (s->sa_size != 4 && s->sa_size != 8) || s->n < 0) {
+        PyErr_SetString(PyExc_ValueError, "not a shard: ids of 1, 2 or 4 bytes and a suffix array of 4 or 8");
+        return -1;
+    }
+    return 0;
+}
+
+/* sa_find(tokens, tokens_size, n, sa, sa_size, lo, hi, depth, pattern, count) -> (lo, hi): the
+   suffixes of sa[lo:hi] (sharing ``depth`` ids already) narrowed by the ``count`` int64 ids at
+   address ``pattern``, one depth each. */
+static PyObject *py_sa_find(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "sa_find() takes 10 integer arguments");
+        return NULL;
+    }
+    Shard s;
+    if (read_shard(args, &s) < 0) return NULL;
+    long long v[5];
+    for (int i = 0; i < 5; i++) {
+        v[i] = PyLong_AsLongLong(args[5 + i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    int64_t lo = v[0], hi = v[1], depth = v[2];
+    const int64_t *pattern = (const int64_t *)(intptr_t)v[3];
+    const int64_t count = v[4];
+    if (lo < 0 || hi > s.n || depth < 0 || count < 0 || (count && !pattern)) {
+        PyErr_SetString(PyExc_ValueError, "sa_find(): a range or pattern out of bounds");
+        return NULL;
+    }
+    for (int64_t i = 0; i < count && lo < hi; i++) narrow_range(&s, &lo, &hi, depth + i, pattern[i]);
+    if (hi < lo) hi = lo;
+    return Py_BuildValue("(LL)", (long long)lo, (long long)hi);
+}
+
+/* sa_narrow(tokens, tokens_size, n, sa, sa_size, lo, hi, depth, token) -> (lo, hi). */
+static PyObject *py_sa_narrow(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "sa_narrow() takes 9 integer arguments");
+        return NULL;
+    }
+    Shard s;
+    if (read_shard(args, &s) < 0) return NULL;
+    long long v[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = PyLong_AsLongLong(args[5 + i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    int64_t lo = v[0], hi = v[1];
+    if (lo < 0 || hi > s.n || v[2] < 0) {
+        PyErr_SetString(PyExc_ValueError, "sa_narrow(): a range out of bounds");
+        return NULL;
+    }
+    if (lo < hi) narrow_range(&s, &lo, &hi, v[2], v[3]);
+    else hi = lo;
+    return Py_BuildValue("(LL)", (long long)lo, (long long)hi);
+}
+
 /* ---- the module --------------------------------------------------------------------------------- */
 
 /* decode(model_address, token, pos, cos_address, sin_address, logits_address): the step above on a
@@ -353,6 +468,8 @@ static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))py_decode, METH_FASTCALL, "One decoding step (see native.c)."},
     {"scratch_floats", (PyCFunction)(void (*)(void))py_scratch_floats, METH_FASTCALL, "Scratch a step needs."},
     {"layout", py_layout, METH_NOARGS, "sizeof(Model), sizeof(Layer)."},
+    {"sa_find", (PyCFunction)(void (*)(void))py_sa_find, METH_FASTCALL, "A suffix-array range narrowed by ids."},
+    {"sa_narrow", (PyCFunction)(void (*)(void))py_sa_narrow, METH_FASTCALL, "A suffix-array range narrowed by one id."},
     {NULL, NULL, 0, NULL},
 };
 
