@@ -9,6 +9,6 @@ import sys
 
 from setuptools import Extension, setup
 
-flags = ["/O2"] if sys.platform == "win32" else ["-O3", "-std=c99"]
+flags = ["/O2"] if sys.platform == "win32" else ["-O3", "-std=c99", "-ffp-contract=fast"]
 
 setup(ext_modules=[Extension("glm5_lsp._native", ["glm5_lsp/native.c"], extra_compile_args=flags, optional=True)])

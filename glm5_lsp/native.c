@@ -1,23 +1,26 @@
-/* The editor's hottest calls in C: one decoding step of the embedded model, and the workspace
- * memory's suffix-array searches (at the end of this file).
+/* The editor's hottest calls in C: the embedded model's forward pass for a decoding step or a short
+ * prompt's prefill, and the workspace memory's suffix-array searches (at the end of this file).
  *
- * One decoding step in one call.
+ * Under TorchScript a decoding step of the embedded model is about 1,300 tensor operations, each
+ * costing more in dispatch than in arithmetic. Here ``forward`` computes a call of ``t`` tokens as
+ * plain loops over the same fp32 weights (the model's own tensors, read in place, never copied):
+ * the RMS norms, the fused projections, the absorbed multi-latent attention of each row over every
+ * key before it, RoPE, the router's choice (sigmoid scores, correction bias, groups), the chosen and
+ * shared experts, the final norm and the output head for the last row. It writes the same cache rows
+ * (latents and the indexer's keys) as the other paths, which may take over at any token.
  *
- * ``lean.decode_one`` (and its TorchScript form) computes a token's logits in about 1,300 tensor
- * operations, and on the embedded model (hidden 192) each costs more in dispatch than in arithmetic.
- * Here the same step is plain loops over the same fp32 weights (the model's own tensors, read in
- * place, never copied): the RMS norms, the fused projections, the absorbed multi-latent attention
- * over every cached key, RoPE, the router's choice (sigmoid scores, correction bias, groups), the
- * chosen and shared experts, the final norm and the output head. It writes the same cache rows
- * (latents and the indexer's keys) and so may alternate with the other paths at any token.
+ * One row (a decoding step) reads each weight once with dot products: the read is the step's whole
+ * cost. Several rows (a prefill) use transposed copies of the weights (``native.py`` makes them) and
+ * outer products, four rows and 32 outputs at a time, with no sums across vector lanes.
  *
- * It covers the case the editor runs: one token of one sequence whose every key is attended (DSA's
- * top-k holds them all, or attention is dense), no statistics' probe. ``native.py`` checks that and
- * falls back to the scripted path otherwise. The sums run in another order than torch's, so logits
- * agree to rounding (tests: 1e-4), not bit for bit.
+ * It covers what the editor runs: one sequence whose every key is attended (DSA's top-k holds them
+ * all, or attention is dense), the last row's logits, no statistics' probe; ``native.py`` checks
+ * that and the scripted path runs otherwise. The sums run in another order than torch's, so logits
+ * agree to rounding (tests: 1e-4), not bit for bit. ``forward_start`` runs a call on a worker thread
+ * of this module's own, so a prompt's prefill goes on while the caller's Python does.
  *
  * Built as an optional extension (``setup.py``); a compiler-less install runs the scripted path.
- * The inner products are compiled for AVX-512, AVX2 and plain x86-64, chosen at load (GCC's
+ * The kernels are compiled for AVX-512, AVX2 and plain x86-64, chosen at load (GCC's
  * ``target_clones``), elsewhere for the compiler's default target.
  */
 #define PY_SSIZE_T_CLEAN
@@ -56,6 +59,9 @@ typedef struct {
     const float *gate_up, *down;         /* [E, 2 * Ie, hidden], [E, hidden, Ie] */
     float *latents;                      /* cache rows [capacity, kv_rank + rope] */
     float *index_keys;                   /* cache rows [capacity, i_dim] (full layers) */
+    /* The same products' weights transposed ([in, out]; NULL: none), for several tokens at once. */
+    const float *w_x_t, *q_b_t, *o_proj_t, *gate_t, *up_t, *down_t, *router_t;
+    const float *gate_up_t, *down_e_t; /* [E, hidden, 2 * Ie], [E, Ie, hidden] */
 } Layer;
 
 typedef struct {
@@ -65,7 +71,6 @@ typedef struct {
     const float *embed, *norm_w, *lm_head;
     float norm_eps;
     Layer *layers;
-    float *scratch; /* at least glm5_scratch_floats() floats */
 } Model;
 
 /* ---- kernels ------------------------------------------------------------------------------------ */
@@ -202,106 +207,250 @@ static int64_t max_inter(const Model *m) {
     return inter;
 }
 
-/* Floats of scratch a step needs (``Model.scratch``), with room for ``capacity`` keys. */
-static int64_t scratch_floats(const Model *m, int64_t capacity) {
-    const int64_t q_rows = m->heads * (m->nope + m->rope);
-    const int64_t wide = m->q_lora + m->kv_rank + m->rope + m->i_dim + m->i_heads;
-    return 3 * m->hidden + wide + m->q_lora + q_rows + m->i_dim + m->heads * (m->kv_rank + m->rope) +
-           m->heads * m->kv_rank + m->heads * m->v_dim + capacity + (2 * max_inter(m) + m->hidden) +
-           3 * m->n_experts + 16;
+static int64_t wide_max(const Model *m) { return m->q_lora + m->kv_rank + m->rope + m->i_dim + m->i_heads; }
+
+/* Floats of scratch a call of ``t`` tokens needs, with room for ``capacity`` keys. */
+static int64_t scratch_floats(const Model *m, int64_t t, int64_t capacity) {
+    const int64_t q_rows = m->heads * (m->nope + m->rope), lat_w = m->kv_rank + m->rope;
+    const int64_t k = m->top_k > 0 ? m->top_k : 1;
+    const int64_t per_row = 5 * m->hidden + wide_max(m) + m->q_lora + q_rows + m->heads * m->v_dim +
+                            2 * m->n_experts + k + 2 * m->n_experts /* int64 member lists */ + 3 * max_inter(m);
+    return t * per_row + 2 * m->n_experts /* int64 counts */ + m->heads * lat_w + m->heads * m->kv_rank + m->i_dim +
+           capacity + 64;
 }
 
-static void step(const Model *m, int64_t token, int64_t pos, const float *cos_, const float *sin_, float *logits) {
+/* Y[i, :] = X[i, :] . Wt for ``t`` rows (X [t, cols], Wt [cols, rows]: a weight transposed, Y [t, rows]):
+   outer products, four rows of X and 32 outputs at a time held in registers, so no sum is reduced
+   across lanes (about 2.5x the row-by-row dot products' rate at the model's sizes). */
+CLONES static void linear_rows_t(const float *restrict x, const float *restrict wt, float *restrict y, int64_t t,
+                                 int64_t rows, int64_t cols) {
+    int64_t i = 0;
+    for (; i + 4 <= t; i += 4) {
+        const float *x0 = x + i * cols, *x1 = x0 + cols, *x2 = x1 + cols, *x3 = x2 + cols;
+        int64_t r0 = 0;
+        for (; r0 + 32 <= rows; r0 += 32) {
+            float a0[32] = {0}, a1[32] = {0}, a2[32] = {0}, a3[32] = {0};
+            for (int64_t c = 0; c < cols; c++) {
+                const float *wr = wt + c * rows + r0;
+                const float v0 = x0[c], v1 = x1[c], v2 = x2[c], v3 = x3[c];
+                for (int k = 0; k < 32; k++) {
+                    const float w = wr[k];
+                    a0[k] += v0 * w;
+                    a1[k] += v1 * w;
+                    a2[k] += v2 * w;
+                    a3[k] += v3 * w;
+                }
+            }
+            memcpy(y + (i + 0) * rows + r0, a0, sizeof a0);
+            memcpy(y + (i + 1) * rows + r0, a1, sizeof a1);
+            memcpy(y + (i + 2) * rows + r0, a2, sizeof a2);
+            memcpy(y + (i + 3) * rows + r0, a3, sizeof a3);
+        }
+        for (; r0 + 16 <= rows; r0 += 16) {
+            float a0[16] = {0}, a1[16] = {0}, a2[16] = {0}, a3[16] = {0};
+            for (int64_t c = 0; c < cols; c++) {
+                const float *wr = wt + c * rows + r0;
+                const float v0 = x0[c], v1 = x1[c], v2 = x2[c], v3 = x3[c];
+                for (int k = 0; k < 16; k++) {
+                    const float w = wr[k];
+                    a0[k] += v0 * w;
+                    a1[k] += v1 * w;
+                    a2[k] += v2 * w;
+                    a3[k] += v3 * w;
+                }
+            }
+            memcpy(y + (i + 0) * rows + r0, a0, sizeof a0);
+            memcpy(y + (i + 1) * rows + r0, a1, sizeof a1);
+            memcpy(y + (i + 2) * rows + r0, a2, sizeof a2);
+            memcpy(y + (i + 3) * rows + r0, a3, sizeof a3);
+        }
+        for (; r0 < rows; r0++)
+            for (int j = 0; j < 4; j++) {
+                const float *xj = x + (i + j) * cols;
+                float acc = 0.0f;
+                for (int64_t c = 0; c < cols; c++) acc += xj[c] * wt[c * rows + r0];
+                y[(i + j) * rows + r0] = acc;
+            }
+    }
+    for (; i < t; i++) { /* the last rows, one at a time */
+        float *yi = y + i * rows;
+        const float *xi = x + i * cols;
+        memset(yi, 0, (size_t)rows * sizeof(float));
+        for (int64_t c = 0; c < cols; c++) {
+            const float v = xi[c];
+            const float *wr = wt + c * rows;
+            for (int64_t r = 0; r < rows; r++) yi[r] += v * wr[r];
+        }
+    }
+}
+
+/* Y = X W^T for ``t`` rows: the transposed weight's outer products where there is one and several
+   rows, else one dot product per output (a decoding step: the weights' read is its whole cost). */
+static void linear_rows(const float *x, const float *w, const float *wt, float *y, int64_t t, int64_t rows,
+                        int64_t cols) {
+    if (t > 1 && wt != NULL) {
+        linear_rows_t(x, wt, y, t, rows, cols);
+        return;
+    }
+    for (int64_t i = 0; i < t; i++) matvec(w, x + i * cols, y + i * rows, rows, cols);
+}
+
+/* A SwiGLU MLP on ``n`` rows ``x`` (gate and up [inter, hd], down [hd, inter]; ``*_t`` transposed):
+   ``y`` [n, hd]. */
+static void swiglu_rows(const float *gate_w, const float *gate_t, const float *up_w, const float *up_t,
+                        const float *down_w, const float *down_t, int64_t inter, int64_t hd, const float *x, int64_t n,
+                        float *g, float *u, float *y) {
+    linear_rows(x, gate_w, gate_t, g, n, inter, hd);
+    linear_rows(x, up_w, up_t, u, n, inter, hd);
+    for (int64_t i = 0; i < n * inter; i++) g[i] = silu(g[i]) * u[i];
+    linear_rows(g, down_w, down_t, y, n, hd, inter);
+}
+
+/* A routed expert on ``n`` rows: gate_up [2 * ie, hd] (gate rows, then up rows), down [hd, ie]
+   (``*_t`` transposed); ``gu`` [n, 2 * ie] and ``g`` [n, ie] scratch, ``y`` [n, hd]. */
+static void expert_rows(const float *gate_up, const float *gate_up_t, const float *down, const float *down_t,
+                        int64_t ie, int64_t hd, const float *x, int64_t n, float *gu, float *g, float *y) {
+    linear_rows(x, gate_up, gate_up_t, gu, n, 2 * ie, hd);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < ie; j++) g[i * ie + j] = silu(gu[i * 2 * ie + j]) * gu[i * 2 * ie + ie + j];
+    linear_rows(g, down, down_t, y, n, hd, ie);
+}
+
+/* One query's absorbed attention over keys 0 .. kend - 1 of a layer: ``out`` [heads * v_dim]. */
+static void attend(const Model *m, const Layer *L, const float *q, const float *cos_, const float *sin_,
+                   int64_t kend, float *q_cat, float *o_lat, float *probs, float *out) {
+    const int64_t heads = m->heads, nope = m->nope, r = m->rope, kvr = m->kv_rank;
+    const int64_t q_dim = nope + r, lat_w = kvr + r;
+    for (int64_t hh = 0; hh < heads; hh++) {
+        const float *qh = q + hh * q_dim;
+        float *qc = q_cat + hh * lat_w;
+        vecmat(qh, L->w_uk + hh * nope * kvr, qc, nope, kvr); /* q_nope @ w_uk[h] */
+        rope(qh + nope, cos_, sin_, qc + kvr, r);
+    }
+    for (int64_t hh = 0; hh < heads; hh++) {
+        const float *qc = q_cat + hh * lat_w;
+        matvec(L->latents, qc, probs, kend, lat_w);
+        float mx = -INFINITY;
+        for (int64_t t = 0; t < kend; t++) {
+            probs[t] *= m->attn_scale;
+            if (probs[t] > mx) mx = probs[t];
+        }
+        float total = 0.0f;
+        for (int64_t t = 0; t < kend; t++) {
+            probs[t] = expf(probs[t] - mx);
+            total += probs[t];
+        }
+        const float inv = 1.0f / total;
+        for (int64_t t = 0; t < kend; t++) probs[t] *= inv;
+        float *ol = o_lat + hh * kvr;
+        memset(ol, 0, (size_t)kvr * sizeof(float));
+        for (int64_t t = 0; t < kend; t++) {
+            const float p = probs[t];
+            const float *lat = L->latents + t * lat_w;
+            for (int64_t c = 0; c < kvr; c++) ol[c] += p * lat[c];
+        }
+        vecmat(ol, L->w_uv_t + hh * kvr * m->v_dim, out + hh * m->v_dim, kvr, m->v_dim);
+    }
+}
+
+/* ``t`` tokens at positions pos .. pos + t - 1 (cos/sin [t, rope / 2]), each attending to every key
+   before it and itself: their cache rows written, the last one's logits [vocab]. */
+static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t pos, const float *cos_,
+                    const float *sin_, float *logits, float *scratch) {
     const int64_t hd = m->hidden, heads = m->heads, nope = m->nope, r = m->rope, kvr = m->kv_rank;
-    const int64_t q_dim = nope + r, lat_w = kvr + r, kend = pos + 1;
-    float *s = m->scratch;
-    float *x = s; s += hd;
-    float *h = s; s += hd;
-    float *acc = s; s += hd;
-    float *parts = s; s += m->q_lora + kvr + r + m->i_dim + m->i_heads;
-    float *qn = s; s += m->q_lora;
-    float *q = s; s += heads * q_dim;
-    float *ik = s; s += m->i_dim;
+    const int64_t q_dim = nope + r, lat_w = kvr + r, half = r / 2, wmax = wide_max(m), mi = max_inter(m);
+    const int64_t e_n = m->n_experts, k = m->top_k > 0 ? m->top_k : 1;
+    float *s = scratch;
+    float *x = s; s += t * hd;
+    float *h = s; s += t * hd;
+    float *acc = s; s += t * hd;
+    float *xe = s; s += t * hd;
+    float *ye = s; s += t * hd;
+    float *parts = s; s += t * wmax;
+    float *qn = s; s += t * m->q_lora;
+    float *q = s; s += t * heads * q_dim;
+    float *out = s; s += t * heads * m->v_dim;
+    float *scores = s; s += t * e_n;
+    float *choice = s; s += t * e_n;
+    float *weights = s; s += t * k;
+    s = scratch + ((s - scratch + 1) & ~(int64_t)1); /* 8-byte aligned (the scratch itself is) */
+    int64_t *members = (int64_t *)s; s += 2 * (t * e_n + e_n); /* per expert, the rows routed to it; counts */
+    float *g = s; s += t * mi;
+    float *u = s; s += 2 * t * mi;
     float *q_cat = s; s += heads * lat_w;
     float *o_lat = s; s += heads * kvr;
-    float *out = s; s += heads * m->v_dim;
-    float *probs = s; s += kend;
-    float *tmp = s; /* the MLPs' temporaries, then the router's */
+    float *ik = s; s += m->i_dim;
+    float *probs = s;
 
-    memcpy(x, m->embed + token * hd, (size_t)hd * sizeof(float));
+    for (int64_t i = 0; i < t; i++) memcpy(x + i * hd, m->embed + tokens[i] * hd, (size_t)hd * sizeof(float));
     for (int64_t li = 0; li < m->n_layers; li++) {
         const Layer *L = &m->layers[li];
-        /* attention */
-        rms_norm(x, L->in_norm, L->in_eps, h, hd);
+        /* attention: the rows' projections, their cache rows, then each row over its keys */
         const int64_t wide = m->q_lora + kvr + r + (L->has_index ? m->i_dim + m->i_heads : 0);
-        matvec(L->w_x, h, parts, wide, hd);
-        const float *q_latent = parts, *kv_latent = parts + m->q_lora, *rope_key = kv_latent + kvr;
-        rms_norm(q_latent, L->q_norm, L->q_eps, qn, m->q_lora);
-        matvec(L->q_b, qn, q, heads * q_dim, m->q_lora);
+        for (int64_t i = 0; i < t; i++) rms_norm(x + i * hd, L->in_norm, L->in_eps, h + i * hd, hd);
+        linear_rows(h, L->w_x, L->w_x_t, parts, t, wide, hd);
+        for (int64_t i = 0; i < t; i++) {
+            const float *p = parts + i * wide;
+            const float *kv_latent = p + m->q_lora, *rope_key = kv_latent + kvr;
+            const float *c = cos_ + i * half, *sn = sin_ + i * half;
+            rms_norm(p, L->q_norm, L->q_eps, qn + i * m->q_lora, m->q_lora);
+            float *row = L->latents + (pos + i) * lat_w;
+            rms_norm(kv_latent, L->kv_norm, L->kv_eps, row, kvr);
+            rope(rope_key, c, sn, row + kvr, r);
+            if (L->has_index) {
+                layer_norm(rope_key + r, L->ik_w, L->ik_b, L->ik_eps, ik, m->i_dim);
+                float *keys = L->index_keys + (pos + i) * m->i_dim;
+                rope(ik, c, sn, keys, r);
+                memcpy(keys + r, ik + r, (size_t)(m->i_dim - r) * sizeof(float));
+            }
+        }
+        linear_rows(qn, L->q_b, L->q_b_t, q, t, heads * q_dim, m->q_lora);
+        for (int64_t i = 0; i < t; i++)
+            attend(m, L, q + i * heads * q_dim, cos_ + i * half, sin_ + i * half, pos + i + 1, q_cat, o_lat, probs,
+                   out + i * heads * m->v_dim);
+        linear_rows(out, L->o_proj, L->o_proj_t, acc, t, hd, heads * m->v_dim);
+        for (int64_t i = 0; i < t * hd; i++) x[i] += acc[i];
 
-        float *row = L->latents + pos * lat_w;
-        rms_norm(kv_latent, L->kv_norm, L->kv_eps, row, kvr);
-        rope(rope_key, cos_, sin_, row + kvr, r);
-        if (L->has_index) {
-            layer_norm(rope_key + r, L->ik_w, L->ik_b, L->ik_eps, ik, m->i_dim);
-            float *keys = L->index_keys + pos * m->i_dim;
-            rope(ik, cos_, sin_, keys, r);
-            memcpy(keys + r, ik + r, (size_t)(m->i_dim - r) * sizeof(float));
-        }
-        for (int64_t hh = 0; hh < heads; hh++) {
-            const float *qh = q + hh * q_dim;
-            float *qc = q_cat + hh * lat_w;
-            vecmat(qh, L->w_uk + hh * nope * kvr, qc, nope, kvr); /* q_nope @ w_uk[h] */
-            rope(qh + nope, cos_, sin_, qc + kvr, r);
-        }
-        for (int64_t hh = 0; hh < heads; hh++) {
-            const float *qc = q_cat + hh * lat_w;
-            matvec(L->latents, qc, probs, kend, lat_w);
-            float mx = -INFINITY;
-            for (int64_t t = 0; t < kend; t++) {
-                probs[t] *= m->attn_scale;
-                if (probs[t] > mx) mx = probs[t];
-            }
-            float total = 0.0f;
-            for (int64_t t = 0; t < kend; t++) {
-                probs[t] = expf(probs[t] - mx);
-                total += probs[t];
-            }
-            const float inv = 1.0f / total;
-            for (int64_t t = 0; t < kend; t++) probs[t] *= inv;
-            float *ol = o_lat + hh * kvr;
-            memset(ol, 0, (size_t)kvr * sizeof(float));
-            for (int64_t t = 0; t < kend; t++) {
-                const float p = probs[t];
-                const float *lat = L->latents + t * lat_w;
-                for (int64_t c = 0; c < kvr; c++) ol[c] += p * lat[c];
-            }
-            vecmat(ol, L->w_uv_t + hh * kvr * m->v_dim, out + hh * m->v_dim, kvr, m->v_dim);
-        }
-        matvec(L->o_proj, out, acc, hd, heads * m->v_dim);
-        for (int64_t i = 0; i < hd; i++) x[i] += acc[i];
-
-        /* MLP or MoE */
-        rms_norm(x, L->post_norm, L->post_eps, h, hd);
-        memset(acc, 0, (size_t)hd * sizeof(float));
+        /* MLP, or MoE: each row's experts chosen, then each expert on the rows routed to it */
+        for (int64_t i = 0; i < t; i++) rms_norm(x + i * hd, L->post_norm, L->post_eps, h + i * hd, hd);
+        memset(acc, 0, (size_t)(t * hd) * sizeof(float));
         if (L->is_moe) {
-            const int64_t ie = m->moe_inter, e_n = m->n_experts;
-            float *scores = tmp + 2 * max_inter(m) + hd;
-            float *choice = scores + e_n;
-            float *weights = choice + e_n;
+            const int64_t ie = m->moe_inter;
+            int64_t *count = members + t * e_n; /* rows per expert (after the member lists) */
             int64_t chosen[256];
-            matvec(L->router_w, h, scores, e_n, hd);
-            for (int64_t e = 0; e < e_n; e++) scores[e] = sigmoid(scores[e]);
-            const int64_t n = route(m, scores, L->router_bias, chosen, weights, choice);
-            for (int64_t t = 0; t < n; t++) {
-                const float *gu = L->gate_up + chosen[t] * 2 * ie * hd;
-                swiglu_add(gu, gu + ie * hd, L->down + chosen[t] * hd * ie, ie, hd, h, weights[t], tmp, acc);
+            linear_rows(h, L->router_w, L->router_t, scores, t, e_n, hd);
+            memset(count, 0, (size_t)e_n * sizeof(int64_t));
+            for (int64_t i = 0; i < t; i++) {
+                float *sc = scores + i * e_n;
+                for (int64_t e = 0; e < e_n; e++) sc[e] = sigmoid(sc[e]);
+                const int64_t n = route(m, sc, L->router_bias, chosen, weights + i * k, choice);
+                for (int64_t j = 0; j < n; j++) {
+                    const int64_t e = chosen[j];
+                    members[e * t + count[e]] = i * k + j; /* the row and its slot among the row's weights */
+                    count[e]++;
+                }
+            }
+            for (int64_t e = 0; e < e_n; e++) {
+                const int64_t n = count[e];
+                if (!n) continue;
+                for (int64_t j = 0; j < n; j++)
+                    memcpy(xe + j * hd, h + (members[e * t + j] / k) * hd, (size_t)hd * sizeof(float));
+                expert_rows(L->gate_up + e * 2 * ie * hd, L->gate_up_t ? L->gate_up_t + e * hd * 2 * ie : NULL,
+                            L->down + e * hd * ie, L->down_e_t ? L->down_e_t + e * ie * hd : NULL, ie, hd, xe, n, u,
+                            g, ye);
+                for (int64_t j = 0; j < n; j++) {
+                    const int64_t slot = members[e * t + j];
+                    const float w = weights[slot];
+                    float *dst = acc + (slot / k) * hd;
+                    const float *src = ye + j * hd;
+                    for (int64_t c = 0; c < hd; c++) dst[c] += w * src[c];
+                }
             }
         }
-        swiglu_add(L->gate_w, L->up_w, L->down_w, L->inter, hd, h, 1.0f, tmp, acc);
-        for (int64_t i = 0; i < hd; i++) x[i] += acc[i];
+        swiglu_rows(L->gate_w, L->gate_t, L->up_w, L->up_t, L->down_w, L->down_t, L->inter, hd, h, t, g, u, ye);
+        for (int64_t i = 0; i < t * hd; i++) x[i] += acc[i] + ye[i];
     }
-    rms_norm(x, m->norm_w, m->norm_eps, h, hd);
+    rms_norm(x + (t - 1) * hd, m->norm_w, m->norm_eps, h, hd);
     matvec(m->lm_head, h, logits, m->vocab, hd);
 }
 
@@ -419,42 +568,169 @@ static PyObject *py_sa_narrow(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* ---- the module --------------------------------------------------------------------------------- */
 
-/* decode(model_address, token, pos, cos_address, sin_address, logits_address): the step above on a
-   ``Model`` that ``native.py`` built with ctypes (its address as an int). Runs without the
-   interpreter lock. */
-static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* forward(model_address, tokens_address, t, pos, cos_address, sin_address, logits_address,
+   scratch_address): ``forward`` above on a ``Model`` that ``native.py`` built with ctypes (addresses as
+   ints; ``t`` int64 token ids; scratch of ``scratch_floats(model, t, capacity)`` floats). Runs without
+   the interpreter lock. */
+static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, const Model **m);
+
+static PyObject *py_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "decode() takes 6 integer arguments");
-        return NULL;
-    }
-    long long v[6];
-    for (int i = 0; i < 6; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
-    const Model *m = (const Model *)(intptr_t)v[0];
-    if (m == NULL || v[1] < 0 || v[1] >= m->vocab || v[2] < 0) {
-        PyErr_SetString(PyExc_ValueError, "decode(): no model, or a token or position out of range");
-        return NULL;
-    }
+    long long v[8];
+    const Model *m;
+    if (read_call(args, nargs, v, &m) < 0) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    step(m, v[1], v[2], (const float *)(intptr_t)v[3], (const float *)(intptr_t)v[4], (float *)(intptr_t)v[5]);
+    forward(m, (const int64_t *)(intptr_t)v[1], v[2], v[3], (const float *)(intptr_t)v[4], (const float *)(intptr_t)v[5],
+            (float *)(intptr_t)v[6], (float *)(intptr_t)v[7]);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
-/* scratch_floats(model_address, capacity): floats of scratch a step needs. */
+/* ---- one forward call in the background ------------------------------------------------------------
+
+   ``forward_start`` hands a call to a worker thread of this module's own (no interpreter lock is
+   involved) and returns at once; ``forward_wait`` waits for it, letting go of the interpreter lock.
+   One call at a time, process-wide: a start while one runs is refused (False). A prompt's prefill
+   then runs on a second core while the caller's Python goes on. (Not on Windows: no pthreads; the
+   calls there answer False and the caller runs the prefill itself.) */
+#ifndef _WIN32
+#include <pthread.h>
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state; /* 0 idle, 1 queued, 2 running, 3 done */
+    int started;
+    pthread_t thread;
+    const Model *m;
+    const int64_t *tokens;
+    int64_t t, pos;
+    const float *cos_, *sin_;
+    float *logits, *scratch;
+} job = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void *worker(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&job.mu);
+    for (;;) {
+        while (job.state != 1) pthread_cond_wait(&job.cv, &job.mu);
+        job.state = 2;
+        pthread_mutex_unlock(&job.mu);
+        forward(job.m, job.tokens, job.t, job.pos, job.cos_, job.sin_, job.logits, job.scratch);
+        pthread_mutex_lock(&job.mu);
+        job.state = 3;
+        pthread_cond_broadcast(&job.cv);
+    }
+    return NULL;
+}
+#endif
+
+static int check_call(long long *v, const Model **m_out) {
+    const Model *m = (const Model *)(intptr_t)v[0];
+    const int64_t *tokens = (const int64_t *)(intptr_t)v[1];
+    const int64_t t = v[2];
+    if (m == NULL || tokens == NULL || t < 1 || v[3] < 0 || !v[4] || !v[5] || !v[6] || !v[7]) {
+        PyErr_SetString(PyExc_ValueError, "forward(): no model, no tokens, or a position out of range");
+        return -1;
+    }
+    for (int64_t i = 0; i < t; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->vocab) {
+            PyErr_Format(PyExc_ValueError, "forward(): token id %lld out of range (vocabulary %lld)",
+                         (long long)tokens[i], (long long)m->vocab);
+            return -1;
+        }
+    *m_out = m;
+    return 0;
+}
+
+static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, const Model **m) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "forward() takes 8 integer arguments");
+        return -1;
+    }
+    for (int i = 0; i < 8; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    return check_call(v, m);
+}
+
+/* forward_start(...): ``forward``'s arguments; True when the worker took the call, False when one
+   runs already (or there is no worker here). */
+static PyObject *py_forward_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long long v[8];
+    const Model *m;
+    if (read_call(args, nargs, v, &m) < 0) return NULL;
+#ifdef _WIN32
+    Py_RETURN_FALSE;
+#else
+    pthread_mutex_lock(&job.mu);
+    if (job.state == 1 || job.state == 2) {
+        pthread_mutex_unlock(&job.mu);
+        Py_RETURN_FALSE;
+    }
+    if (!job.started) {
+        if (pthread_create(&job.thread, NULL, worker, NULL) != 0) {
+            pthread_mutex_unlock(&job.mu);
+            Py_RETURN_FALSE;
+        }
+        pthread_detach(job.thread);
+        job.started = 1;
+    }
+    job.m = m;
+    job.tokens = (const int64_t *)(intptr_t)v[1];
+    job.t = v[2];
+    job.pos = v[3];
+    job.cos_ = (const float *)(intptr_t)v[4];
+    job.sin_ = (const float *)(intptr_t)v[5];
+    job.logits = (float *)(intptr_t)v[6];
+    job.scratch = (float *)(intptr_t)v[7];
+    job.state = 1;
+    pthread_cond_broadcast(&job.cv);
+    pthread_mutex_unlock(&job.mu);
+    Py_RETURN_TRUE;
+#endif
+}
+
+/* forward_wait(): wait for the call ``forward_start`` handed over (True), or return False at once
+   when none is under way. */
+static PyObject *py_forward_wait(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+#ifdef _WIN32
+    Py_RETURN_FALSE;
+#else
+    int waited = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&job.mu);
+    while (job.state == 1 || job.state == 2) {
+        waited = 1;
+        pthread_cond_wait(&job.cv, &job.mu);
+    }
+    if (job.state == 3) {
+        waited = 1;
+        job.state = 0;
+    }
+    pthread_mutex_unlock(&job.mu);
+    Py_END_ALLOW_THREADS
+    if (waited) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+#endif
+}
+
+/* scratch_floats(model_address, t, capacity): floats of scratch a call of ``t`` tokens needs. */
 static PyObject *py_scratch_floats(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "scratch_floats() takes 2 integer arguments");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "scratch_floats() takes 3 integer arguments");
         return NULL;
     }
     const long long address = PyLong_AsLongLong(args[0]);
-    const long long capacity = PyLong_AsLongLong(args[1]);
+    const long long t = PyLong_AsLongLong(args[1]);
+    const long long capacity = PyLong_AsLongLong(args[2]);
     if (PyErr_Occurred()) return NULL;
-    return PyLong_FromLongLong(scratch_floats((const Model *)(intptr_t)address, capacity));
+    return PyLong_FromLongLong(scratch_floats((const Model *)(intptr_t)address, t, capacity));
 }
 
 /* The sizes of the two structs, so the ctypes side can check its layout against this build's. */
@@ -465,7 +741,9 @@ static PyObject *py_layout(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef methods[] = {
-    {"decode", (PyCFunction)(void (*)(void))py_decode, METH_FASTCALL, "One decoding step (see native.c)."},
+    {"forward", (PyCFunction)(void (*)(void))py_forward, METH_FASTCALL, "Tokens through the model (native.c)."},
+    {"forward_start", (PyCFunction)(void (*)(void))py_forward_start, METH_FASTCALL, "forward() on the worker."},
+    {"forward_wait", py_forward_wait, METH_NOARGS, "Wait for forward_start's call."},
     {"scratch_floats", (PyCFunction)(void (*)(void))py_scratch_floats, METH_FASTCALL, "Scratch a step needs."},
     {"layout", py_layout, METH_NOARGS, "sizeof(Model), sizeof(Layer)."},
     {"sa_find", (PyCFunction)(void (*)(void))py_sa_find, METH_FASTCALL, "A suffix-array range narrowed by ids."},

@@ -223,3 +223,25 @@ def test_forced_prefix_on_the_runtime(tiny_checkpoint: Path) -> None:
     for word in ("re", "pri", "x_y"):
         completion = backend.complete(CompletionRequest(Prompt("import os\n"), max_tokens=5, forced_prefix=word))
         assert completion.text.startswith(word), completion.text
+
+
+def test_a_prefetched_prompt_completes_as_one_that_was_not(backend: LocalBackend) -> None:
+    """``prefetch`` starts the prompt's prefill on the C worker (where the extension is built);
+    ``complete`` of the same request then prefills one token and writes the same text."""
+    from glm5_lsp.model import native
+
+    prompt = Prompt("def split(path):\n    return ")
+    request = CompletionRequest(prompt, max_tokens=8, temperature=0.0)
+    backend._generator.reset()
+    want = backend.complete(request)
+    backend._generator.reset()
+    started = backend.prefetch(request)
+    model = backend._generator.model
+    fits = len(backend.encode_prompt(prompt)[0]) - 1 <= model.config.index_topk  # every key attended
+    assert fits
+    assert started == (native.get(model) is not None)
+    got = backend.complete(request)
+    assert got.text == want.text
+    if started:
+        assert got.cached_tokens == got.prompt_tokens - 1
+    assert not backend.prefetch(request)  # the prompt is held already: nothing to start

@@ -1,5 +1,6 @@
-"""The decoding step in C (``glm5_lsp/native.c`` via ``model/native.py``) against the lean Python
-step it stands in for: logits and cache rows to rounding, the generator's greedy text, where it
+"""The model in C (``glm5_lsp/native.c`` via ``model/native.py``) against the lean Python paths it
+stands in for: a decoding step's and a prompt's prefill's logits and cache rows to rounding, the
+generator's greedy text, the prefill started on the C worker (``Generator.prefetch``), where it
 applies and where the scripted path runs instead."""
 
 from __future__ import annotations
@@ -35,16 +36,16 @@ def test_the_c_step_is_built_where_a_compiler_is() -> None:
     assert native.available()
 
 
-def _taken(monkeypatch) -> list[int]:
-    """Count the C step's calls (their positions)."""
-    calls: list[int] = []
-    real = native.NativeStep.decode
+def _taken(monkeypatch, tokens: bool = False) -> list:
+    """Count the C path's calls: their positions (with ``tokens``, ``(position, tokens)``)."""
+    calls: list = []
+    real = native.NativeStep.forward
 
     def counted(self, ids, step):
-        calls.append(step.start)
+        calls.append((step.start, ids.shape[1]) if tokens else step.start)
         return real(self, ids, step)
 
-    monkeypatch.setattr(native.NativeStep, "decode", counted)
+    monkeypatch.setattr(native.NativeStep, "forward", counted)
     return calls
 
 
@@ -68,7 +69,7 @@ def test_the_c_step_gives_the_lean_steps_logits_and_cache(prompt, steps, dense, 
         cache = KVCache(model.config)
         logits = []
         with torch.no_grad():
-            cached_forward(model, ids[:, :prompt], cache, dense=dense, last_only=True, native_step=c_step)
+            cached_forward(model, ids[:, :prompt], cache, dense=dense, last_only=True, native_step=False)
             for t in range(prompt, prompt + steps):
                 logits.append(cached_forward(model, ids[:, t : t + 1], cache, dense=dense, scripted=False,
                                              native_step=c_step))
@@ -94,11 +95,11 @@ def test_past_the_top_k_or_with_a_probe_the_scripted_step_runs(monkeypatch) -> N
     calls = _taken(monkeypatch)
     cache = KVCache(model.config)
     with torch.no_grad():
-        cached_forward(model, ids[:, :6], cache, last_only=True)
+        cached_forward(model, ids[:, :6], cache, last_only=True)  # a prefill within the top-k: in C
         cached_forward(model, ids[:, 6:7], cache)  # its 7 keys fit the top-k of 8: in C
         cached_forward(model, ids[:, 7:8], cache, probe=StatsProbe(scaling=2.5))  # a probe: scripted
         cached_forward(model, ids[:, 8:9], cache)  # the 9th key: the indexer selects, scripted
-    assert calls == [6]
+    assert calls == [0, 6]
     assert cache.length == 9
 
 
@@ -157,7 +158,7 @@ def test_turned_off_or_given_a_token_out_of_range(monkeypatch) -> None:
         cached_forward(model, _ids(4), cache, last_only=True)
         step = model.prepare_step(torch.tensor([[600]]), cache=cache)
         with pytest.raises(ValueError, match="out of range"):
-            step_of.decode(torch.tensor([[600]]), step)
+            step_of.forward(torch.tensor([[600]]), step)
     assert cache.length == 4  # nothing committed
     monkeypatch.setenv("GLM5_NATIVE", "0")
     assert native.get(model) is None
@@ -195,3 +196,130 @@ def test_two_threads_decoding_on_one_model_each_get_their_own_text() -> None:
         t.join()
     for i in (0, 1):
         assert got[i] == [alone[i]] * 15
+
+
+@needs_native
+@pytest.mark.parametrize(
+    ("chunks", "dense", "overrides"),
+    [
+        ([11], False, {}),  # grouped routing, a dense first layer; the whole prompt within the top-k
+        ([5, 6], False, {}),  # a cached prefix, then the rest
+        ([30], True, {}),  # dense attention, past the top-k
+        ([9, 3], False, {"indexer_types": ["full", "shared", "full"]}),
+        ([7], False, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False, "first_k_dense_replace": 0}),
+        ([6, 1, 5], False, {"n_shared_experts": 0, "num_experts_per_tok": 3}),
+    ],
+)
+def test_a_prompts_prefill_in_c_gives_the_lean_prefills_logits_and_cache(chunks, dense, overrides,
+                                                                          monkeypatch) -> None:
+    model = _model(index_topk=32, **overrides)
+    total = sum(chunks)
+    ids = _ids(total + 2, seed=total)
+    calls = _taken(monkeypatch, tokens=True)
+    out = {}
+    for c_step in (True, False):
+        cache = KVCache(model.config)
+        logits, at = [], 0
+        with torch.no_grad():
+            for n in chunks:
+                logits.append(cached_forward(model, ids[:, at : at + n], cache, dense=dense, last_only=True,
+                                             scripted=False, native_step=c_step))
+                at += n
+            for t in range(total, total + 2):
+                logits.append(cached_forward(model, ids[:, t : t + 1], cache, dense=dense, scripted=False,
+                                             native_step=c_step))
+        out[c_step] = (logits, cache)
+    starts = [sum(chunks[:i]) for i in range(len(chunks))]
+    assert calls == list(zip(starts, chunks)) + [(total, 1), (total + 1, 1)]
+    (got, cache), (want, want_cache) = out[True], out[False]
+    for a, b in zip(got, want):
+        assert a.shape == b.shape == (1, 1, model.config.vocab_size)
+        assert (a - b).abs().max().item() < TOL
+    n = total + 2
+    for layer in range(model.config.num_hidden_layers):
+        assert (cache.latents[layer][:, :n] - want_cache.latents[layer][:, :n]).abs().max().item() < 1e-5
+        if cache.index_keys[layer] is not None:
+            assert (cache.index_keys[layer][:, :n] - want_cache.index_keys[layer][:, :n]).abs().max().item() < 1e-5
+    assert torch.equal(cache.token_ids[:, :n], want_cache.token_ids[:, :n])
+
+
+@needs_native
+def test_a_drafts_verification_needs_every_row_and_stays_scripted(monkeypatch) -> None:
+    model = _model(index_topk=32)
+    ids = _ids(12, seed=2)
+    calls = _taken(monkeypatch, tokens=True)
+    cache = KVCache(model.config)
+    with torch.no_grad():
+        cached_forward(model, ids[:, :8], cache, last_only=True)  # in C
+        rows = cached_forward(model, ids[:, 8:12], cache)  # every row's logits: scripted
+    assert calls == [(0, 8)]
+    assert rows.shape == (1, 4, model.config.vocab_size) and cache.length == 12
+
+
+@needs_native
+def test_the_transposed_weights_follow_an_in_place_change(monkeypatch) -> None:
+    """A prefill reads transposed copies of the weights: changed in place, they are made again."""
+    model = _model(index_topk=32)
+    ids = _ids(9, seed=8)
+
+    def prefill(c_step: bool) -> torch.Tensor:
+        cache = KVCache(model.config)
+        with torch.no_grad():
+            return cached_forward(model, ids, cache, last_only=True, scripted=False, native_step=c_step)
+
+    assert (prefill(True) - prefill(False)).abs().max().item() < TOL
+    with torch.no_grad():
+        model.model.layers[1].mlp.experts.down_proj.mul_(3.0)
+        model.model.layers[0].mlp.down_proj.weight.mul_(0.5)
+    assert (prefill(True) - prefill(False)).abs().max().item() < TOL
+
+
+class _Tok:
+    eos_token_id = None
+
+    def decode(self, ids):
+        return ""
+
+
+@needs_native
+def test_a_prefetched_prompt_generates_the_same_text_with_one_token_left_to_prefill() -> None:
+    model = _model(index_topk=64)
+    config = GenerationConfig(max_new_tokens=10, stop_at_eos=False)
+    for seed in range(3):
+        prompt = _ids(20 + seed, seed=seed)[0].tolist()
+        want = Generator(model, _Tok(), native=False).generate(prompt, config)
+        gen = Generator(model, _Tok())
+        assert gen.prefetch(prompt)
+        assert gen._pending is not None
+        got = gen.generate(prompt, config)
+        assert got.token_ids == want.token_ids
+        assert got.cached_tokens == len(prompt) - 1  # the prefetch held all but the last token
+        assert not gen.prefetch(prompt[:-3] + prompt[-3:])  # held already: nothing started
+        other = _ids(15, seed=40 + seed)[0].tolist()
+        assert gen.prefetch(other)
+        again = gen.generate(prompt, config)  # a different prompt after all: settled, then cut back
+        assert again.token_ids == want.token_ids
+
+
+@needs_native
+def test_a_prefetch_is_finished_before_another_generator_on_the_model_runs() -> None:
+    model = _model(index_topk=64)
+    config = GenerationConfig(max_new_tokens=12, stop_at_eos=False)
+    first, second = _ids(24, seed=1)[0].tolist(), _ids(18, seed=2)[0].tolist()
+    alone = [Generator(model, _Tok(), native=False).generate(p, config).token_ids for p in (first, second)]
+    a, b = Generator(model, _Tok()), Generator(model, _Tok())
+    assert a.prefetch(first)
+    assert b.generate(second, config).token_ids == alone[1]  # its C calls wait for the worker first
+    assert a.generate(first, config).token_ids == alone[0]
+    a.prefetch(second)
+    a.reset()  # settles, then empties the cache
+    assert a.cache.length == 0 and a._pending is None
+
+
+def test_without_the_c_path_a_prefetch_starts_nothing(monkeypatch) -> None:
+    monkeypatch.setenv("GLM5_NATIVE", "0")
+    model = _model(index_topk=64)
+    gen = Generator(model, _Tok())
+    prompt = _ids(12, seed=3)[0].tolist()
+    assert not gen.prefetch(prompt)
+    assert gen.generate(prompt, GenerationConfig(max_new_tokens=4, stop_at_eos=False)).token_ids

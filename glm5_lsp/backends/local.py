@@ -151,6 +151,7 @@ class LocalBackend:
         self._lock = threading.Lock()
         self._generator: Generator | None = None
         self._tokenizer: Tokenizer | None = None
+        self._last_encoded: tuple[Prompt, list[int], list[int]] | None = None
 
     # ---- loading ------------------------------------------------------------------------
 
@@ -251,7 +252,29 @@ class LocalBackend:
         ids, offsets = tokenizer.encode_with_offsets(prompt.prefix)  # left to right; the suffix is unused
         return ids, token_roles(prompt, offsets)
 
+    def _encoded(self, prompt: Prompt) -> tuple[list[int], list[int]]:
+        """``encode_prompt``, remembered for the last prompt (``prefetch`` encodes what ``complete`` will)."""
+        held = self._last_encoded
+        if held is not None and held[0] is prompt:
+            return held[1], held[2]
+        ids, roles = self.encode_prompt(prompt)
+        self._last_encoded = (prompt, ids, roles)
+        return ids, roles
+
     # ---- Backend --------------------------------------------------------------------------
+
+    def prefetch(self, request: CompletionRequest) -> bool:
+        """Start the request's prompt prefill (all but its last token) on the runtime's C worker and
+        return at once (``Generator.prefetch``): the caller's work before it asks :meth:`complete`
+        (the memory's line, the checks, the processors' setup) then runs beside it. False where it
+        could not start (the prompt is held already, or the C path does not apply)."""
+        with self._lock:
+            generator = self._ensure_loaded()
+            ids, roles = self._encoded(request.prompt)
+            if len(ids) < 2:
+                return False
+            generator.policy = self._policy if request.use_attention_policy else None
+            return generator.prefetch(ids, roles if request.use_attention_policy else None)
 
     def complete(self, request: CompletionRequest) -> Completion:
         started = time.perf_counter()
@@ -259,7 +282,7 @@ class LocalBackend:
             generator = self._ensure_loaded()
             from glm5_lsp.model import GenerationConfig
 
-            ids, roles = self.encode_prompt(request.prompt)
+            ids, roles = self._encoded(request.prompt)
             if not ids:
                 raise BackendError("empty prompt")
             config = GenerationConfig(

@@ -2,8 +2,8 @@
 
 Files in the order a request flows: ``config.py`` (Hugging Face field names) -> ``glm5.py`` (the
 whole transformer) -> ``attention.py`` (kernels) -> ``lean.py`` (the one-token CPU step and the
-short-prompt prefill) -> ``scripted.py`` (the same two compiled by TorchScript) -> ``native.py`` (the
-one-token step in C, ``glm5_lsp/native.c``) -> ``kv_cache.py`` ->
+short-prompt prefill) -> ``scripted.py`` (the same two compiled by TorchScript) -> ``native.py`` (a
+step or a short prefill in C, ``glm5_lsp/native.c``) -> ``kv_cache.py`` ->
 ``generate.py``; ``policy.py`` (roles -> selection
 rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and out), ``tokenizer.py``.
 
@@ -49,12 +49,15 @@ rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and o
   prefill 1.25x, a 12-token generation 1.33x as fast; logits equal bit for bit on 240 real prompts x
   16 steps). Built once per set of inference weights (after ``prepare_inference``); if scripting
   fails, one log line and the Python lean paths run.
-- **The one-token step in C.** ``native.c`` computes ``decode_one`` for the case the editor runs
-  most (every key attended: the context within DSA's top-k, or dense; no statistics' probe) in one
-  call over the model's own weights and cache rows, without the interpreter lock; the sums run in
-  another order, so logits agree to rounding (``tests/test_model_native.py``: 1e-4, the same greedy
-  text). ``setup.py`` builds it where a C compiler is (optional: without one the scripted step runs);
-  ``Generator(..., native=False)`` or ``GLM5_NATIVE=0`` turns it off.
+- **The editor's calls in C.** ``native.c`` computes a decoding step or a short prompt's prefill
+  for the case the editor runs most (every key attended: the context within DSA's top-k, or dense;
+  the last row's logits; no statistics' probe) in one call over the model's own weights (a prefill
+  over transposed copies) and cache rows, without the interpreter lock; the sums run in another
+  order, so logits agree to rounding (``tests/test_model_native.py``: 1e-4, the same greedy text).
+  ``Generator.prefetch`` starts a prompt's prefill on the module's worker thread and returns: the
+  language server's Python before the generation runs beside it. ``setup.py`` builds it where a C
+  compiler is (optional: without one the scripted paths run); ``Generator(..., native=False)`` or
+  ``GLM5_NATIVE=0`` turns it off.
 - **Prefix reuse.** ``Generator`` keeps one ``KVCache``; a new prompt reuses the longest prefix whose
   token ids *and* roles match (roles steer selection, so they shape the cached latents too).
 - **Training** (``forward_train``) uses the dense masked kernels so the indexer's KL target (the main

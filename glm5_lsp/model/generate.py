@@ -20,8 +20,8 @@ Every forward call goes through :func:`cached_forward`, which picks the path: th
 (``decode.decode_one``) or short-prompt prefill (``decode.prefill_dense``, which also verifies a
 draft) where they compute what the general ``forward`` would, else ``forward``; the lean paths run
 as ``scripted.py`` compiled them (the same operations through TorchScript; the Python ones where
-scripting failed or ``scripted=False``), and a one-token step where every key is attended runs as
-``native.c`` computes it in one call (``native.py``; ``native=False``: never). The model's inference
+scripting failed or ``scripted=False``), and a one-token step or a prompt's prefill where every key
+is attended runs as ``native.c`` computes it in one call (``native.py``; ``native=False``: never). The model's inference
 weights are built when the generator is made (``prepare_inference``) and again before a generation
 if the weights changed since.
 
@@ -177,20 +177,25 @@ def cached_forward(
     cache entries: ``decode.decode_one`` for one token, ``decode.prefill_dense`` for a short prompt
     (its last position, or every position: a draft's verification), each as ``scripted.py`` compiled
     it where it could, else the general ``forward``. ``lean=False``: always the general path;
-    ``scripted=False``: the lean paths in Python. ``native_step``: a one-token step that ``native.py``
-    computes (every key attended, no probe) runs in C, to rounding the same logits (False: never).
+    ``scripted=False``: the lean paths in Python. ``native_step``: a one-token step or a prompt's
+    prefill that ``native.py`` computes (every key attended, no probe; the last position's logits)
+    runs in C, to rounding the same logits (False: never).
     ``probe``: record the per-step statistics (of the last row with ``last_only``, else of every row)."""
     step = model.prepare_step(input_ids, cache=cache, roles=roles, policy=policy, dense=dense, probe=probe)
     if lean and decode.applies(model, input_ids, step):
         if native_step and c_step.applies(step):
             compiled = c_step.get(model)
             if compiled is not None:
-                return compiled.decode(input_ids, step)
+                return compiled.forward(input_ids, step)
         fast = script.get(model) if scripted else None
         if fast is not None:
             return script.decode_one(fast, input_ids, step)
         return decode.decode_one(model, input_ids, step)
     if lean and decode.applies_dense(model, input_ids, step):
+        if native_step and last_only and c_step.applies(step, input_ids.shape[1]):
+            compiled = c_step.get(model)
+            if compiled is not None:
+                return compiled.forward(input_ids, step)
         fast = script.get(model) if scripted else None
         if fast is not None:
             return script.prefill_dense(fast, input_ids, step, last_only=last_only)
@@ -205,7 +210,8 @@ class Generator:
     and benchmarks compare the two); ``scripted``: run them as ``scripted.py`` compiled them (built
     here, so the first request does not wait for it: about 180 ms for the first model of a process,
     the compile and TorchScript's first optimised runs; False: in Python); ``native``: a one-token
-    step where every key is attended runs in C (``native.py``; to rounding the same logits)."""
+    step or a prompt's prefill where every key is attended runs in C (``native.py``; to rounding the
+    same logits)."""
 
     def __init__(self, model: GlmMoeDsaForCausalLM, tokenizer: Tokenizer, policy: AttentionPolicy | None = None,
                  lean: bool = True, scripted: bool = True, native: bool = True) -> None:
@@ -215,6 +221,7 @@ class Generator:
         self.lean = lean
         self.scripted = scripted
         self.native = native
+        self._pending: c_step.Pending | None = None  # a prefill :meth:`prefetch` started
         param = next(model.parameters())
         self.cache = KVCache(model.config, 1, dtype=param.dtype, device=param.device)
         model.prepare_inference()
@@ -224,7 +231,46 @@ class Generator:
             c_step.get(model)  # (a few microseconds: it holds the weights' addresses)
 
     def reset(self) -> None:
+        self.settle()
         self.cache.truncate(0)
+
+    def settle(self) -> None:
+        """Finish a prefill :meth:`prefetch` started (its rows then count as cached)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.finish()
+
+    @torch.inference_mode()
+    def prefetch(self, prompt_ids: Sequence[int], roles: Sequence[int] | torch.Tensor | None = None) -> bool:
+        """Start the prefill of all of ``prompt_ids`` but its last token on the C worker (``native.py``)
+        and return at once: the caller's own work (the memory's and the checks' Python) runs meanwhile
+        on another core, and a :meth:`generate` of the same prompt then computes only its last token.
+        False where the C path does not apply (nothing started; the cache may be cut back to what the
+        prompt shares with it, as :meth:`prefill` would)."""
+        self.settle()
+        if len(prompt_ids) < 2 or not (self.lean and self.native):
+            return False
+        if not self.model.inference_current():
+            self.model.prepare_inference()
+        ids = torch.tensor([list(prompt_ids)[:-1]], dtype=torch.long, device=self.cache.device)
+        role_ids = roles_tensor(roles, 1, len(prompt_ids))
+        if role_ids is None:
+            role_ids = torch.full((1, len(prompt_ids)), int(Role.CODE), dtype=torch.long)
+        role_ids = role_ids[:, :-1].to(ids.device)
+        reused = self.cache.common_prefix(ids, role_ids)
+        if reused >= ids.shape[1]:
+            return False  # held already
+        compiled = c_step.get(self.model)
+        if compiled is None:
+            return False
+        self.cache.truncate(reused)
+        chunk = ids[:, reused:]
+        step = self.model.prepare_step(chunk, cache=self.cache, roles=role_ids[:, reused:], policy=self.policy)
+        fits = decode.applies(self.model, chunk, step) or decode.applies_dense(self.model, chunk, step)
+        if not fits or not c_step.applies(step, chunk.shape[1]):
+            return False
+        self._pending = compiled.start(chunk, step)
+        return self._pending is not None
 
     def _forward(self, ids: torch.Tensor, probe: StatsProbe | None, **kwargs) -> torch.Tensor:
         return cached_forward(self.model, ids, self.cache, policy=self.policy, lean=self.lean, scripted=self.scripted,
@@ -236,6 +282,7 @@ class Generator:
         """Bring the cache to exactly ``prompt_ids``; returns the last position's logits ``[V]`` and the reused count."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
+        self.settle()
         if not self.model.inference_current():  # the weights changed since (training, a new state dict)
             log.debug("model weights changed since prepare_inference(): rebuilding the inference weights")
             self.model.prepare_inference()

@@ -1,11 +1,14 @@
-"""The decoding step in C (``glm5_lsp/native.c``), where it applies: the generator's fastest path.
+"""The model in C (``glm5_lsp/native.c``) where it applies: the generator's fastest path for the
+editor's two hot calls, a decoding step and a short prompt's prefill.
 
-A decoding step of the embedded model is about 1,300 tensor operations under TorchScript, each
-costing more in dispatch than in arithmetic; ``native.c`` computes the same step in one call, on
-the model's own fp32 weights (their addresses, read in place) and the cache's rows. It applies
-where :func:`lean.applies` does and, besides, every key is attended (DSA's top-k holds them all, or
-attention is dense: the editor's one-line prompts), no statistics' probe records the step and no
-caller wants the selected keys; elsewhere the scripted path runs.
+Under TorchScript a decoding step of the embedded model is about 1,300 tensor operations and a
+prompt's prefill a few hundred, each costing more in dispatch than in arithmetic; ``native.c``
+computes either in one call, on the model's own fp32 weights (their addresses, read in place) and
+the cache's rows, without the interpreter lock. It applies where :func:`lean.applies` (one token) or
+:func:`lean.applies_dense` (several, for the last position's logits) does and, besides, every key is
+attended (DSA's top-k holds them all, or attention is dense: the editor's one-line prompts) and no
+statistics' probe records the call; elsewhere the scripted path runs (a draft's verification, which
+needs every row's logits, among them).
 
 The compiled module is optional (``setup.py`` builds it where a C compiler is found); without it,
 or for a model it cannot hold (a layout it does not know), :func:`get` returns None.
@@ -49,6 +52,8 @@ class _Layer(ctypes.Structure):
         ("is_moe", _I), ("gate_w", _P), ("up_w", _P), ("down_w", _P), ("inter", _I),
         ("router_w", _P), ("router_bias", _P), ("gate_up", _P), ("down", _P),
         ("latents", _P), ("index_keys", _P),
+        ("w_x_t", _P), ("q_b_t", _P), ("o_proj_t", _P), ("gate_t", _P), ("up_t", _P), ("down_t", _P),
+        ("router_t", _P), ("gate_up_t", _P), ("down_e_t", _P),
     ]
 
 
@@ -61,7 +66,6 @@ class _Model(ctypes.Structure):
         ("scaling", _F), ("attn_scale", _F),
         ("embed", _P), ("norm_w", _P), ("lm_head", _P), ("norm_eps", _F),
         ("layers", ctypes.POINTER(_Layer)),
-        ("scratch", _P),
     ]
 
 
@@ -128,8 +132,22 @@ class NativeStep:
         m.lm_head = self._ptr(model.lm_head.weight)
         m.layers = self._layers
         self._address = ctypes.addressof(m)
+        # For several tokens at once (a prompt's prefill) the products read their weights transposed
+        # (outer products, no sums across vector lanes: about 2.5x the rate): copies, made here and
+        # again when a weight changed in place (its version moved).
+        self._transposed: list[tuple[int, str, torch.Tensor, int]] = []  # (layer, field, source, version)
+        self._copies: list[torch.Tensor] = []
+        for i, layer in enumerate(layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            shared = mlp.shared_experts if hasattr(mlp, "experts") else mlp
+            pairs = [("w_x_t", attn.fused.w_x), ("q_b_t", attn.q_b_proj.weight), ("o_proj_t", attn.o_proj.weight),
+                     ("gate_t", shared.gate_proj.weight), ("up_t", shared.up_proj.weight),
+                     ("down_t", shared.down_proj.weight)]
+            if hasattr(mlp, "experts"):
+                pairs += [("router_t", mlp.gate.weight), ("gate_up_t", mlp.experts.gate_up_proj),
+                          ("down_e_t", mlp.experts.down_proj)]
+            self._transposed += [(i, name, source.detach(), -1) for name, source in pairs]
         self._scratch = torch.zeros(0)
-        self._capacity = -1
         self._bound: list[int] = []  # the cache rows' addresses the layers point at
         self._lock = threading.Lock()
 
@@ -140,8 +158,22 @@ class NativeStep:
         self._keep.append(t)
         return t.data_ptr()
 
-    def _bind(self, step: Step) -> None:
-        """Point the layers at this cache's rows (again only when they moved) and size the scratch."""
+    def _transpose(self) -> None:
+        """Make the transposed copies of the weights that changed since they were last made."""
+        for n, (i, name, source, version) in enumerate(self._transposed):
+            if source._version == version:
+                continue
+            copy = source.transpose(-1, -2).contiguous()  # [E, out, in] -> [E, in, out] for the experts
+            setattr(self._layers[i], name, copy.data_ptr())
+            if n < len(self._copies):
+                self._copies[n] = copy
+            else:
+                self._copies.append(copy)
+            self._transposed[n] = (i, name, source, source._version)
+
+    def _bind(self, step: Step, t: int) -> int:
+        """Point the layers at this cache's rows (again only when they moved); the address of scratch
+        for ``t`` tokens."""
         cache = step.cache
         addresses = [t.data_ptr() for t in cache.latents] + [0 if t is None else t.data_ptr() for t in cache.index_keys]
         if addresses != self._bound:
@@ -149,32 +181,73 @@ class NativeStep:
                 self._layers[i].latents = addresses[i]
                 self._layers[i].index_keys = addresses[self.n_layers + i]
             self._bound = addresses
-        if cache.capacity > self._capacity:
-            self._scratch = torch.zeros(_native.scratch_floats(self._address, cache.capacity))
-            self._model.scratch = self._scratch.data_ptr()
-            self._capacity = cache.capacity
+        need = _native.scratch_floats(self._address, t, cache.capacity)
+        if need > self._scratch.numel():
+            self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
+        return self._scratch.data_ptr()
 
-    def decode(self, input_ids: torch.Tensor, step: Step) -> torch.Tensor:
-        """:func:`lean.decode_one`'s logits ``[1, 1, V]`` for this step (see :func:`applies`)."""
+    def _call(self, input_ids: torch.Tensor, step: Step) -> tuple:
+        """The arguments of a C call (and the tensors they point into, to keep alive)."""
+        ids = input_ids[0]
+        if ids.dtype != torch.long or not ids.is_contiguous():
+            ids = ids.to(torch.long).contiguous()
         logits = torch.empty(1, 1, self._model.vocab)
         cos, sin = step.cos, step.sin
         if not (cos.is_contiguous() and sin.is_contiguous()):
             cos, sin = cos.contiguous(), sin.contiguous()
+        _native.forward_wait()  # a call handed to the worker (``start``) uses the scratch and caches
+        if len(ids) > 1:
+            self._transpose()
+        scratch = self._bind(step, len(ids))
+        args = (self._address, ids.data_ptr(), len(ids), step.start, cos.data_ptr(), sin.data_ptr(), logits.data_ptr(),
+                scratch)
+        return args, logits, (ids, cos, sin, self._scratch)
+
+    def forward(self, input_ids: torch.Tensor, step: Step) -> torch.Tensor:
+        """The last position's logits ``[1, 1, V]`` for ``input_ids [1, T]`` (see :func:`applies`): a
+        decoding step (:func:`lean.decode_one`) or a prompt's prefill (:func:`lean.prefill_dense`)."""
         with self._lock:
-            self._bind(step)
-            _native.decode(self._address, int(input_ids[0, 0]), step.start, cos.data_ptr(), sin.data_ptr(),
-                           logits.data_ptr())
+            args, logits, _ = self._call(input_ids, step)
+            _native.forward(*args)
         step.cache.commit(input_ids, step.role_ids)
         return logits
 
+    def start(self, input_ids: torch.Tensor, step: Step) -> Pending | None:
+        """:meth:`forward` on this module's worker thread, returning at once: the :class:`Pending`
+        call to finish (its cache rows are committed then), or None where the worker is busy or
+        absent (nothing was started)."""
+        with self._lock:
+            args, logits, keep = self._call(input_ids, step)
+            if not _native.forward_start(*args):
+                return None
+        return Pending(input_ids, step, logits, keep)
 
-def applies(step: Step) -> bool:
-    """Whether the native step computes this decoding step (one that :func:`lean.applies` to): every
-    key attended and no probe recording it."""
+
+class Pending:
+    """A call :meth:`NativeStep.start` handed to the worker: :meth:`finish` waits for it and commits
+    its tokens to the cache (the caller must finish it before touching that cache again)."""
+
+    def __init__(self, input_ids: torch.Tensor, step: Step, logits: torch.Tensor, keep: tuple) -> None:
+        self.input_ids, self.step, self.logits, self._keep = input_ids, step, logits, keep
+        self.done = False
+
+    def finish(self) -> torch.Tensor:
+        if not self.done:
+            _native.forward_wait()  # (returns at once where another caller has waited for it already)
+            self.step.cache.commit(self.input_ids, self.step.role_ids)
+            self.done = True
+            self._keep = ()
+        return self.logits
+
+
+def applies(step: Step, t: int = 1) -> bool:
+    """Whether the C forward computes this call of ``t`` tokens (a step :func:`lean.applies` to, or a
+    prefill :func:`lean.applies_dense` to, for its last position's logits): every key attended and no
+    probe recording it."""
     cache = step.cache
     return (
         step.probe is None
-        and (step.dense or step.start + 1 <= step.topk)
+        and (step.dense or step.start + t <= step.topk)
         and all(t.is_contiguous() for t in cache.latents)
         and all(t is None or t.is_contiguous() for t in cache.index_keys)
     )

@@ -270,6 +270,14 @@ class RepairLoop:
         # the GIL in its kernels, so the two overlap on a second core).
         baseline_job = in_background(runner.diagnose, target.document, target.path, target.language,
                                      name="repair-baseline")
+        # The prompt's prefill, where the backend can start it on a core of its own (the embedded
+        # model's C path): it runs while the memory's line below and the processors' setup are worked out.
+        prefetch = getattr(self.backend, "prefetch", None)
+        if prefetch is not None and settings.max_rounds > 0:
+            try:
+                prefetch(request)
+            except BackendError:
+                log.debug("the prompt's prefetch failed; complete() prefills it", exc_info=True)
         candidates: list[Candidate] = []
         tokens = prompt_tokens = 0
         finish_reason = "stop"
