@@ -323,3 +323,46 @@ def test_without_the_c_path_a_prefetch_starts_nothing(monkeypatch) -> None:
     prompt = _ids(12, seed=3)[0].tolist()
     assert not gen.prefetch(prompt)
     assert gen.generate(prompt, GenerationConfig(max_new_tokens=4, stop_at_eos=False)).token_ids
+
+
+@needs_native
+def test_drafts_with_the_step_on_the_worker_keep_the_greedy_text(monkeypatch) -> None:
+    """With a drafter, each step runs on the C worker while the drafter works out its proposal; a
+    proposal is verified by a second call over its tokens. The text is the one without drafts."""
+    model = _model(index_topk=64)
+    prompt = _ids(10, seed=4)[0].tolist()
+    config = GenerationConfig(max_new_tokens=12, stop_at_eos=False)
+    truth = Generator(model, _Tok(), native=False).generate(prompt, config).token_ids
+    asked: list[int] = []
+
+    def drafter(out):  # the true continuation, wrong from its third token on
+        asked.append(len(out))
+        rest = truth[len(out) : len(out) + 4]
+        return rest[:2] + [(t + 1) % 512 for t in rest[2:]]
+
+    started = []
+    real = native.NativeStep.start
+    monkeypatch.setattr(native.NativeStep, "start",
+                        lambda self, ids, step: started.append(step.start) or real(self, ids, step))
+    got = Generator(model, _Tok()).generate(prompt, config, drafter=drafter)
+    assert got.token_ids == truth
+    assert got.drafted_tokens > got.accepted_tokens > 0
+    assert started and len(started) == len(asked)  # every step beside its drafter
+    without_c = Generator(model, _Tok(), native=False).generate(prompt, config, drafter=drafter)
+    assert without_c.token_ids == truth and without_c.accepted_tokens == got.accepted_tokens
+
+
+@needs_native
+def test_a_drafter_that_fails_leaves_the_generator_usable() -> None:
+    model = _model(index_topk=64)
+    prompt = _ids(10, seed=5)[0].tolist()
+    config = GenerationConfig(max_new_tokens=6, stop_at_eos=False)
+    gen = Generator(model, _Tok())
+
+    def broken(out):
+        raise RuntimeError("drafter failed")
+
+    with pytest.raises(RuntimeError, match="drafter failed"):
+        gen.generate(prompt, config, drafter=broken)
+    assert gen.generate(prompt, config).token_ids == Generator(model, _Tok(), native=False).generate(
+        prompt, config).token_ids

@@ -276,6 +276,19 @@ class Generator:
         return cached_forward(self.model, ids, self.cache, policy=self.policy, lean=self.lean, scripted=self.scripted,
                               native_step=self.native, probe=probe, **kwargs)
 
+    def _start_step(self, ids: torch.Tensor, probe: StatsProbe | None) -> c_step.Pending | None:
+        """A one-token step started on the C worker (see :meth:`prefetch`), or None where it does not
+        apply (then nothing was started)."""
+        if probe is not None or not (self.lean and self.native):
+            return None
+        compiled = c_step.get(self.model)
+        if compiled is None:
+            return None
+        step = self.model.prepare_step(ids, cache=self.cache, policy=self.policy)
+        if not decode.applies(self.model, ids, step) or not c_step.applies(step):
+            return None
+        return compiled.start(ids, step)
+
     @torch.inference_mode()
     def prefill(self, prompt_ids: Sequence[int], roles: Sequence[int] | torch.Tensor | None = None,
                 probe: StatsProbe | None = None) -> tuple[torch.Tensor, int]:
@@ -380,8 +393,26 @@ class Generator:
                 draft, draft_logits, draft_rows = [], [], []
             if len(out) >= config.max_new_tokens:
                 break  # no step needed for a token nobody will read
-            proposal = list(drafter(out))[: config.max_new_tokens - len(out) - 1] if drafter is not None else []
+            step_ids = torch.tensor([[token]], dtype=torch.long, device=self.cache.device)
+            # The token's step on the C worker while the drafter works out its proposal (Python, beside
+            # it); a proposal is then verified by a second call over its own tokens.
+            running = self._start_step(step_ids, probe) if drafter is not None else None
+            try:
+                proposal = list(drafter(out))[: config.max_new_tokens - len(out) - 1] if drafter is not None else []
+            except BaseException:
+                if running is not None:
+                    running.finish()  # the step stands (its token is the generation's); the error goes on
+                raise
             calls += 1
+            if running is not None:
+                logits = running.finish()[0, -1]
+                if proposal:
+                    calls += 1
+                    rows = self._forward(torch.tensor([proposal], dtype=torch.long, device=self.cache.device), probe)
+                    draft, draft_logits = proposal, list(rows[0])
+                    drafted += len(proposal)
+                valid = self.cache.length - len(draft)
+                continue
             if proposal:
                 ids = torch.tensor([[token, *proposal]], dtype=torch.long, device=self.cache.device)
                 step_logits = self._forward(ids, probe)[0]
@@ -393,7 +424,6 @@ class Generator:
                 valid = self.cache.length - len(proposal)
                 drafted += len(proposal)
                 continue
-            step_ids = torch.tensor([[token]], dtype=torch.long, device=self.cache.device)
             logits = self._forward(step_ids, probe)[0, -1]
             if probe is not None:
                 here = (len(probe.blocks) - 1, 0)
