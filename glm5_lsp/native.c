@@ -600,7 +600,7 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int state; /* 0 idle, 1 queued, 2 running, 3 done */
-    int started;
+    int started, started_once;
     pthread_t thread;
     const Model *m;
     const int64_t *tokens;
@@ -608,6 +608,14 @@ static struct {
     const float *cos_, *sin_;
     float *logits, *scratch;
 } job = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+/* A forked child has no worker (only the thread that forked goes on there): it starts its own. */
+static void after_fork_in_child(void) {
+    pthread_mutex_init(&job.mu, NULL);
+    pthread_cond_init(&job.cv, NULL);
+    job.state = 0;
+    job.started = 0;
+}
 
 static void *worker(void *unused) {
     (void)unused;
@@ -676,7 +684,9 @@ static PyObject *py_forward_start(PyObject *self, PyObject *const *args, Py_ssiz
             Py_RETURN_FALSE;
         }
         pthread_detach(job.thread);
+        if (!job.started_once) pthread_atfork(NULL, NULL, after_fork_in_child);
         job.started = 1;
+        job.started_once = 1;
     }
     job.m = m;
     job.tokens = (const int64_t *)(intptr_t)v[1];

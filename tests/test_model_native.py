@@ -366,3 +366,47 @@ def test_a_drafter_that_fails_leaves_the_generator_usable() -> None:
         gen.generate(prompt, config, drafter=broken)
     assert gen.generate(prompt, config).token_ids == Generator(model, _Tok(), native=False).generate(
         prompt, config).token_ids
+
+
+@needs_native
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_child_forked_while_the_worker_runs_does_not_wait_for_it() -> None:
+    """The worker thread does not survive a fork: a child forked while it runs must not wait on it."""
+    import os
+    import time
+
+    from glm5_lsp import _native
+
+    model = _model(index_topk=512)
+    gen = Generator(model, _Tok())
+    assert gen.prefetch(_ids(480, seed=9)[0].tolist())  # a long prefill: still running at the fork
+    pid = os.fork()
+    if pid == 0:  # the child: only the C module (torch itself is not fork-safe once its threads ran)
+        os._exit(0 if _native.forward_wait() is False else 3)
+    gen.settle()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child waited for a worker it does not have")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@needs_native
+def test_a_prefetch_that_grew_the_cache_settles_outside_inference_mode() -> None:
+    """A prefetch past the cache's first capacity grows it in inference mode; settling it from plain
+    code (``reset``) must still write the cache's rows."""
+    model = _model(index_topk=512)
+    gen = Generator(model, _Tok())
+    prompt = _ids(300, seed=10)[0].tolist()  # past the cache's first 256 rows
+    assert gen.prefetch(prompt)
+    gen.reset()
+    assert gen.cache.length == 0 and gen._pending is None
+    assert gen.prefetch(prompt)
+    gen.settle()
+    assert gen.cache.length == len(prompt) - 1

@@ -234,6 +234,7 @@ class Generator:
         self.settle()
         self.cache.truncate(0)
 
+    @torch.inference_mode()  # the cache's tensors were made in inference mode: written in it too
     def settle(self) -> None:
         """Finish a prefill :meth:`prefetch` started (its rows then count as cached)."""
         pending, self._pending = self._pending, None
