@@ -219,51 +219,41 @@ static int64_t scratch_floats(const Model *m, int64_t t, int64_t capacity) {
            capacity + 64;
 }
 
+/* Outputs r0 .. r0 + width - 1 of four rows of X against Wt, the sums held in registers (``width`` a
+   constant where it is inlined: 32 or 16). */
+static inline __attribute__((always_inline)) void outer_block(const float *restrict x0, int64_t cols,
+                                                              const float *restrict wt, float *restrict y,
+                                                              int64_t rows, int64_t r0, const int width) {
+    const float *x1 = x0 + cols, *x2 = x1 + cols, *x3 = x2 + cols;
+    float a0[32] = {0}, a1[32] = {0}, a2[32] = {0}, a3[32] = {0};
+    for (int64_t c = 0; c < cols; c++) {
+        const float *wr = wt + c * rows + r0;
+        const float v0 = x0[c], v1 = x1[c], v2 = x2[c], v3 = x3[c];
+        for (int k = 0; k < width; k++) {
+            const float w = wr[k];
+            a0[k] += v0 * w;
+            a1[k] += v1 * w;
+            a2[k] += v2 * w;
+            a3[k] += v3 * w;
+        }
+    }
+    const size_t bytes = (size_t)width * sizeof(float);
+    memcpy(y + r0, a0, bytes);
+    memcpy(y + rows + r0, a1, bytes);
+    memcpy(y + 2 * rows + r0, a2, bytes);
+    memcpy(y + 3 * rows + r0, a3, bytes);
+}
+
 /* Y[i, :] = X[i, :] . Wt for ``t`` rows (X [t, cols], Wt [cols, rows]: a weight transposed, Y [t, rows]):
-   outer products, four rows of X and 32 outputs at a time held in registers, so no sum is reduced
-   across lanes (about 2.5x the row-by-row dot products' rate at the model's sizes). */
+   outer products, four rows of X and 32 (then 16) outputs at a time, so no sum is reduced across
+   vector lanes (about 2.5x the row-by-row dot products' rate at the model's sizes). */
 CLONES static void linear_rows_t(const float *restrict x, const float *restrict wt, float *restrict y, int64_t t,
                                  int64_t rows, int64_t cols) {
     int64_t i = 0;
     for (; i + 4 <= t; i += 4) {
-        const float *x0 = x + i * cols, *x1 = x0 + cols, *x2 = x1 + cols, *x3 = x2 + cols;
         int64_t r0 = 0;
-        for (; r0 + 32 <= rows; r0 += 32) {
-            float a0[32] = {0}, a1[32] = {0}, a2[32] = {0}, a3[32] = {0};
-            for (int64_t c = 0; c < cols; c++) {
-                const float *wr = wt + c * rows + r0;
-                const float v0 = x0[c], v1 = x1[c], v2 = x2[c], v3 = x3[c];
-                for (int k = 0; k < 32; k++) {
-                    const float w = wr[k];
-                    a0[k] += v0 * w;
-                    a1[k] += v1 * w;
-                    a2[k] += v2 * w;
-                    a3[k] += v3 * w;
-                }
-            }
-            memcpy(y + (i + 0) * rows + r0, a0, sizeof a0);
-            memcpy(y + (i + 1) * rows + r0, a1, sizeof a1);
-            memcpy(y + (i + 2) * rows + r0, a2, sizeof a2);
-            memcpy(y + (i + 3) * rows + r0, a3, sizeof a3);
-        }
-        for (; r0 + 16 <= rows; r0 += 16) {
-            float a0[16] = {0}, a1[16] = {0}, a2[16] = {0}, a3[16] = {0};
-            for (int64_t c = 0; c < cols; c++) {
-                const float *wr = wt + c * rows + r0;
-                const float v0 = x0[c], v1 = x1[c], v2 = x2[c], v3 = x3[c];
-                for (int k = 0; k < 16; k++) {
-                    const float w = wr[k];
-                    a0[k] += v0 * w;
-                    a1[k] += v1 * w;
-                    a2[k] += v2 * w;
-                    a3[k] += v3 * w;
-                }
-            }
-            memcpy(y + (i + 0) * rows + r0, a0, sizeof a0);
-            memcpy(y + (i + 1) * rows + r0, a1, sizeof a1);
-            memcpy(y + (i + 2) * rows + r0, a2, sizeof a2);
-            memcpy(y + (i + 3) * rows + r0, a3, sizeof a3);
-        }
+        for (; r0 + 32 <= rows; r0 += 32) outer_block(x + i * cols, cols, wt, y + i * rows, rows, r0, 32);
+        for (; r0 + 16 <= rows; r0 += 16) outer_block(x + i * cols, cols, wt, y + i * rows, rows, r0, 16);
         for (; r0 < rows; r0++)
             for (int j = 0; j < 4; j++) {
                 const float *xj = x + (i + j) * cols;

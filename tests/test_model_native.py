@@ -28,6 +28,15 @@ def _model(**overrides):
     return tiny_model(**overrides).prepare_inference()
 
 
+class _Tok:
+    """A tokenizer for generations whose text no test reads."""
+
+    eos_token_id = None
+
+    def decode(self, ids):
+        return ""
+
+
 def test_the_c_step_is_built_where_a_compiler_is() -> None:
     cc = (sysconfig.get_config_var("CC") or "").split()
     if not cc or shutil.which(cc[0]) is None:
@@ -107,12 +116,6 @@ def test_past_the_top_k_or_with_a_probe_the_scripted_step_runs(monkeypatch) -> N
 def test_the_generators_greedy_text_is_the_same_with_the_c_step(monkeypatch) -> None:
     model = _model(index_topk=64)
 
-    class _Tok:
-        eos_token_id = None
-
-        def decode(self, ids):
-            return ""
-
     config = GenerationConfig(max_new_tokens=12, stop_at_eos=False)
     calls = _taken(monkeypatch)
     for seed in range(4):
@@ -171,12 +174,6 @@ def test_two_threads_decoding_on_one_model_each_get_their_own_text() -> None:
     import threading
 
     model = _model(index_topk=64)
-
-    class _Tok:
-        eos_token_id = None
-
-        def decode(self, ids):
-            return ""
 
     config = GenerationConfig(max_new_tokens=24, stop_at_eos=False)
     prompts = [_ids(8, seed=s)[0].tolist() for s in (11, 12)]
@@ -272,13 +269,6 @@ def test_the_transposed_weights_follow_an_in_place_change(monkeypatch) -> None:
         model.model.layers[1].mlp.experts.down_proj.mul_(3.0)
         model.model.layers[0].mlp.down_proj.weight.mul_(0.5)
     assert (prefill(True) - prefill(False)).abs().max().item() < TOL
-
-
-class _Tok:
-    eos_token_id = None
-
-    def decode(self, ids):
-        return ""
 
 
 @needs_native
