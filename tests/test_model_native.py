@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import sysconfig
+import time
 
 import pytest
 import torch
@@ -325,8 +326,9 @@ def test_drafts_with_the_step_on_the_worker_keep_the_greedy_text(monkeypatch) ->
     truth = Generator(model, _Tok(), native=False).generate(prompt, config).token_ids
     asked: list[int] = []
 
-    def drafter(out):  # the true continuation, wrong from its third token on
+    def drafter(out):  # the true continuation, wrong from its third token on; as slow as a memory's
         asked.append(len(out))
+        time.sleep(0.001)
         rest = truth[len(out) : len(out) + 4]
         return rest[:2] + [(t + 1) % 512 for t in rest[2:]]
 
@@ -340,6 +342,11 @@ def test_drafts_with_the_step_on_the_worker_keep_the_greedy_text(monkeypatch) ->
     assert started and len(started) == len(asked)  # every step beside its drafter
     without_c = Generator(model, _Tok(), native=False).generate(prompt, config, drafter=drafter)
     assert without_c.token_ids == truth and without_c.accepted_tokens == got.accepted_tokens
+    started.clear()
+    asked.clear()
+    quick = Generator(model, _Tok()).generate(prompt, config, drafter=lambda out: asked.append(len(out)) or [])
+    assert quick.token_ids == truth
+    assert len(started) == 1 < len(asked)  # a drafter that answers at once: the steps run before it
 
 
 @needs_native
@@ -363,7 +370,6 @@ def test_a_drafter_that_fails_leaves_the_generator_usable() -> None:
 def test_a_child_forked_while_the_worker_runs_does_not_wait_for_it() -> None:
     """The worker thread does not survive a fork: a child forked while it runs must not wait on it."""
     import os
-    import time
 
     from glm5_lsp import _native
 
