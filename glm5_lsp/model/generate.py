@@ -21,9 +21,9 @@ Every forward call goes through :func:`cached_forward`, which picks the path: th
 draft) where they compute what the general ``forward`` would, else ``forward``; the lean paths run
 as ``scripted.py`` compiled them (the same operations through TorchScript; the Python ones where
 scripting failed or ``scripted=False``), and a one-token step or a prompt's prefill where every key
-is attended runs as ``native.c`` computes it in one call (``native.py``; ``native=False``: never). The model's inference
-weights are built when the generator is made (``prepare_inference``) and again before a generation
-if the weights changed since.
+is attended runs as ``native.c`` computes it in one call (``native.py``; ``native=False``: never).
+The model's inference weights are built when the generator is made (``prepare_inference``) and
+again before a generation if the weights changed since.
 
 With ``GenerationConfig.step_stats`` the generation also hands out the model's per-step internals
 (``Generation.stats``, ``stats.StepStats``: DSA's indexer and attention by key role, the MoE router,
@@ -255,44 +255,41 @@ class Generator:
         self.settle()
         if len(prompt_ids) < 2 or not (self.lean and self.native):
             return False
-        if not self.model.inference_current():
+        if not self.model.inference_current():  # as in prefill: the C path reads the fused weights
             self.model.prepare_inference()
-        ids = torch.tensor([list(prompt_ids)[:-1]], dtype=torch.long, device=self.cache.device)
-        role_ids = roles_tensor(roles, 1, len(prompt_ids))
-        if role_ids is None:
-            role_ids = torch.full((1, len(prompt_ids)), int(Role.CODE), dtype=torch.long)
-        role_ids = role_ids[:, :-1].to(ids.device)
+        ids, role_ids = self._prompt_tensors(prompt_ids, roles)
+        ids, role_ids = ids[:, :-1], role_ids[:, :-1]
         reused = self.cache.common_prefix(ids, role_ids)
-        if reused >= ids.shape[1]:
-            return False  # held already
-        compiled = c_step.get(self.model)
-        if compiled is None:
-            return False
+        if reused >= ids.shape[1] or c_step.get(self.model) is None:
+            return False  # held already, or no C path
         self.cache.truncate(reused)
-        chunk = ids[:, reused:]
-        step = self.model.prepare_step(chunk, cache=self.cache, roles=role_ids[:, reused:], policy=self.policy)
-        fits = decode.applies(self.model, chunk, step) or decode.applies_dense(self.model, chunk, step)
-        if not fits or not c_step.applies(step, chunk.shape[1]):
-            return False
-        self._pending = compiled.start(chunk, step)
+        self._pending = self._start_in_c(ids[:, reused:], role_ids[:, reused:])
         return self._pending is not None
 
     def _forward(self, ids: torch.Tensor, probe: StatsProbe | None, **kwargs) -> torch.Tensor:
         return cached_forward(self.model, ids, self.cache, policy=self.policy, lean=self.lean, scripted=self.scripted,
                               native_step=self.native, probe=probe, **kwargs)
 
-    def _start_step(self, ids: torch.Tensor, probe: StatsProbe | None) -> c_step.Pending | None:
-        """A one-token step started on the C worker (see :meth:`prefetch`), or None where it does not
-        apply (then nothing was started)."""
-        if probe is not None or not (self.lean and self.native):
-            return None
-        compiled = c_step.get(self.model)
+    def _start_in_c(self, ids: torch.Tensor, roles: torch.Tensor | None = None) -> c_step.Pending | None:
+        """``ids`` appended to the cache by the C worker (a step or a prefill, the last position's
+        logits; see :meth:`prefetch`), or None where the C path does not apply (nothing started)."""
+        compiled = c_step.get(self.model) if self.lean and self.native else None
         if compiled is None:
             return None
-        step = self.model.prepare_step(ids, cache=self.cache, policy=self.policy)
-        if not decode.applies(self.model, ids, step) or not c_step.applies(step):
+        step = self.model.prepare_step(ids, cache=self.cache, roles=roles, policy=self.policy)
+        fits = decode.applies(self.model, ids, step) or decode.applies_dense(self.model, ids, step)
+        if not fits or not c_step.applies(step, ids.shape[1]):
             return None
         return compiled.start(ids, step)
+
+    def _prompt_tensors(self, prompt_ids: Sequence[int],
+                        roles: Sequence[int] | torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[1, T]`` ids and roles of a prompt (plain code where no roles are given), on the cache's device."""
+        ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.cache.device)
+        role_ids = roles_tensor(roles, 1, ids.shape[1])
+        if role_ids is None:
+            role_ids = torch.full_like(ids, int(Role.CODE))
+        return ids, role_ids.to(ids.device)
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: Sequence[int], roles: Sequence[int] | torch.Tensor | None = None,
@@ -304,11 +301,7 @@ class Generator:
         if not self.model.inference_current():  # the weights changed since (training, a new state dict)
             log.debug("model weights changed since prepare_inference(): rebuilding the inference weights")
             self.model.prepare_inference()
-        ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.cache.device)
-        role_ids = roles_tensor(roles, 1, ids.shape[1])
-        if role_ids is None:
-            role_ids = torch.full_like(ids, int(Role.CODE))
-        role_ids = role_ids.to(ids.device)
+        ids, role_ids = self._prompt_tensors(prompt_ids, roles)
         reused = min(self.cache.common_prefix(ids, role_ids), ids.shape[1] - 1)
         self.cache.truncate(reused)
         logits = self._forward(ids[:, reused:], probe, roles=role_ids[:, reused:], last_only=True)
@@ -404,7 +397,7 @@ class Generator:
             # it); a proposal is then verified by a second call over its own tokens.
             # (Only while the drafter takes long enough to hide the hand-over's cost: an empty memory's
             # drafter answers at once.)
-            running = self._start_step(step_ids, probe) if drafter is not None and overlap else None
+            running = self._start_in_c(step_ids) if drafter is not None and overlap and probe is None else None
             try:
                 asked = time.perf_counter()
                 proposal = list(drafter(out))[: config.max_new_tokens - len(out) - 1] if drafter is not None else []

@@ -92,6 +92,11 @@ class NativeStep:
         router = moes[0].gate if moes else None
         self.n_layers = len(layers)
         self._layers = (_Layer * self.n_layers)()
+        # For several tokens at once (a prompt's prefill) the products read their weights transposed
+        # (outer products, no sums across vector lanes: about 2.5x the rate): copies, made on first
+        # use and again when a weight changed in place (its version moved).
+        self._transposed: list[tuple[int, str, torch.Tensor, int, torch.Tensor | None]] = []  # (layer, field,
+        # source, the version copied, the copy)
         for i, layer in enumerate(layers):
             attn, mlp = layer.self_attn, layer.mlp
             fused, absorbed = attn.fused, attn.absorbed
@@ -112,10 +117,16 @@ class NativeStep:
             shared = mlp.shared_experts if hasattr(mlp, "experts") else mlp
             row.gate_w, row.up_w = self._ptr(shared.gate_proj.weight), self._ptr(shared.up_proj.weight)
             row.down_w, row.inter = self._ptr(shared.down_proj.weight), shared.gate_proj.weight.shape[0]
+            pairs = [("w_x_t", fused.w_x), ("q_b_t", attn.q_b_proj.weight), ("o_proj_t", attn.o_proj.weight),
+                     ("gate_t", shared.gate_proj.weight), ("up_t", shared.up_proj.weight),
+                     ("down_t", shared.down_proj.weight)]
             if hasattr(mlp, "experts"):
                 row.is_moe = 1
                 row.router_w, row.router_bias = self._ptr(mlp.gate.weight), self._ptr(mlp.gate.e_score_correction_bias)
                 row.gate_up, row.down = self._ptr(mlp.experts.gate_up_proj), self._ptr(mlp.experts.down_proj)
+                pairs += [("router_t", mlp.gate.weight), ("gate_up_t", mlp.experts.gate_up_proj),
+                          ("down_e_t", mlp.experts.down_proj)]
+            self._transposed += [(i, name, source.detach(), -1, None) for name, source in pairs]
         m = self._model = _Model()
         m.hidden, m.heads, m.nope, m.rope = cfg.hidden_size, first.n_heads, first.nope_dim, first.rope_dim
         m.kv_rank, m.v_dim, m.q_lora = first.kv_rank, first.v_dim, first.q_a_proj.out_features
@@ -132,21 +143,6 @@ class NativeStep:
         m.lm_head = self._ptr(model.lm_head.weight)
         m.layers = self._layers
         self._address = ctypes.addressof(m)
-        # For several tokens at once (a prompt's prefill) the products read their weights transposed
-        # (outer products, no sums across vector lanes: about 2.5x the rate): copies, made here and
-        # again when a weight changed in place (its version moved).
-        self._transposed: list[tuple[int, str, torch.Tensor, int]] = []  # (layer, field, source, version)
-        self._copies: list[torch.Tensor] = []
-        for i, layer in enumerate(layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            shared = mlp.shared_experts if hasattr(mlp, "experts") else mlp
-            pairs = [("w_x_t", attn.fused.w_x), ("q_b_t", attn.q_b_proj.weight), ("o_proj_t", attn.o_proj.weight),
-                     ("gate_t", shared.gate_proj.weight), ("up_t", shared.up_proj.weight),
-                     ("down_t", shared.down_proj.weight)]
-            if hasattr(mlp, "experts"):
-                pairs += [("router_t", mlp.gate.weight), ("gate_up_t", mlp.experts.gate_up_proj),
-                          ("down_e_t", mlp.experts.down_proj)]
-            self._transposed += [(i, name, source.detach(), -1) for name, source in pairs]
         self._scratch = torch.zeros(0)
         self._bound: list[int] = []  # the cache rows' addresses the layers point at
         self._lock = threading.Lock()
@@ -160,22 +156,19 @@ class NativeStep:
 
     def _transpose(self) -> None:
         """Make the transposed copies of the weights that changed since they were last made."""
-        for n, (i, name, source, version) in enumerate(self._transposed):
+        for n, (i, name, source, version, _) in enumerate(self._transposed):
             if source._version == version:
                 continue
             copy = source.transpose(-1, -2).contiguous()  # [E, out, in] -> [E, in, out] for the experts
             setattr(self._layers[i], name, copy.data_ptr())
-            if n < len(self._copies):
-                self._copies[n] = copy
-            else:
-                self._copies.append(copy)
-            self._transposed[n] = (i, name, source, source._version)
+            self._transposed[n] = (i, name, source, source._version, copy)
 
     def _bind(self, step: Step, t: int) -> int:
         """Point the layers at this cache's rows (again only when they moved); the address of scratch
         for ``t`` tokens."""
         cache = step.cache
-        addresses = [t.data_ptr() for t in cache.latents] + [0 if t is None else t.data_ptr() for t in cache.index_keys]
+        addresses = ([rows.data_ptr() for rows in cache.latents]
+                     + [0 if rows is None else rows.data_ptr() for rows in cache.index_keys])
         if addresses != self._bound:
             for i in range(self.n_layers):
                 self._layers[i].latents = addresses[i]
@@ -248,8 +241,8 @@ def applies(step: Step, t: int = 1) -> bool:
     return (
         step.probe is None
         and (step.dense or step.start + t <= step.topk)
-        and all(t.is_contiguous() for t in cache.latents)
-        and all(t is None or t.is_contiguous() for t in cache.index_keys)
+        and all(rows.is_contiguous() for rows in cache.latents)
+        and all(rows is None or rows.is_contiguous() for rows in cache.index_keys)
     )
 
 
