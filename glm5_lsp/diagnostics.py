@@ -65,7 +65,10 @@ class DiagnosticProvider(Protocol):
     A checker that stops itself (it asks a helper process with a deadline) may say so with a
     ``bounded_s`` attribute: the deadline of one check, within which ``diagnose`` returns or raises
     on its own once it has its turn (a helper answers one check at a time; None: no bound). The
-    runner calls such a checker in the calling thread when the deadline fits its own time limit."""
+    runner calls such a checker in the calling thread when the deadline fits its own time limit.
+    One may also have ``submit(text, path, language)``: the check sent off at once, returning a
+    function that waits for its answer (``diagnose`` is then ``submit(...)()``); the runner sends
+    every such check before it reads any answer, and calls each returned function exactly once."""
 
     name: str
     languages: frozenset[str]  # language ids it can check: "python", "javascript", "typescript", ...

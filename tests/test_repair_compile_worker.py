@@ -7,6 +7,7 @@ import io
 import json
 import sys
 import sysconfig
+import threading
 from pathlib import Path
 
 import pytest
@@ -132,4 +133,32 @@ def test_a_helper_that_answered_before_is_restarted_not_given_up() -> None:
         provider.diagnose("x = 2\n", "t.py", "python")
     worker.argv = real
     assert provider.worker is worker and provider.diagnose("x = (\n", "t.py", "python")
+    worker.close()
+
+
+def test_a_submitted_check_holds_the_helper_until_its_answer_is_read(worker: CompileWorker) -> None:
+    answer = worker.submit("x = (\n", "<a.py>")
+    other: list[list] = []
+    waiting = threading.Thread(target=lambda: other.append(worker.diagnose("y = 1\n", "<b.py>")))
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive()  # the helper's next answer is the first check's: the second waits its turn
+    assert answer()[0].message == "'(' was never closed"
+    waiting.join(10)
+    assert other == [[]] and answer() == answer()  # read once; the answer kept
+    assert worker.started == 1
+
+
+def test_a_submitted_check_that_times_out_lets_go_of_the_helper() -> None:
+    worker = CompileWorker(timeout_s=0.3)
+    real = worker.argv
+    worker.argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    answer = worker.submit("x = 1\n", "<t>")
+    with pytest.raises(TimeoutError, match="no answer within 0.3s"):
+        answer()
+    with pytest.raises(TimeoutError):  # asked again: the same failure, not a second release
+        answer()
+    worker.argv = real
+    worker.timeout_s = 10.0
+    assert worker.diagnose("x = (\n", "<t>")[0].message == "'(' was never closed"  # not locked out
     worker.close()

@@ -195,6 +195,59 @@ def test_a_checker_that_stops_itself_in_time_runs_in_the_calling_thread() -> Non
     assert report.skipped[0].startswith("hung: timed out") and report.skipped[1] == "failing: OSError: the helper went away"
 
 
+class Submitting(Bounded):
+    """A bounded checker that can send its check off (``submit``) before anyone waits for the answer."""
+
+    def __init__(self, name: str, events: list[str], fails_at: str = "") -> None:
+        super().__init__(name, 0.0, 1.0)
+        self.events, self.fails_at = events, fails_at
+
+    def submit(self, text: str, path: str, language: str):
+        self.events.append(f"send {self.name}")
+        if self.fails_at == "send":
+            raise RuntimeError("the helper is gone")
+
+        def answer() -> list[Diagnostic]:
+            self.events.append(f"answer {self.name}")
+            if self.fails_at == "answer":
+                raise TimeoutError("no answer")
+            return [Diagnostic(0, 0, 0, 1, self.name)]
+        return answer
+
+
+def test_helpers_get_every_check_before_any_answer_is_read() -> None:
+    events: list[str] = []
+    plain = Bounded("plain", 0.0, 1.0)
+    runner = DiagnosticRunner([Submitting("compile", events), plain, Submitting("ruff", events)], timeout_s=5)
+    plain.diagnose = lambda *args: events.append("plain here") or [Diagnostic(0, 0, 0, 1, "plain")]
+    report = runner.diagnose("x = 1\n", "a.py", "python")
+    # both helpers work at once (each in its own process) while the calling thread runs the rest
+    assert events == ["send compile", "send ruff", "plain here", "answer compile", "answer ruff"]
+    assert [d.message for d in report.diagnostics] == ["compile", "plain", "ruff"] and not report.skipped
+
+
+def test_a_helper_failing_to_take_or_answer_a_check_is_skipped_alone() -> None:
+    events: list[str] = []
+    runner = DiagnosticRunner([Submitting("a", events, fails_at="send"), Submitting("b", events),
+                               Submitting("c", events, fails_at="answer")], timeout_s=5, recent=None)
+    report = runner.diagnose("x = 1\n", "a.py", "python")
+    assert [d.message for d in report.diagnostics] == ["b"]
+    assert report.skipped == ["a: RuntimeError: the helper is gone", "c: TimeoutError: no answer"]
+    assert events == ["send a", "send b", "send c", "answer b", "answer c"]  # a sent nothing to wait for
+
+
+def test_the_shipped_python_helpers_answer_submitted_checks_as_they_diagnose() -> None:
+    from glm5_lsp.checks.providers import default_runner
+
+    providers = default_runner("python").providers
+    assert [p.name for p in providers if hasattr(p, "submit")] == ["compile", "ruff"]
+    texts = ["import os\nx = undefined_name\n", "def f(:\n    pass\n", "y = 1\n"]
+    for text in texts:
+        answers = [p.submit(text, "s.py", "python") for p in providers]  # both sent, then both read
+        assert [a() for a in answers] == [p.diagnose(text, "s.py", "python") for p in providers]
+    assert any(p.diagnose(texts[0], "s.py", "python") for p in providers)
+
+
 def test_the_shipped_python_checkers_stop_themselves() -> None:
     from glm5_lsp.checks.providers import default_runner
 

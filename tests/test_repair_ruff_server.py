@@ -290,3 +290,19 @@ def test_python_checks_ask_a_ruff_server_started_at_once() -> None:
         worker = getattr(provider, "worker", None)
         if worker is not None:
             worker.close()
+
+
+def test_a_submitted_check_is_answered_as_diagnose_and_failures_let_go_of_the_server(
+        server: RuffServerProvider) -> None:
+    for path, text in CASES[:6]:
+        assert by_position(server.submit(text, path, "python")()) == by_position(server.diagnose(text, path, "python"))
+    hanging = RuffServerProvider(timeout_s=0.3)
+    real = hanging.argv
+    hanging.argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    answer = hanging.submit("x = 1\n", "a.py", "python")
+    with pytest.raises(TimeoutError, match="no answer within 0.3s"):
+        answer()
+    hanging.argv = real
+    hanging.timeout_s = 10.0
+    assert hanging.diagnose("x = nope\n", "a.py", "python")[0].code == "F821"  # the lock was let go
+    hanging.close()

@@ -69,6 +69,7 @@ import re
 import threading
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Callable
 from types import CodeType
 from typing import NamedTuple
 
@@ -102,22 +103,38 @@ class PythonCompileProvider:
         return self.worker.timeout_s if self.worker is not None else None
 
     def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+        return self.submit(text, path, language)()
+
+    def submit(self, text: str, path: str, language: str) -> Callable[[], list[Diagnostic]]:
+        """The check sent to the helper (the runner's other checks run while it compiles); calling
+        the result waits for its answer. Without a helper, the returned function compiles here."""
         # Never the file's own name: for a name it can open, CPython takes the line of a syntax error
         # from the file on disk and counts the column in it, and the text checked here is seldom what
         # is saved (a 2-character column came back for a 31-character line).
         filename = f"<{path}>" if path else "<candidate>"
         worker = self.worker
-        if worker is not None:
+        if worker is None:
+            return functools.partial(self.recent.diagnose, text, filename)
+        try:
+            answer = worker.submit(text, filename)
+        except RuntimeError as error:
+            return functools.partial(self._without_helper, worker, error, text, filename)
+
+        def answered() -> list[Diagnostic]:
             try:
-                return worker.diagnose(text, filename)
-            except RuntimeError:
-                if worker.answered:
-                    raise  # it worked before: the next check starts another helper
-                # It never answered (it cannot import this package, say): compile here from now on.
-                log.warning("the compile helper never answered; Python is compiled in-process from now on",
-                            exc_info=True)
-                worker.close()
-                self.worker = None
+                return answer()
+            except RuntimeError as error:
+                return self._without_helper(worker, error, text, filename)
+        return answered
+
+    def _without_helper(self, worker: CompileWorker, error: RuntimeError, text: str, filename: str) -> list[Diagnostic]:
+        """After the helper failed with ``error``: raised when it had answered before (the next check
+        starts another), else (it cannot import this package, say) compiled here from now on."""
+        if worker.answered:
+            raise error
+        log.warning("the compile helper never answered (%s); Python is compiled in-process from now on", error)
+        worker.close()
+        self.worker = None
         return self.recent.diagnose(text, filename)
 
 

@@ -27,8 +27,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
-from glm5_lsp.checks.providers.process import end_process, kill_if_running
+from glm5_lsp.checks.providers.process import Submitted, end_process, kill_if_running
 from glm5_lsp.diagnostics import Diagnostic
 
 log = logging.getLogger(__name__)
@@ -54,22 +55,43 @@ class CompileWorker:
         self._lock = threading.Lock()
 
     def diagnose(self, text: str, filename: str) -> list[Diagnostic]:
+        return self.submit(text, filename)()
+
+    def submit(self, text: str, filename: str) -> Callable[[], list[Diagnostic]]:
+        """Send the check to the helper and return at once; the returned function waits for its
+        answer (the caller's other work, another helper's check, runs meanwhile). Call it once: the
+        helper is this check's until then, and other checks wait for it."""
         # ASCII escapes carry any str, lone surrogates from an editor's UTF-16 included.
         request = json.dumps({"text": text, "filename": filename}).encode("ascii") + b"\n"
-        with self._lock:
+        self._lock.acquire()
+        try:
             process = self._running()
-            try:
-                assert process.stdin is not None
-                process.stdin.write(request)
-                process.stdin.flush()
-                answer = self._read_line(process, time.monotonic() + self.timeout_s)
-            except TimeoutError:
-                self._stop()
-                raise TimeoutError(f"the compile helper gave no answer within {self.timeout_s:g}s") from None
-            except (OSError, EOFError) as error:
-                status = self._stop()
-                raise RuntimeError(f"the compile helper stopped (exit status {status}): {error}") from None
+            assert process.stdin is not None
+            process.stdin.write(request)
+            process.stdin.flush()
+        except OSError as error:
+            status = self._stop()
+            self._lock.release()
+            raise RuntimeError(f"the compile helper stopped (exit status {status}): {error}") from None
+        except BaseException:
+            self._lock.release()
+            raise
+        deadline = time.monotonic() + self.timeout_s
+        return Submitted(lambda: self._answer(process, deadline))
+
+    def _answer(self, process: subprocess.Popen[bytes], deadline: float) -> list[Diagnostic]:
+        """The answer to the request just sent; the lock ``submit`` took is let go here."""
+        try:
+            answer = self._read_line(process, deadline)
             self.answered += 1
+        except TimeoutError:
+            self._stop()
+            raise TimeoutError(f"the compile helper gave no answer within {self.timeout_s:g}s") from None
+        except (OSError, EOFError) as error:
+            status = self._stop()
+            raise RuntimeError(f"the compile helper stopped (exit status {status}): {error}") from None
+        finally:
+            self._lock.release()
         reply = json.loads(answer)
         if "error" in reply:
             raise RuntimeError(f"the compile helper failed: {reply['error']}")
@@ -118,6 +140,7 @@ class CompileWorker:
 
     def __del__(self) -> None:  # a dropped worker does not leave its helper behind
         kill_if_running(getattr(self, "_process", None))
+
 
 
 def serve(recent_texts: int, stdin=None, stdout=None) -> None:

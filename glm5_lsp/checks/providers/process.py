@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -16,6 +20,29 @@ class ProcessOutput:
     returncode: int
     stdout: str
     stderr: str
+
+
+class Submitted(Generic[T]):
+    """A check sent to a helper process: calling it waits for the answer (``fn``, called the first
+    time; its result or error is kept for any later call), so whatever the check holds until its
+    answer is in (the helper, its lock) is let go exactly once."""
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._fn: Callable[[], T] | None = fn
+        self._outcome: tuple[bool, object] | None = None  # (raised, result or error)
+
+    def __call__(self) -> T:
+        if self._fn is not None:
+            fn, self._fn = self._fn, None
+            try:
+                self._outcome = (False, fn())
+            except BaseException as error:  # noqa: BLE001 -- kept and raised to every caller
+                self._outcome = (True, error)
+        assert self._outcome is not None
+        raised, value = self._outcome
+        if raised:
+            raise value  # type: ignore[misc]
+        return value  # type: ignore[return-value]
 
 
 def run_checker(argv: list[str], stdin: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -25,6 +25,7 @@ any answer (a ruff without ``server``), is given up for one ``ruff check`` a che
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -34,10 +35,11 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from glm5_lsp.checks.providers.process import DEFAULT_TIMEOUT_S, end_process, kill_if_running
+from glm5_lsp.checks.providers.process import DEFAULT_TIMEOUT_S, Submitted, end_process, kill_if_running
 from glm5_lsp.checks.providers.ruff import RuffProvider, find_ruff, ruff_diagnostic
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.positions import column_from_units
@@ -90,24 +92,41 @@ class RuffServerProvider:
         return self.timeout_s
 
     def diagnose(self, text: str, path: str, language: str) -> list[Diagnostic]:
+        return self.submit(text, path, language)()
+
+    def submit(self, text: str, path: str, language: str) -> Callable[[], list[Diagnostic]]:
+        """The check sent to the server, as much of it as its pipe takes without waiting (the runner's
+        other checks run while ruff lints); calling the result waits for the answer. Call it once:
+        the server is this check's until then, and other checks wait for it."""
         fallback = self.fallback
         if fallback is not None:
-            return fallback.diagnose(text, path, language)
+            return functools.partial(fallback.diagnose, text, path, language)
         try:
-            items, encoding = self._check(text, path)
-        except RuffServerUnavailable:
-            if self.answered:
-                raise  # it worked before: the next check starts another server
-            # A ruff without ``server``, say: one ``ruff check`` a check from now on.
-            with self._lock:
-                if self.fallback is None:
-                    log.warning("`%s` cannot answer checks; ruff runs as one `ruff check` a check from now on",
-                                " ".join(self.argv), exc_info=True)
-                    self._stop()
-                    self.fallback = RuffProvider(self.executable, self.select, self.timeout_s)
-                fallback = self.fallback
-            return fallback.diagnose(text, path, language)
-        return self._convert(text, items, encoding)
+            sent = self._send(text, path)
+        except RuffServerUnavailable as error:
+            return functools.partial(self._given_up, error, text, path, language)
+
+        def answered() -> list[Diagnostic]:
+            try:
+                items, encoding = self._receive(*sent)
+            except RuffServerUnavailable as error:
+                return self._given_up(error, text, path, language)
+            return self._convert(text, items, encoding)
+        return Submitted(answered)
+
+    def _given_up(self, error: RuffServerUnavailable, text: str, path: str, language: str) -> list[Diagnostic]:
+        """After ``error``: raised when the server had answered before (the next check starts
+        another); else (a ruff without ``server``, say) one ``ruff check`` a check from now on."""
+        if self.answered:
+            raise error
+        with self._lock:
+            if self.fallback is None:
+                log.warning("`%s` cannot answer checks (%s); ruff runs as one `ruff check` a check from now on",
+                            " ".join(self.argv), error)
+                self._stop()
+                self.fallback = RuffProvider(self.executable, self.select, self.timeout_s)
+            fallback = self.fallback
+        return fallback.diagnose(text, path, language)
 
     def start(self) -> None:
         """Start the server now and send it ``initialize`` (its answer is read by the first check),
@@ -141,38 +160,62 @@ class RuffServerProvider:
 
     # -- one check ---------------------------------------------------------------------------
 
-    def _check(self, text: str, path: str) -> tuple[list[dict[str, Any]], str]:
-        with self._lock:
+    def _send(self, text: str, path: str) -> tuple[subprocess.Popen[bytes], int, bytes, float]:
+        """Take the server (its lock, let go by :meth:`_receive`) and write what its pipe takes of the
+        check at once: ``(process, request id, what is left to send, deadline)``. Before the answer
+        to ``initialize`` is in, nothing is sent yet."""
+        self._lock.acquire()
+        try:
             process = self._running()
             deadline = time.monotonic() + self.timeout_s
             request = self._request("textDocument/diagnostic", None)
             check = self._sync(text, path, request)  # raises (a lone surrogate) before anything is sent
-            try:
-                outgoing = b""
-                if not self._initialized:
-                    answer = self._exchange(process, b"", _INITIALIZE_ID, deadline)
-                    if "error" in answer:
-                        self._stop()
-                        raise RuffServerUnavailable(f"the ruff server refused to start: {_describe(answer['error'])}")
-                    capabilities = (answer.get("result") or {}).get("capabilities") or {}
-                    self.position_encoding = capabilities.get("positionEncoding") or "utf-16"
-                    self._initialized = True
-                    outgoing = _frame(_notification("initialized", {}))
-                answer = self._exchange(process, outgoing + check, request["id"], deadline)
-            except TimeoutError:
-                self._stop()
-                raise TimeoutError(f"the ruff server gave no answer within {self.timeout_s:g}s") from None
-            except (OSError, EOFError, ValueError) as error:
-                unavailable = not self._initialized
-                status = self._stop(grace_s=0.0 if isinstance(error, ValueError) else 1.0)  # garbage: still running
-                failure = RuffServerUnavailable if unavailable else RuntimeError
-                raise failure(f"the ruff server stopped (exit status {status}): {error}") from None
-            if "error" in answer:
-                error = answer["error"] or {}
-                failure = RuffServerUnavailable if error.get("code") == _METHOD_NOT_FOUND else RuntimeError
-                raise failure(f"the ruff server failed: {_describe(error)}")
-            self.answered += 1
-            return list((answer.get("result") or {}).get("items") or []), self.position_encoding
+            if self._initialized:
+                assert process.stdin is not None
+                try:
+                    check = check[os.write(process.stdin.fileno(), check[:1 << 16]):]
+                except BlockingIOError:
+                    pass
+                except OSError as error:
+                    status = self._stop(grace_s=1.0)
+                    raise RuntimeError(f"the ruff server stopped (exit status {status}): {error}") from None
+        except BaseException:
+            self._lock.release()
+            raise
+        return process, request["id"], check, deadline
+
+    def _receive(self, process: subprocess.Popen[bytes], request_id: int, check: bytes,
+                 deadline: float) -> tuple[list[dict[str, Any]], str]:
+        """The rest of :meth:`_send`'s check written and its answer read; the lock let go."""
+        try:
+            outgoing = b""
+            if not self._initialized:
+                answer = self._exchange(process, b"", _INITIALIZE_ID, deadline)
+                if "error" in answer:
+                    self._stop()
+                    raise RuffServerUnavailable(f"the ruff server refused to start: {_describe(answer['error'])}")
+                capabilities = (answer.get("result") or {}).get("capabilities") or {}
+                self.position_encoding = capabilities.get("positionEncoding") or "utf-16"
+                self._initialized = True
+                outgoing = _frame(_notification("initialized", {}))
+            answer = self._exchange(process, outgoing + check, request_id, deadline)
+            if "error" not in answer:
+                self.answered += 1
+        except TimeoutError:
+            self._stop()
+            raise TimeoutError(f"the ruff server gave no answer within {self.timeout_s:g}s") from None
+        except (OSError, EOFError, ValueError) as error:
+            unavailable = not self._initialized
+            status = self._stop(grace_s=0.0 if isinstance(error, ValueError) else 1.0)  # garbage: still running
+            failure = RuffServerUnavailable if unavailable else RuntimeError
+            raise failure(f"the ruff server stopped (exit status {status}): {error}") from None
+        finally:
+            self._lock.release()
+        if "error" in answer:
+            error = answer["error"] or {}
+            failure = RuffServerUnavailable if error.get("code") == _METHOD_NOT_FOUND else RuntimeError
+            raise failure(f"the ruff server failed: {_describe(error)}")
+        return list((answer.get("result") or {}).get("items") or []), self.position_encoding
 
     def _sync(self, text: str, path: str, request: dict[str, Any]) -> bytes:
         """The messages that make the server's document for ``path`` hold ``text``, then ``request``

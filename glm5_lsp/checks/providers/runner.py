@@ -12,10 +12,11 @@ run on indefinitely (in-process) runs on a daemon thread of its own, so a hung o
 the caller (the thread is abandoned); one that stops itself within the time limit (``bounded_s``: a
 helper process asked with a deadline) is called in the calling thread while those threads run
 (which may then wait for the helper to finish another thread's check first: twice the limit at the
-most). A
-check from a helper takes about a millisecond, and handing it to a thread and back cost more than
-that: two checks of a 500-line file, 2.7-3.4 ms on threads against 1.0 ms in the caller (BENCHMARKS.md,
-"Checks in the calling thread").
+most). A check from a helper takes about a millisecond, and handing it to a thread and back cost
+more than that: two checks of a 500-line file, 2.7-3.4 ms on threads against 1.0 ms in the caller
+(BENCHMARKS.md, "Checks in the calling thread"). Such a checker with a ``submit`` (the compile
+helper, ``ruff server``) is sent its check before any answer is read, so the helpers work at once,
+each on its own process, while the caller runs the remaining checkers.
 """
 
 from __future__ import annotations
@@ -82,9 +83,21 @@ class DiagnosticRunner:
                                                        name=f"diagnose-{provider.name}"))
             for provider, here in zip(providers, inline)]
         outcomes: dict[int, tuple[list[Diagnostic], str | None]] = {}
-        for number, (provider, job) in enumerate(running):
-            if job is None:  # stops itself in time: no thread to hand it to and back from
-                outcomes[number] = _called(provider, text, path, language)
+        submitted: dict[int, Callable[[], list[Diagnostic]]] = {}
+        try:  # stops itself in time: no thread to hand it to and back from
+            for number, (provider, job) in enumerate(running):  # helpers first, all at once
+                submit = getattr(provider, "submit", None)
+                if job is None and submit is not None:
+                    try:
+                        submitted[number] = submit(text, path, language)
+                    except Exception as error:  # noqa: BLE001 -- any failure of a checker is reported, never raised
+                        outcomes[number] = [], _why(error)
+            for number, (provider, job) in enumerate(running):  # then the rest here while they work
+                if job is None and number not in submitted and number not in outcomes:
+                    outcomes[number] = _called(provider.diagnose, text, path, language)
+        finally:  # every submitted check is answered, so each lets go of its helper
+            for number, answer in submitted.items():
+                outcomes[number] = _called(answer)
         for number, (provider, job) in enumerate(running):
             if job is not None:
                 outcomes[number] = _outcome(job, max(0.0, started + self.timeout_s - time.monotonic()), self.timeout_s)
@@ -104,12 +117,17 @@ class DiagnosticRunner:
         return bound is not None and bound <= self.timeout_s
 
 
-def _called(provider: DiagnosticProvider, text: str, path: str, language: str) -> tuple[list[Diagnostic], str | None]:
-    """``provider``'s diagnostics in the calling thread, as :func:`_outcome` reports a thread's."""
+def _called(fn: Callable[..., Sequence[Diagnostic]], *args: str) -> tuple[list[Diagnostic], str | None]:
+    """``fn(*args)``'s diagnostics in the calling thread (a provider's ``diagnose``, or a submitted
+    check's answer), as :func:`_outcome` reports a thread's."""
     try:
-        return _diagnostics_of(provider, text, path, language), None
+        return list(fn(*args)), None
     except Exception as error:  # noqa: BLE001 -- any failure of a checker is reported, never raised
-        return [], f"{type(error).__name__}: {error}"
+        return [], _why(error)
+
+
+def _why(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 def in_background(fn: Callable[..., T], *args: object, name: str = "background") -> Future[T]:
@@ -138,5 +156,5 @@ def _outcome(job: Future[list[Diagnostic]], wait_s: float, timeout_s: float) -> 
     except FutureTimeout:
         return [], f"timed out after {timeout_s:g}s"
     if error is not None:
-        return [], f"{type(error).__name__}: {error}"
+        return [], _why(error)
     return job.result(), None
