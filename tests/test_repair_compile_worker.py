@@ -162,3 +162,39 @@ def test_a_submitted_check_that_times_out_lets_go_of_the_helper() -> None:
     worker.timeout_s = 10.0
     assert worker.diagnose("x = (\n", "<t>")[0].message == "'(' was never closed"  # not locked out
     worker.close()
+
+
+def test_a_changed_text_is_sent_as_its_edit_and_answered_as_the_whole(worker: CompileWorker) -> None:
+    import random
+
+    rng = random.Random(3)
+    sent: list[bytes] = []
+    in_process = PythonCompileProvider()
+    text = "def f(x):\n    s = '\U0001F600 caf\u00e9'\n    return x + 1\n\nprint(f(2))\n"
+    pieces = ["(", ")", "\n", "    y = s\n", "\U0001F600", "'", ":", "", "\ud800"]
+    assert worker.diagnose(text, "<e.py>") == in_process.diagnose(text, "e.py", "python")
+    real = worker._running
+
+    def running():
+        process = real()
+        write = process.stdin.write
+        process.stdin.write = lambda data: sent.append(data) or write(data)
+        return process
+    worker._running = running
+    for _ in range(60):
+        start = rng.randrange(len(text) + 1)
+        end = min(len(text), start + rng.choice([0, 0, 1, 3, 12]))
+        text = text[:start] + rng.choice(pieces) + text[end:]
+        assert worker.diagnose(text, "<e.py>") == in_process.diagnose(text, "e.py", "python"), text
+    assert all(b'"edit"' in request and len(request) < 150 for request in sent)  # never the whole text again
+    assert worker.started == 1
+
+
+def test_after_a_failure_the_next_request_carries_the_whole_text() -> None:
+    sink = io.BytesIO()
+    requests = [{"edit": [0, 0, "x"], "filename": "<a>"}, {"text": "y = (\n", "filename": "<a>"},
+                {"edit": [4, 5, "1"], "filename": "<a>"}]
+    serve(4, io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in requests)), sink)
+    first, second, third = (json.loads(line) for line in sink.getvalue().splitlines())
+    assert first["error"].startswith("ValueError: an edit before any text")
+    assert second["diagnostics"][0][4] == "'(' was never closed" and third == {"diagnostics": []}

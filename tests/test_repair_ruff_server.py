@@ -306,3 +306,24 @@ def test_a_submitted_check_is_answered_as_diagnose_and_failures_let_go_of_the_se
     hanging.timeout_s = 10.0
     assert hanging.diagnose("x = nope\n", "a.py", "python")[0].code == "F821"  # the lock was let go
     hanging.close()
+
+
+def test_a_changed_text_is_sent_as_its_range_and_answered_as_the_whole(server: RuffServerProvider,
+                                                                        cli: RuffProvider) -> None:
+    import random
+
+    rng = random.Random(5)
+    text = "import os\n\ndef f(x):\n    s = '\U0001F600 caf\u00e9'\n    return x + 1\n\n\nprint(f(2))\n"
+    pieces = ["nope", "\n", "(", "    y = s\n", "\U0001F600", "'", "import sys\n", "", "x"]
+    assert server.diagnose(text, "e.py", "python") == cli.diagnose(text, "e.py", "python")
+    assert server._change(text, text.replace("x + 1", "x + 2"))["range"] == {  # what a candidate's check sends
+        "start": {"line": 4, "character": 15}, "end": {"line": 4, "character": 16}}
+    for _ in range(60):
+        start = rng.randrange(len(text) + 1)
+        end = min(len(text), start + rng.choice([0, 0, 1, 3, 12]))
+        text = text[:start] + rng.choice(pieces) + text[end:]
+        assert by_position(server.diagnose(text, "e.py", "python")) == by_position(cli.diagnose(text, "e.py", "python")), text
+    crlf = text.replace("\n", "\r\n")
+    assert "range" not in server._change(text, crlf)  # carriage returns: the whole text
+    assert by_position(server.diagnose(crlf, "e.py", "python")) == by_position(cli.diagnose(crlf, "e.py", "python"))
+    assert server.started == 1

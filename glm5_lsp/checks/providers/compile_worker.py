@@ -6,9 +6,11 @@ of the same process: every such check stopped the decoding for its whole length.
 the check costs the other core instead.
 
 :class:`CompileWorker` keeps one ``python -m glm5_lsp.checks.providers.compile_worker`` process and
-talks to it in JSON lines over its stdin and stdout: a request ``{"text", "filename"}``, an answer
+talks to it in JSON lines over its stdin and stdout: a request ``{"text", "filename"}``, or
+``{"edit": [start, end, text], "filename"}`` for the helper's last text with ``[start:end]`` replaced
+(a candidate differs from the document in a line: its check sends that, not the file), an answer
 ``{"diagnostics": [[line, col, end_line, end_col, message, severity, source, code], ...]}`` or
-``{"error": "..."}``. The helper answers with :class:`~glm5_lsp.checks.providers.compile.RecentCompiles`,
+``{"error": "..."}`` (after which the next request sends its whole text). The helper answers with :class:`~glm5_lsp.checks.providers.compile.RecentCompiles`,
 so its incremental checks (one segment recompiled after a small edit) are kept across requests.
 
 One request at a time (a lock); an answer not back within the timeout kills the helper and raises
@@ -31,6 +33,7 @@ from collections.abc import Callable
 
 from glm5_lsp.checks.providers.process import Submitted, end_process, kill_if_running
 from glm5_lsp.diagnostics import Diagnostic
+from glm5_lsp.textdiff import diff_region
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ class CompileWorker:
         self.started = 0  # helper processes started (for tests and logs)
         self.answered = 0  # answers received, failures reported by the helper included
         self._process: subprocess.Popen[bytes] | None = None
+        self._held: str | None = None  # the helper's last text (None: the next request sends the whole text)
         self._lock = threading.Lock()
 
     def diagnose(self, text: str, filename: str) -> list[Diagnostic]:
@@ -61,14 +65,22 @@ class CompileWorker:
         """Send the check to the helper and return at once; the returned function waits for its
         answer (the caller's other work, another helper's check, runs meanwhile). Call it once: the
         helper is this check's until then, and other checks wait for it."""
-        # ASCII escapes carry any str, lone surrogates from an editor's UTF-16 included.
-        request = json.dumps({"text": text, "filename": filename}).encode("ascii") + b"\n"
         self._lock.acquire()
         try:
             process = self._running()
+            held = self._held
+            if held is None:
+                message: dict[str, object] = {"text": text, "filename": filename}
+            else:  # what differs from the helper's last text: a candidate's check sends a line, not the file
+                start, end, inserted = diff_region(held, text)
+                message = {"edit": [start, end, inserted], "filename": filename}
+            # ASCII escapes carry any str, lone surrogates from an editor's UTF-16 included.
+            request = json.dumps(message).encode("ascii") + b"\n"
             assert process.stdin is not None
+            self._held = None  # until the request is sure to be written whole
             process.stdin.write(request)
             process.stdin.flush()
+            self._held = text
         except OSError as error:
             status = self._stop()
             self._lock.release()
@@ -94,6 +106,7 @@ class CompileWorker:
             self._lock.release()
         reply = json.loads(answer)
         if "error" in reply:
+            self._held = None  # the next request carries its whole text
             raise RuntimeError(f"the compile helper failed: {reply['error']}")
         return [Diagnostic(*fields) for fields in reply["diagnostics"]]
 
@@ -112,6 +125,7 @@ class CompileWorker:
             return self._process
         if self._process is not None:
             log.warning("the compile helper had stopped (exit status %s); starting another", self._process.returncode)
+        self._held = None
         self._process = subprocess.Popen(
             self.argv,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
@@ -135,6 +149,7 @@ class CompileWorker:
         return b"".join(chunks)
 
     def _stop(self) -> int | None:
+        self._held = None
         process, self._process = self._process, None
         return end_process(process) if process is not None else None
 
@@ -150,10 +165,18 @@ def serve(recent_texts: int, stdin=None, stdout=None) -> None:
     source = stdin if stdin is not None else sys.stdin.buffer
     sink = stdout if stdout is not None else sys.stdout.buffer
     recent = RecentCompiles(recent_texts)
+    held: str | None = None  # the last text asked about, which an "edit" request changes
     for line in source:
         try:
             request = json.loads(line)
-            found = recent.diagnose(request["text"], request["filename"])
+            if "edit" in request:
+                if held is None:
+                    raise ValueError("an edit before any text")
+                start, end, inserted = request["edit"]
+                held = held[:start] + inserted + held[end:]
+            else:
+                held = request["text"]
+            found = recent.diagnose(held, request["filename"])
             reply = {"diagnostics": [[d.line, d.col, d.end_line, d.end_col, d.message, d.severity, d.source, d.code]
                                      for d in found]}
         except Exception as error:  # noqa: BLE001 -- reported to the caller, which skips the check
