@@ -265,12 +265,7 @@ class RepairLoop:
         started = self.clock()
         deadline = started + settings.time_budget_s
         runner = self.runner_for(target.language)
-        # The document's own diagnostics are needed only to judge the first candidate: they are
-        # computed while the model writes it (checkers are C code or subprocesses, torch releases
-        # the GIL in its kernels, so the two overlap on a second core).
-        baseline_job = in_background(runner.diagnose, target.document, target.path, target.language,
-                                     name="repair-baseline")
-        # The prompt's prefill, where the backend can start it on a core of its own (the embedded
+        # The prompt's prefill first, where the backend can start it on a core of its own (the embedded
         # model's C path): it runs while the memory's line below and the processors' setup are worked out.
         prefetch = getattr(self.backend, "prefetch", None)
         if prefetch is not None and settings.max_rounds > 0:
@@ -278,6 +273,12 @@ class RepairLoop:
                 prefetch(request)
             except BackendError:
                 log.debug("the prompt's prefetch failed; complete() prefills it", exc_info=True)
+        # The document's own diagnostics are needed only to judge the first candidate: they are
+        # computed while the model writes it (checkers are C code or subprocesses, torch releases
+        # the GIL in its kernels, so the two overlap on a second core). Not before the memory's line
+        # is worked out: the checkers' processes would take the core the prefill runs on.
+        baseline_job = _Deferred(lambda: in_background(runner.diagnose, target.document, target.path,
+                                                       target.language, name="repair-baseline"))
         candidates: list[Candidate] = []
         tokens = prompt_tokens = 0
         finish_reason = "stop"
@@ -289,6 +290,7 @@ class RepairLoop:
                 result.finish_reason = "memory"
                 result.recalled = self._recalled(request, target)
                 return result
+        baseline_job.start()
         current = request
         finishing_tried = False  # the word finisher (``_finish_word``) is asked once at most
         for round_no in range(1, settings.max_rounds + 1):
@@ -629,3 +631,19 @@ class RepairLoop:
             vouched=returned is not None and returned.vouched,
             remembered=returned is not None and returned.remembered,
         )
+
+
+class _Deferred:
+    """A background job started on the first :meth:`start` or :meth:`result`."""
+
+    def __init__(self, begin: Callable[[], Any]) -> None:
+        self._begin = begin
+        self._job: Any = None
+
+    def start(self) -> None:
+        if self._job is None:
+            self._job = self._begin()
+
+    def result(self) -> Any:
+        self.start()
+        return self._job.result()
