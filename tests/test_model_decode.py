@@ -506,19 +506,26 @@ def test_batched_experts_equal_the_per_expert_loop(tokens) -> None:
     assert (got - expected).abs().max().item() < TOL
 
 
-@pytest.mark.parametrize("overrides", [{}, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False}])
+@pytest.mark.parametrize("overrides", [{}, {"n_group": 1, "topk_group": 1, "norm_topk_prob": False},
+                                       {"n_routed_experts": 16, "n_group": 4, "topk_group": 2}])
 def test_one_token_router_chooses_as_the_router_does(overrides) -> None:
-    model = tiny_model(**overrides)
-    for layer in model.model.layers:
+    """``Router.route_one`` and the scripted path's ``_route_one`` (Python lists, groups chosen by
+    their two best choice values) against the router's tensor choice."""
+    model = _model(**overrides)
+    fast = script.get(model)
+    assert fast is not None
+    for i, layer in enumerate(model.model.layers):
         if not hasattr(layer.mlp, "experts"):
             continue
-        for seed in range(20):
+        for seed in range(40):
             h = torch.randn(1, model.config.hidden_size, generator=torch.Generator().manual_seed(seed))
             with torch.no_grad():
                 idx, weights = layer.mlp.gate(h)
                 chosen, picked, scores = layer.mlp.gate.route_one(h)
+                scripted_chosen, scripted_picked, _ = fast.module._route_one(h, i)
             want = dict(zip(idx[0].tolist(), weights[0].tolist()))
             assert dict(zip(chosen, picked)) == pytest.approx(want, abs=1e-6)
+            assert dict(zip(scripted_chosen, scripted_picked)) == pytest.approx(want, abs=1e-6)
             assert torch.equal(scores, layer.mlp.gate.scores(h))
 
 

@@ -27,6 +27,7 @@ same thing from those fields and the modules' functional forms (``RMSNorm.one_ro
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -663,11 +664,14 @@ class Router(nn.Module):
         choice as ``choose``, read once as floats: a handful of experts costs less in Python than in
         tensor operations), and the scores ``[1, E]``."""
         scores = self.scores(h)
-        if self.n_group > 1:
-            idx, weights = self.choose(scores)
-            return Route(idx[0].tolist(), weights[0].tolist(), scores)
         choice = (scores + self.e_score_correction_bias)[0].tolist()
-        chosen = sorted(range(len(choice)), key=choice.__getitem__, reverse=True)[: self.top_k]
+        candidates: Sequence[int] = range(len(choice))
+        if self.n_group > 1:  # the groups whose two best choice values sum highest, as ``choose`` keeps
+            size = len(choice) // self.n_group
+            best_two = [sum(sorted(choice[g * size:(g + 1) * size], reverse=True)[:2]) for g in range(self.n_group)]
+            kept = sorted(sorted(range(self.n_group), key=best_two.__getitem__, reverse=True)[: self.topk_group])
+            candidates = [e for g in kept for e in range(g * size, (g + 1) * size)]
+        chosen = sorted(candidates, key=choice.__getitem__, reverse=True)[: self.top_k]
         values = scores[0].tolist()
         picked = [values[e] for e in chosen]
         if self.norm_topk_prob:

@@ -219,19 +219,37 @@ class LeanScript(torch.nn.Module):
     def _route_one(self, h: torch.Tensor, i: int) -> tuple[list[int], list[float], torch.Tensor]:
         """``Router.route_one``: the chosen experts, their weights as floats, the scores ``[1, E]``."""
         scores = F.linear(h, self.router_w[i]).sigmoid()
-        if self.n_group > 1:
-            idx, weights = self._choose(scores, i)
-            return torch.jit.annotate(list[int], idx[0].tolist()), torch.jit.annotate(
-                list[float], weights[0].tolist()), scores
         choice = torch.jit.annotate(list[float], (scores + self.router_bias[i])[0].tolist())
         values = torch.jit.annotate(list[float], scores[0].tolist())
-        chosen = torch.jit.annotate(list[int], [])
         taken = [False] * len(choice)
+        if self.n_group > 1:  # the groups outside the topk_group best (their two best values summed) are out
+            size = len(choice) // self.n_group
+            group_score = torch.jit.annotate(list[float], [])
+            for g in range(self.n_group):
+                first, second = -math.inf, -math.inf
+                for e in range(g * size, (g + 1) * size):
+                    if choice[e] > first:
+                        first, second = choice[e], first
+                    elif choice[e] > second:
+                        second = choice[e]
+                group_score.append(first + (second if size > 1 else 0.0))
+            out_groups = [True] * self.n_group
+            for _ in range(min(self.topk_group, self.n_group)):
+                best = -1
+                for g in range(self.n_group):
+                    if out_groups[g] and (best < 0 or group_score[g] > group_score[best]):
+                        best = g
+                out_groups[best] = False
+            for e in range(len(choice)):
+                taken[e] = out_groups[e // size]
+        chosen = torch.jit.annotate(list[int], [])
         for _ in range(min(self.top_k, len(choice))):  # as a stable sort, largest first: ties by index
             best = -1
             for e in range(len(choice)):
                 if not taken[e] and (best < 0 or choice[e] > choice[best]):
                     best = e
+            if best < 0:
+                break
             taken[best] = True
             chosen.append(best)
         picked = [values[e] for e in chosen]
