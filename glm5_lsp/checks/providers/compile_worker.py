@@ -10,8 +10,9 @@ talks to it in JSON lines over its stdin and stdout: a request ``{"text", "filen
 ``{"edit": [start, end, text], "filename"}`` for the helper's last text with ``[start:end]`` replaced
 (a candidate differs from the document in a line: its check sends that, not the file), an answer
 ``{"diagnostics": [[line, col, end_line, end_col, message, severity, source, code], ...]}`` or
-``{"error": "..."}`` (after which the next request sends its whole text). The helper answers with :class:`~glm5_lsp.checks.providers.compile.RecentCompiles`,
-so its incremental checks (one segment recompiled after a small edit) are kept across requests.
+``{"error": "..."}`` (after which the next request sends its whole text). The helper answers with
+:class:`~glm5_lsp.checks.providers.compile.RecentCompiles`, so its incremental checks (one segment
+recompiled after a small edit) are kept across requests.
 
 One request at a time (a lock); an answer not back within the timeout kills the helper and raises
 ``TimeoutError``; a helper that died raises ``RuntimeError`` with its exit status. Either way the
@@ -155,7 +156,6 @@ class CompileWorker:
 
     def __del__(self) -> None:  # a dropped worker does not leave its helper behind
         kill_if_running(getattr(self, "_process", None))
-
 
 
 def serve(recent_texts: int, stdin=None, stdout=None) -> None:
