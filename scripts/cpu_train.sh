@@ -17,7 +17,8 @@
 # new run starts from, default the shipped weights: say an upcycled copy of them, made by
 # `python -m glm5_lsp.train.upcycle`; a run that exists resumes whatever it started from), GLM5_EVAL (1/0: re-measure
 # HumanEval after a promotion, default 1), GLM5_BENCHMARKS (default ../shared/benchmarks), GLM5_GROUP_NICE
-# (the run's scheduling-group nice value, default 5).
+# (the run's scheduling-group nice value, default 5), GLM5_EXTRA_SITE (more code for a new run to read,
+# default runs/corpus-pypi/site: scripts/fetch_corpus.sh fills it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="${GLM5_RUN:-runs/continued}"
@@ -32,11 +33,21 @@ lowest() { echo nice -n 19; }
 
 running() { [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
+# A new run reads this Python's site-packages and, once scripts/fetch_corpus.sh has filled it, the
+# folder of fetched wheels beside them (GLM5_EXTRA_SITE, default runs/corpus-pypi/site).
+site_args() {
+    local extra="${GLM5_EXTRA_SITE:-runs/corpus-pypi/site}"
+    [[ -d "$extra" ]] || return 0
+    "$PY" -c "import sys; from glm5_lsp.train.corpus import default_site_dirs; \
+print(' '.join('--site-dir ' + str(p) for p in (*default_site_dirs(), sys.argv[1])))" "$extra"
+}
+
 train_cmd() {
     if [[ -f "$RUN/run.json" ]]; then
         echo "$PY" -m glm5_lsp.cli train --resume "$RUN" --threads 1
     else
-        echo "$PY" -m glm5_lsp.cli train --continue-from "$FROM" --out "$RUN" --threads 1 --benchmarks "$BENCH"
+        echo "$PY" -m glm5_lsp.cli train --continue-from "$FROM" --out "$RUN" --threads 1 --benchmarks "$BENCH" \
+            "$(site_args)"
     fi
 }
 

@@ -70,13 +70,13 @@ def test_expression_takes_precedence_over_classifiers() -> None:
 
 def _fixture_corpus(**overrides) -> tuple:
     guard = BenchmarkGuard.from_benchmarks(DATA / "benchmarks")
-    config = CorpusConfig(
-        stdlib=DATA / "stdlib",
-        site_dirs=(DATA / "site",),
-        holdout=("stdlib:json", "heldpkg", "absentpkg"),
-        guard=guard,
+    config = CorpusConfig(**{
+        "stdlib": DATA / "stdlib",
+        "site_dirs": (DATA / "site",),
+        "holdout": ("stdlib:json", "heldpkg", "absentpkg"),
+        "guard": guard,
         **overrides,
-    )
+    })
     corpus = build_corpus(config)
     return (
         corpus,
@@ -191,3 +191,46 @@ def test_the_editor_benchmarks_packages_are_never_trained_on() -> None:
     if shipped.is_file():
         sources = {r["package"].lower() for r in json.loads(shipped.read_text())["sources"]}
         assert not sources & {p.lower() for p in BENCHMARK_HOLDOUT}
+
+
+def test_a_fetched_site_folder_is_read_beside_site_packages(tmp_path: Path) -> None:
+    """``scripts/fetch_corpus.sh`` unpacks wheels into a folder of its own that a new run reads
+    after this Python's site-packages: its distributions join the corpus under the same rules (a
+    benchmark package there is still left out, a copy of a file already read is a duplicate)."""
+    import shutil
+
+    extra = tmp_path / "site"
+    extra.mkdir()
+    for name in ("newpkg", "pexpect"):  # pexpect: one of BENCHMARK_FIT's packages
+        (extra / name).mkdir()
+        (extra / name / "__init__.py").write_text(f"def {name}_main(value):\n    return value + 1\n")
+        info = extra / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nLicense-Expression: MIT\n")
+        (info / "RECORD").write_text(f"{name}/__init__.py,,\n{name}-1.0.dist-info/METADATA,,\n")
+    shutil.copytree(DATA / "site" / "goodpkg", extra / "goodcopy")  # the same files under another name
+    info = extra / "goodcopy-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: goodcopy\nVersion: 1.0\nLicense-Expression: MIT\n")
+    (info / "RECORD").write_text("goodcopy/core.py,,\ngoodcopy-1.0.dist-info/METADATA,,\n")
+    corpus, train, _ = _fixture_corpus(site_dirs=(DATA / "site", extra))
+    _, alone, _ = _fixture_corpus()
+    assert train - alone == {("newpkg", "newpkg/__init__.py")}
+    assert corpus.manifest["dropped_files"]["benchmark_holdout"] == 1
+    assert corpus.manifest["dropped_files"]["duplicate"] == 2  # shapes_copy.py, goodcopy/core.py
+
+
+def test_the_fetched_wheels_leave_out_the_benchmarks_and_the_held_out_packages() -> None:
+    from glm5_lsp.train.corpus import BENCHMARK_HOLDOUT, DEFAULT_HOLDOUT
+
+    listed = Path(__file__).parents[1] / "scripts" / "corpus_packages.txt"
+    pins = [line.strip() for line in listed.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert len(pins) > 200
+    names = set()
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        assert version and name == name.lower(), pin  # pinned, normalised
+        names.add(name.replace("_", "-"))
+    never = {n.lower().replace("_", "-") for n in BENCHMARK_HOLDOUT + DEFAULT_HOLDOUT if ":" not in n}
+    assert not names & never
+    assert len(names) == len(pins)

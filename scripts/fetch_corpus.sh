@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# More code for the background run to read: the wheels pinned in scripts/corpus_packages.txt, fetched
+# from PyPI and unpacked (no dependencies, nothing imported or run) into runs/corpus-pypi/site, which
+# scripts/cpu_train.sh then reads beside this Python's own site-packages when it starts a new run.
+#
+#   scripts/fetch_corpus.sh           fetch and unpack (0.6 GB of wheels, 1.9 GB unpacked; a few minutes)
+#
+# Why: the embedded model had read the installed corpus (150 MB of source, 46M tokens) eight times over
+# and its held-out perplexity had stopped falling. The corpus builder treats this folder like any
+# site-packages: permissive licences only (the wheels' own metadata), the benchmarks' packages
+# (BENCHMARK_FIT, BENCHMARK_REPORT) and the held-out packages never trained on, the same file filters
+# and HumanEval guard, duplicates dropped; the run's corpus_manifest.json lists what went in. The list
+# leaves out every package installed here already and every benchmark package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+ROOT="${GLM5_CORPUS_DIR:-runs/corpus-pypi}"
+mkdir -p "$ROOT/wheels"
+# pip's warnings about this machine's configured local indexes (absent folders) are left out
+quiet() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+quiet "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.11 -q -d "$ROOT/wheels" \
+    -r scripts/corpus_packages.txt
+rm -rf "$ROOT/site.new"
+quiet "$PY" -m pip install --no-deps --no-compile --no-warn-conflicts --disable-pip-version-check -q \
+    --target "$ROOT/site.new" "$ROOT"/wheels/*.whl
+rm -rf "$ROOT/site"
+mv "$ROOT/site.new" "$ROOT/site"
+echo "fetch_corpus.sh: $(ls -d "$ROOT"/site/*.dist-info | wc -l) distributions in $ROOT/site"
