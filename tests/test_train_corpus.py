@@ -234,3 +234,47 @@ def test_the_fetched_wheels_leave_out_the_benchmarks_and_the_held_out_packages()
     never = {n.lower().replace("_", "-") for n in BENCHMARK_HOLDOUT + DEFAULT_HOLDOUT if ":" not in n}
     assert not names & never
     assert len(names) == len(pins)
+
+
+def _code(name: str, lines: int) -> str:
+    """Distinct code of ``lines`` long lines (``name`` makes it its own)."""
+    return "".join(f"result_{name}_{i} = compute_something_long({i}, '{name}') + offset_{i}\n" for i in range(lines))
+
+
+def _dist(site: Path, name: str, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nLicense-Expression: MIT\n")
+    (info / "RECORD").write_text("".join(f"{rel},,\n" for rel in files) + f"{name}-1.0.dist-info/METADATA,,\n")
+
+
+def test_a_copy_of_a_kept_out_package_under_another_name_is_not_trained_on(tmp_path: Path) -> None:
+    """A benchmark's package vendored inside another (numba ships cloudpickle as numba/cloudpickle) is
+    dropped, as is a copy of a held-out package's code; a licence text that many packages share is not
+    a copy."""
+    licence = "".join(f"# Permission is hereby granted, free of charge, clause number {i} of the licence\n"
+                      for i in range(20))
+    site = tmp_path / "site"
+    benchmark_code = _code("pickle", 40)
+    _dist(site, "cloudpickle", {"cloudpickle/core.py": licence + benchmark_code})  # BENCHMARK_FIT's
+    _dist(site, "tqdm", {"tqdm/std.py": _code("bars", 20)})  # BENCHMARK_REPORT's, its licence refused below
+    (site / "tqdm-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tqdm\nVersion: 1.0\n"
+                                                          "License-Expression: MPL-2.0\n")
+    _dist(site, "bars", {"bars/std.py": _code("bars", 20)})
+    _dist(site, "bigpkg", {"bigpkg/__init__.py": _code("big", 12),
+                           "bigpkg/vendored_pickle/core.py": "import os\n" + benchmark_code[: len(benchmark_code) // 2]})
+    _dist(site, "heldpkg", {"heldpkg/__init__.py": _code("held", 30)})
+    _dist(site, "fork", {"fork/held.py": "# a fork\n" + _code("held", 30) + _code("fork", 5)})
+    for n in range(6):  # the same licence text in six packages: boilerplate, not a copy
+        _dist(site, f"plain{n}", {f"plain{n}/__init__.py": licence + _code(f"plain{n}", 10)})
+    corpus = build_corpus(CorpusConfig(stdlib=tmp_path / "no-stdlib", site_dirs=(site,), holdout=("heldpkg",)))
+    trained = {(d.package, d.relpath) for d in corpus.train}
+    assert ("bigpkg", "bigpkg/__init__.py") in trained
+    assert ("bigpkg", "bigpkg/vendored_pickle/core.py") not in trained
+    assert ("fork", "fork/held.py") not in trained
+    assert ("bars", "bars/std.py") not in trained
+    assert {f"plain{n}" for n in range(6)} <= {package for package, _ in trained}
+    assert corpus.manifest["dropped_files"]["copies_kept_out_code"] == 3

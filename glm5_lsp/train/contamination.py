@@ -1,4 +1,5 @@
-"""A guard against training on the evaluation tasks: drop source files that contain HumanEval text.
+"""Guards against training on what is measured: source files that contain HumanEval text, and
+files that copy the code of a package kept out of training (:func:`copied_files`).
 
 The fingerprints are the distinctive lines of every HumanEval prompt (the ``def`` signature and the
 docstring prose, whitespace-collapsed, at least ``min_chars`` long), kept only as SHA-1 digests so a
@@ -103,3 +104,39 @@ def _read_prompts(path: Path) -> Iterator[str]:
                 yield json.loads(line)["prompt"]
             except (json.JSONDecodeError, KeyError) as exc:
                 raise ValueError(f"{path}:{number}: not a HumanEval problem: {exc}") from exc
+
+
+# A file copies a package kept out of training (a benchmark's workspace, a held-out package) when it
+# shares COPY_MIN_SHARED runs of COPY_LINES consecutive lines with that package's files, counting
+# lines of at least COPY_LINE_CHARS characters (whitespace stripped) and leaving out runs found in
+# COPY_COMMON_PACKAGES or more training packages (a licence's text, the same boilerplate everywhere).
+# Found this way in the fetched wheels: cloudpickle vendored in numba and srsly, decorator.py in
+# prometheus_client and pony, wrapt's import hooks in wandb and mlflow.
+COPY_LINES = 8
+COPY_LINE_CHARS = 20
+COPY_MIN_SHARED = 10
+COPY_COMMON_PACKAGES = 5
+
+
+def line_runs(text: str) -> set[int]:
+    """Fingerprints of ``text``'s runs of ``COPY_LINES`` consecutive long lines, whitespace stripped
+    (the same within one process: a corpus is checked in one)."""
+    lines = [stripped for raw in text.splitlines() if len(stripped := raw.strip()) >= COPY_LINE_CHARS]
+    return {hash(tuple(lines[i:i + COPY_LINES])) for i in range(len(lines) - COPY_LINES + 1)}
+
+
+def copied_files(protected: Iterable[str], train: Iterable[tuple[str, str]]) -> list[int]:
+    """Indexes of the ``train`` files (``(package, text)``, in order) that copy ``protected`` text
+    (the files of the packages kept out of training)."""
+    fingerprints: set[int] = set()
+    for text in protected:
+        fingerprints |= line_runs(text)
+    shared: list[tuple[str, set[int]]] = []
+    packages: dict[int, set[str]] = {}
+    for package, text in train:
+        found = line_runs(text) & fingerprints if fingerprints else set()
+        shared.append((package, found))
+        for run in found:
+            packages.setdefault(run, set()).add(package)
+    return [i for i, (_, found) in enumerate(shared)
+            if sum(1 for run in found if len(packages[run]) < COPY_COMMON_PACKAGES) >= COPY_MIN_SHARED]

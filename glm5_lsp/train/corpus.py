@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from glm5_lsp import pyparse
-from glm5_lsp.train.contamination import BenchmarkGuard
+from glm5_lsp.train.contamination import BenchmarkGuard, copied_files
 from glm5_lsp.train.licence import classify_metadata
 
 STDLIB = "python-stdlib"
@@ -276,9 +276,11 @@ def assemble(sources: Iterable[Source], config: CorpusConfig) -> Corpus:
     dropped: Counter[str] = Counter()
     held: list[_Candidate] = []
     candidates: list[_Candidate] = []
+    kept_out: list[Path] = []  # the benchmarks' packages' files: no training file may copy them
     for source in sources:
         if not source.permissive:
             refused.append({"package": source.name, "version": source.version, "licence": source.licence})
+            kept_out.extend(path for path, rel in source.files if _unit(source, rel).lower() in excluded)
             continue
         for path, rel in source.files:
             if _under(path, config.benchmarks):
@@ -287,6 +289,7 @@ def assemble(sources: Iterable[Source], config: CorpusConfig) -> Corpus:
             unit = _unit(source, rel)
             if unit.lower() in excluded:
                 dropped["benchmark_holdout"] += 1
+                kept_out.append(path)
                 continue
             (held if unit.lower() in holdout else candidates).append(_Candidate(source.name, unit, rel, path))
     if config.max_train_bytes is not None:
@@ -294,12 +297,30 @@ def assemble(sources: Iterable[Source], config: CorpusConfig) -> Corpus:
     seen: set[str] = set()
     heldout, _ = _accept(held, config, seen, dropped, None)
     train, examined = _accept(candidates, config, seen, dropped, config.max_train_bytes)
+    train = _without_copies(train, kept_out, heldout, dropped)
     train.sort(key=lambda d: (d.package.lower(), d.relpath))
     versions = {s.name: (s.version, s.licence) for s in sources}
     manifest = _manifest(train, heldout, refused, dropped, versions, config)
     manifest["totals"]["examined_files"] = examined + len(held)
     manifest["totals"]["candidate_files"] = len(candidates) + len(held)
     return Corpus(train, heldout, manifest)
+
+
+def _without_copies(train: list[Document], kept_out: list[Path], heldout: list[Document],
+                    dropped: Counter[str]) -> list[Document]:
+    """``train`` less the files that copy a benchmark's package or a held-out one (a vendored copy
+    under another name: ``contamination.copied_files``)."""
+    def text(path: Path) -> str:
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    protected = (text(path) for path in [*kept_out, *(d.path for d in heldout)])
+    copies = set(copied_files(protected, ((d.package, text(d.path)) for d in train)))
+    if copies:
+        dropped["copies_kept_out_code"] += len(copies)
+    return [d for i, d in enumerate(train) if i not in copies]
 
 
 @dataclass(frozen=True)
