@@ -15,11 +15,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 ROOT="${GLM5_CORPUS_DIR:-runs/corpus-pypi}"
+PIDFILE="${GLM5_RUN:-runs/continued}/train.pid"
+if [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    echo "fetch_corpus.sh: a training run is reading $ROOT (pid $(cat "$PIDFILE")); stop it first (scripts/cpu_train.sh --stop)" >&2
+    exit 1
+fi
 mkdir -p "$ROOT/wheels"
 # pip's warnings about this machine's configured local indexes (absent folders) are left out
 quiet() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
-quiet "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.11 -q -d "$ROOT/wheels" \
-    -r scripts/corpus_packages.txt
+# one pin at a time, four at once: a wheel PyPI no longer has is reported and the rest still come
+failed="$ROOT/failed.txt"
+: > "$failed"
+grep -v '^#' scripts/corpus_packages.txt | grep . | xargs -P 4 -I{} sh -c \
+    '"$0" -m pip download --no-deps --only-binary=:all: --python-version 3.11 -q -d "$1/wheels" "{}" 2>/dev/null \
+     || echo "{}" >> "$2"' "$PY" "$ROOT" "$failed"
+if [[ -s "$failed" ]]; then
+    echo "fetch_corpus.sh: $(wc -l < "$failed") pinned wheels could not be fetched (see $failed): $(tr '\n' ' ' < "$failed")" >&2
+fi
 rm -rf "$ROOT/site.new"
 quiet "$PY" -m pip install --no-deps --no-compile --no-warn-conflicts --disable-pip-version-check -q \
     --target "$ROOT/site.new" "$ROOT"/wheels/*.whl
