@@ -193,26 +193,25 @@ def test_the_editor_benchmarks_packages_are_never_trained_on() -> None:
         assert not sources & {p.lower() for p in BENCHMARK_HOLDOUT}
 
 
+def _dist(site: Path, name: str, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nLicense-Expression: MIT\n")
+    (info / "RECORD").write_text("".join(f"{rel},,\n" for rel in files) + f"{name}-1.0.dist-info/METADATA,,\n")
+
+
 def test_a_fetched_site_folder_is_read_beside_site_packages(tmp_path: Path) -> None:
     """``scripts/fetch_corpus.sh`` unpacks wheels into a folder of its own that a new run reads
     after this Python's site-packages: its distributions join the corpus under the same rules (a
     benchmark package there is still left out, a copy of a file already read is a duplicate)."""
-    import shutil
-
     extra = tmp_path / "site"
-    extra.mkdir()
     for name in ("newpkg", "pexpect"):  # pexpect: one of BENCHMARK_FIT's packages
-        (extra / name).mkdir()
-        (extra / name / "__init__.py").write_text(f"def {name}_main(value):\n    return value + 1\n")
-        info = extra / f"{name}-1.0.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nLicense-Expression: MIT\n")
-        (info / "RECORD").write_text(f"{name}/__init__.py,,\n{name}-1.0.dist-info/METADATA,,\n")
-    shutil.copytree(DATA / "site" / "goodpkg", extra / "goodcopy")  # the same files under another name
-    info = extra / "goodcopy-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: goodcopy\nVersion: 1.0\nLicense-Expression: MIT\n")
-    (info / "RECORD").write_text("goodcopy/core.py,,\ngoodcopy-1.0.dist-info/METADATA,,\n")
+        _dist(extra, name, {f"{name}/__init__.py": f"def {name}_main(value):\n    return value + 1\n"})
+    core = (DATA / "site" / "goodpkg" / "core.py").read_text()
+    _dist(extra, "goodcopy", {"goodcopy/core.py": core})  # the same file under another name
     corpus, train, _ = _fixture_corpus(site_dirs=(DATA / "site", extra))
     _, alone, _ = _fixture_corpus()
     assert train - alone == {("newpkg", "newpkg/__init__.py")}
@@ -239,16 +238,6 @@ def test_the_fetched_wheels_leave_out_the_benchmarks_and_the_held_out_packages()
 def _code(name: str, lines: int) -> str:
     """Distinct code of ``lines`` long lines (``name`` makes it its own)."""
     return "".join(f"result_{name}_{i} = compute_something_long({i}, '{name}') + offset_{i}\n" for i in range(lines))
-
-
-def _dist(site: Path, name: str, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        (site / rel).write_text(text)
-    info = site / f"{name}-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nLicense-Expression: MIT\n")
-    (info / "RECORD").write_text("".join(f"{rel},,\n" for rel in files) + f"{name}-1.0.dist-info/METADATA,,\n")
 
 
 def test_a_copy_of_a_kept_out_package_under_another_name_is_not_trained_on(tmp_path: Path) -> None:

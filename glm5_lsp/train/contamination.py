@@ -131,10 +131,12 @@ def copied_files(protected: Iterable[str], train: Iterable[tuple[str, str]]) -> 
     fingerprints: set[int] = set()
     for text in protected:
         fingerprints |= line_runs(text)
+    if not fingerprints:  # nothing kept out: the training files need not be read
+        return []
     shared: list[tuple[str, set[int]]] = []
     packages: dict[int, set[str]] = {}
     for package, text in train:
-        found = line_runs(text) & fingerprints if fingerprints else set()
+        found = line_runs(text) & fingerprints
         shared.append((package, found))
         for run in found:
             packages.setdefault(run, set()).add(package)
