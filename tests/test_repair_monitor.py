@@ -21,12 +21,15 @@ from glm5_lsp.pynames.jedi import warm_jedi
 from glm5_lsp.repair.monitor import (
     _IDENT_WORD,
     JediAttributes,
+    ModuleAttributes,
     MonitorSettings,
     NameMonitor,
     NameTrie,
     TokenIndex,
+    _rebound,
     decoding_state,
     identifiers,
+    import_aliases,
     python_monitor_factory,
 )
 
@@ -512,15 +515,72 @@ def test_a_local_of_an_enclosing_function_counts(strings: list[str]) -> None:
     assert written.startswith("ues"), written
 
 
-def test_warm_jedi_loads_the_imported_modules_but_not_relative_ones(monkeypatch) -> None:
+def test_warm_jedi_lists_the_imported_modules_but_not_relative_ones(monkeypatch) -> None:
     from glm5_lsp.pynames import jedi as monitor
 
     monkeypatch.setattr(monitor, "_WARMED", set())  # as in a fresh process
+    monkeypatch.setattr(monitor, "_MEMBERS", {})
     code = "import os\nimport json.decoder\nfrom . import sibling\nfrom os import path\n\nvalue = os.path\n"
     assert warm_jedi(code) == 2  # os and json.decoder, each once
     assert "join" in JediAttributes()(code + "os.path.")
-    assert warm_jedi(code + "import textwrap\n") == 1  # only the module not loaded before
-    assert monitor._WARMED == {"", "os", "json.decoder", "textwrap"}
+    assert warm_jedi(code + "import textwrap\n") == 1  # only the module not listed before
+    assert sorted(monitor._MEMBERS) == ["json.decoder", "os", "textwrap"]
+    assert "path" in monitor._MEMBERS["os"] and "JSONDecoder" in monitor._MEMBERS["json.decoder"]
+
+
+def test_a_module_receiver_is_answered_from_the_listing_kept_when_the_file_opened(monkeypatch) -> None:
+    """``re.``, ``os.path.``, ``t.`` (``import typing as t``): the module's names as jedi lists them in
+    the document, without asking jedi again (20-200 ms a lookup, once per scope before)."""
+    from glm5_lsp.pynames import jedi
+
+    monkeypatch.setattr(jedi, "_MEMBERS", {})
+    code = "import os\nimport re\nimport typing as t\n\n\ndef f(pattern):\n    return "
+    warm_jedi(code)
+    asked: list[str] = []
+    provider = ModuleAttributes(code, lambda text: asked.append(text) or ["fallback"])
+    for receiver in ("re.", "os.path.", "t."):
+        assert sorted(provider(code + receiver)) == sorted(JediAttributes()(code + receiver)), receiver
+
+    def no_jedi() -> None:
+        raise AssertionError("jedi asked again")
+
+    monkeypatch.setattr(jedi, "_jedi", no_jedi)
+    assert "compile" in provider(code + "re.") and "join" in provider(code + "os.path.")
+    assert "Any" in provider(code + "t.") and not asked
+
+
+@pytest.mark.parametrize("text", [
+    "x = t.Any.",  # an attribute of the module that is no module
+    "x = pattern.",  # not imported
+    "x = np.",  # rebound below
+    "x = mine.",  # the workspace's own module
+    "x = json.",  # bound by ``from``
+])
+def test_receivers_that_are_not_installed_modules_go_to_the_fallback(tmp_path, monkeypatch, text: str) -> None:
+    (tmp_path / "mine_workspace_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = ("import typing as t\nimport numpy as np\nimport mine_workspace_module as mine\nfrom x import json\n"
+            "np = None\n")
+    provider = ModuleAttributes(code, lambda asked: ["fallback"])
+    assert provider(code + text) == ["fallback"]
+
+
+@pytest.mark.parametrize(("line", "rebound"), [
+    ("def f(a, t):", True), ("def f(\n    a,\n    t,\n):", True), ("for a, t in x:", True), ("t = 1", True),
+    ("t: int = 1", True), ("t += 1", True), ("f(t=1)", True), ("with open(p) as t:", True), ("from a import t", True),
+    ("from a import (b,\n   t)", True), ("from a import b as t", True), ("del t", True), ("lambda t: 1", True),
+    ("if (t := 3):", True), ("class t:", True), ("global t", True), ("y = [t for t in z]", True),
+    ("def f(a: t.Any):", False), ("def f(\n    a: t.Any,\n) -> t.Any:", False), ("for x in t.items():", False),
+    ("x = t.cast(int, y)", False), ("import t", False), ("del t.x", False), ("x == t", False), ("print(t)", False),
+    ("x = [y for y in t]", False), ("tt = 1\nt2 = 3\nx.t = 4", False), ("f(\n  t,\n)", False),
+])
+def test_what_rebinds_an_imported_name(line: str, rebound: bool) -> None:
+    assert _rebound(f"import typing as t\n{line}\n", "t") is rebound
+
+
+def test_import_aliases() -> None:
+    code = "import os, sys as s\n  import json # c\nimport a.b\nimport a.c as ac\nx = 1; import no\nimport q as s\n"
+    assert import_aliases(code) == {"os": "os", "json": "json", "a": "a", "ac": "a.c"}  # ``s`` is two modules
 
 
 def test_a_lookup_still_running_at_the_request_deadline_is_stopped(strings: list[str]) -> None:

@@ -89,16 +89,43 @@ def in_process_environment() -> object:
 _IMPORTED = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.MULTILINE)
 
 
-_WARMED: set[str] = set()  # modules warm_jedi has loaded in this process ("" for the builtins)
+_WARMED: set[str] = set()  # what warm_jedi has read in this process ("" for the builtins)
+_MEMBERS: dict[str, frozenset[str] | None] = {}  # module -> the names jedi lists after it (None: it could not)
+
+
+def module_members(module: str) -> frozenset[str] | None:
+    """The names jedi completes after ``module.`` (``import module`` then ``module.``), listed once per
+    process and kept: 0.1-2 s the first time a module is read, and asking jedi again costs tens of
+    milliseconds to most of that again (it lists the names afresh). None where jedi cannot list it
+    (also kept). The decoding monitor's module receivers, the fixer's module attributes and the
+    warm-up when a file opens share the listing. Run it under a time limit where time matters
+    (``deadline.call_with_timeout``): a listing stopped midway is not kept."""
+    if module in _MEMBERS:
+        return _MEMBERS[module]
+    if not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", module):
+        return None
+    try:
+        completions = _jedi().Script(f"import {module}\n{module}.", environment=in_process_environment()) \
+            .complete(2, len(module) + 1)
+        listed: frozenset[str] | None = frozenset(c.name for c in completions)
+    except Exception:  # jedi fails in many ways on odd modules; such a module is not listed
+        log.debug("jedi could not list %s", module, exc_info=True)
+        listed = None
+    _MEMBERS[module] = listed
+    return listed
+
+
+def members_known(module: str) -> bool:
+    """Whether :func:`module_members` has ``module``'s answer at hand (no jedi call)."""
+    return module in _MEMBERS
 
 
 def warm_jedi(text: str, path: str | None = None, modules: int = 12) -> int:
     """Pay jedi's start-up before the first request does: Python's builtins, the modules ``text``
-    imports (at most ``modules``) and the parse of ``text`` itself (kept per ``path``, so later
-    lookups re-parse only what changed). The first of each costs 0.3-1 s, more than a request's
-    provider time, and a lookup stopped at that time would never get to keep it. A module is loaded
-    once per process: asking again would still cost about 0.4 s (jedi lists its names afresh).
-    Returns the modules loaded by this call."""
+    imports (at most ``modules``; their names listed and kept, :func:`module_members`) and the parse
+    of ``text`` itself (kept per ``path``, so later lookups re-parse only what changed). The first of
+    each costs 0.3-1 s, more than a request's provider time, and a lookup stopped at that time would
+    never get to keep it. Returns the modules listed by this call."""
     environment = in_process_environment()
     if "" not in _WARMED:
         _jedi().Script("''.", environment=environment).complete(1, 3)
@@ -106,13 +133,9 @@ def warm_jedi(text: str, path: str | None = None, modules: int = 12) -> int:
     names = list(dict.fromkeys(m.group(1) or m.group(2) for m in _IMPORTED.finditer(text)))
     loaded = 0
     for module in names[:modules]:
-        if module.startswith(".") or module in _WARMED:
+        if module.startswith(".") or members_known(module):
             continue
-        try:
-            _jedi().Script(f"import {module}\n{module}.", environment=environment).complete(2, len(module) + 1)
-            loaded += 1
-        except Exception:  # an odd module must not stop the rest
-            log.debug("jedi could not load %s", module, exc_info=True)
-        _WARMED.add(module)  # loaded, or not loadable: either way not worth asking again
+        module_members(module)  # listed, or not listable: either way kept, not asked again
+        loaded += 1
     _jedi().Script(text, path=path, environment=environment).get_names()
     return loaded

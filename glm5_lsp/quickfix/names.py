@@ -30,6 +30,7 @@ from glm5_lsp.checks.introduced import LineIndex
 from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.positions import byte_col_to_char
+from glm5_lsp.pynames.jedi import members_known, module_members
 from glm5_lsp.pynames.scope import ALWAYS, names_in_scope
 from glm5_lsp.quickfix import imports
 from glm5_lsp.quickfix.edits import ADDED_LINE_COST, Candidate, Edit, word_distance
@@ -233,41 +234,25 @@ def _module_attribute_problems(code: str, tree: ast.AST, seconds: float) -> list
     return found
 
 
-def _jedi_members(module: str) -> frozenset[str] | None:
-    """The names jedi completes after ``module.`` (0.1-2 s the first time a module is read, then
-    remembered: asking jedi again would cost most of that again)."""
-    from glm5_lsp.pynames.jedi import script
-
-    root = module.split(".")[0]
-    source = f"import {root}\n{module}."
-    try:
-        completions = script(source).complete(2, len(module) + 1)
-    except Exception:  # jedi fails in many ways on odd modules; such a module is not judged
-        log.debug("jedi could not list %s", module, exc_info=True)
-        return None
-    return frozenset(c.name for c in completions)
-
-
 _SLOW: dict[str, float] = {}  # module -> the time its listing ran out of: not tried again with as little
-_LISTED: dict[str, frozenset[str] | None] = {}  # module -> its attributes (None: jedi could not list it)
 
 
 def _members(module: str, seconds: float, retry: bool = False) -> frozenset[str] | None:
-    """``module``'s attributes, or None when they cannot be listed within ``seconds``. A module
-    whose listing ran out of time is tried again only with more time than it had (each fix would
-    lose its time the same way), or by :func:`warm` (``retry``)."""
-    if module in _LISTED:
-        return _LISTED[module]
+    """``module``'s attributes (``pynames.jedi.module_members``, kept per process), or None when they
+    cannot be listed within ``seconds``. A module whose listing ran out of time is tried again only
+    with more time than it had (each fix would lose its time the same way), or by :func:`warm`
+    (``retry``)."""
+    if members_known(module):
+        return module_members(module)
     if not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", module) or seconds <= 0 or \
             (not retry and seconds <= _SLOW.get(module, 0.0)):
         return None
     try:
-        listed = call_with_timeout(lambda: _jedi_members(module), seconds)
+        listed = call_with_timeout(lambda: module_members(module), seconds)
     except TimeoutError:
         _SLOW[module] = max(seconds, _SLOW.get(module, 0.0))
         return None
     _SLOW.pop(module, None)
-    _LISTED[module] = listed
     return listed
 
 

@@ -45,20 +45,25 @@ from __future__ import annotations
 import array
 import bisect
 import builtins
+import functools
 import keyword
 import logging
 import re
+import sysconfig
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.postprocess import IDENTIFIER_CHARS, ends_in_code, open_brackets
+from glm5_lsp.pynames.jedi import module_members
 from glm5_lsp.pynames.jedi import script as jedi_script
 from glm5_lsp.pynames.members import self_attributes
 from glm5_lsp.pynames.scope import MODULE_ATTRIBUTES, scope_at
 from glm5_lsp.pysource import HEADER_LINE, STAR_IMPORT, open_triple_quote, piece, top_level_pieces
+from glm5_lsp.quickfix.imports import find_module, is_module
 
 log = logging.getLogger(__name__)
 
@@ -601,6 +606,148 @@ class TextAttributes:
 _PLAIN_RECEIVER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\.\Z")
 
 
+class ModuleAttributes:
+    """A receiver that names an installed module (``re.``, ``os.path.``, ``t.`` after ``import typing
+    as t``) answered from the module's listing, kept per process (:func:`~glm5_lsp.pynames.jedi.module_members`:
+    listed when a file importing it opens; a fresh jedi lookup costs 20-200 ms, and the shared memory
+    of answers is per scope); any other receiver by ``fallback``.
+
+    ``document`` is the whole document: a name counts as a module only where an ``import`` binds it
+    to one and nothing else in the document binds it (an assignment, a parameter, a ``def``, a
+    ``from`` import, ``as`` outside an import). Modules of the standard library and of
+    site-packages only: the workspace's own modules change as the user edits them (jedi reads them
+    afresh through ``fallback``)."""
+
+    def __init__(self, document: str, fallback: AttributeProvider) -> None:
+        self.document = document
+        self.fallback = fallback
+        self._aliases: dict[str, str] | None = None  # read on the first lookup, once a request
+        self._rebound: dict[str, bool] = {}
+
+    def __call__(self, text: str) -> Sequence[str]:
+        dotted = _dotted_receiver(text)
+        module = self.module(dotted.group(0)[:-1]) if dotted is not None else None
+        names = module_members(module) if module is not None else None
+        return sorted(names) if names else self.fallback(text)
+
+    def module(self, receiver: str) -> str | None:
+        """The installed module the dotted ``receiver`` (``os.path``) names in the document, or None."""
+        head, *attributes = receiver.split(".")
+        if self._aliases is None:
+            self._aliases = import_aliases(self.document)
+        module = self._aliases.get(head)
+        if module is None or not _library_module(module):
+            return None
+        if head not in self._rebound:
+            self._rebound[head] = _rebound(self.document, head)
+        if self._rebound[head]:
+            return None
+        for attribute in attributes:  # ``os.path``: each step must be a module too
+            if not is_module(f"{module}.{attribute}"):
+                return None
+            module = f"{module}.{attribute}"
+        return module
+
+
+_IMPORT_WORD = re.compile(r"import[ \t]")
+_IMPORT_LINE = re.compile(r"[ \t]*import[ \t]+([\w. \t,]+?)[ \t]*(?:#.*)?$", re.MULTILINE)
+_IMPORT_ALIAS = re.compile(r"([A-Za-z_][\w.]*)(?:[ \t]+as[ \t]+([A-Za-z_]\w*))?$")
+
+
+def import_aliases(document: str) -> dict[str, str]:
+    """Name -> module for each name a plain ``import`` line of ``document`` binds (``import os.path``
+    binds ``os``; ``import numpy as np``, ``np``); a name two imports bind to different modules is
+    left out."""
+    aliases: dict[str, str] = {}
+    clashing: set[str] = set()
+    for keyword_at in _IMPORT_WORD.finditer(document):  # a literal first: a line-anchored search is slower
+        line_start = document.rfind("\n", 0, keyword_at.start()) + 1
+        line = _IMPORT_LINE.match(document, line_start)
+        if line is None or line.start(1) < keyword_at.end():
+            continue
+        for part in line.group(1).split(","):
+            found = _IMPORT_ALIAS.match(part.strip())
+            if found is None:
+                continue
+            module, alias = found.group(1), found.group(2)
+            name, bound = (alias, module) if alias else (module.split(".")[0], module.split(".")[0])
+            if aliases.get(name, bound) != bound:
+                clashing.add(name)
+            aliases[name] = bound
+    return {name: module for name, module in aliases.items() if name not in clashing}
+
+
+def _rebound(document: str, name: str) -> bool:
+    """Whether anything but a plain ``import`` binds ``name`` somewhere in ``document``, read from the
+    text around each place the name stands unread (not followed by a dot): assigned (a keyword
+    argument ``name=`` counts too: the lookup then goes to jedi), defined, a parameter, a loop's or a
+    lambda's variable, declared, deleted, bound by ``as`` or by a ``from`` import."""
+    for start, end in _standing(document, name):
+        line_start = document.rfind("\n", 0, start) + 1
+        before = document[line_start:start]
+        if _PLAIN_IMPORT_START.match(before):
+            continue
+        if _ASSIGNED.match(document, end) or _BINDS_BEFORE.search(before) \
+                or (_LOOP_TARGET.search(before) and _LOOP_IN.match(document, end)):
+            return True
+        if _LISTED_NAME_END.match(document, end) and _OPEN_LIST.search(document, max(0, start - 400), start):
+            return True  # a parameter of a ``def`` or a name of a ``from`` import spread over lines
+    return False
+
+
+def _standing(document: str, name: str) -> Iterator[tuple[int, int]]:
+    """Where ``name`` stands as a whole word in ``document``, not after a dot and not read by one
+    (``str.find``: a regex with a look-behind searches 100 KB in milliseconds)."""
+    start = document.find(name)
+    while start >= 0:
+        end = start + len(name)
+        previous = document[start - 1:start]
+        if not (previous.isidentifier() or previous.isdigit() or previous == ".") \
+                and not (document[end:end + 1].isidentifier() or document[end:end + 1].isdigit()) \
+                and not _READ_BY_DOT.match(document, end):
+            yield start, end
+        start = document.find(name, end)
+
+
+_READ_BY_DOT = re.compile(r"[ \t]*\.")
+_PLAIN_IMPORT_START = re.compile(r"[ \t]*import\b")
+_ASSIGNED = re.compile(r"[ \t]*(?:(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|:[^=\n]*=(?!=)|:=)")
+_BINDS_BEFORE = re.compile(r"\b(?:(?:def|class)[ \t]+|(?:as|import)[ \t]+(?:\w+[ \t]*,[ \t]*)*)$"
+                           r"|\b(?:lambda|global|nonlocal|del)\b[^:]*$")
+_LOOP_TARGET = re.compile(r"\bfor\b(?:(?!\bin\b)[^:])*$")
+_LOOP_IN = re.compile(r"(?:(?!\bin\b)[^\n:])*\bin\b")
+_LISTED_NAME_END = re.compile(r"[ \t]*[,):=\n]")
+_OPEN_LIST = re.compile(r"\b(?:def[ \t]+\w+[ \t]*|import[ \t]*)\([^)]*\Z")
+
+
+@functools.lru_cache(maxsize=512)
+def _library_module(module: str) -> bool:
+    """Whether ``module``'s top-level package is built in or lies in the standard library or a
+    site-packages folder (not the workspace, nor an editable install of it)."""
+    spec = find_module(module.split(".")[0])
+    if spec is None:
+        return False
+    origin = getattr(spec, "origin", None)
+    if origin in ("built-in", "frozen"):
+        return True
+    if origin is None:  # a namespace package: its folders
+        folders = list(getattr(spec, "submodule_search_locations", None) or ())
+        return bool(folders) and all(_library_path(folder) for folder in folders)
+    return _library_path(origin)
+
+
+def _library_path(path: str) -> bool:
+    parts = Path(path).parts
+    return "site-packages" in parts or "dist-packages" in parts or any(
+        Path(path).is_relative_to(root) for root in _stdlib_roots())
+
+
+@functools.cache
+def _stdlib_roots() -> tuple[Path, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(dict.fromkeys(Path(paths[key]) for key in ("stdlib", "platstdlib") if key in paths))
+
+
 _INDEXES: dict[int, TokenIndex] = {}
 
 
@@ -672,7 +819,8 @@ def python_monitor_factory(token_strings: Sequence[str], settings: MonitorSettin
             return None  # jedi knows Python only
         document, start = target.document, target.start  # type: ignore[attr-defined]
         path = getattr(target, "path", None) or None
-        provider = memory.bind(TextAttributes(document[target.end:], JediAttributes(path=path)), path or "")
+        provider = memory.bind(TextAttributes(document[target.end:], ModuleAttributes(document, JediAttributes(path=path))),
+                               path or "")
         return NameMonitor(index, provider, document[:start], settings, after=document[target.end:])  # type: ignore[attr-defined]
 
     return make
