@@ -712,7 +712,7 @@ def _standing(document: str, name: str) -> Iterator[tuple[int, int]]:
 _READ_BY_DOT = re.compile(r"[ \t]*\.")
 _PLAIN_IMPORT_START = re.compile(r"[ \t]*import\b")
 _ASSIGNED = re.compile(r"[ \t]*(?:(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|:[^=\n]*=(?!=)|:=)")
-_BINDS_BEFORE = re.compile(r"\b(?:(?:def|class)[ \t]+|(?:as|import)[ \t]+(?:\w+[ \t]*,[ \t]*)*)$"
+_BINDS_BEFORE = re.compile(r"\b(?:def[ \t]+|class[ \t]+|(?:as|import)[ \t]+(?:\w+[ \t]*,[ \t]*)*)$"
                            r"|\b(?:lambda|global|nonlocal|del)\b[^:]*$")
 _LOOP_TARGET = re.compile(r"\bfor\b(?:(?!\bin\b)[^:])*$")
 _LOOP_IN = re.compile(r"(?:(?!\bin\b)[^\n:])*\bin\b")
