@@ -18,14 +18,20 @@ def _ids(n: int = 40) -> torch.Tensor:
     return torch.randint(0, 512, (2, n), generator=torch.Generator().manual_seed(3))
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal to fp32 rounding: an expert's rows split between it and its copy are multiplied in other
+    blocks (bit for bit on some CPUs, 1.2e-7 apart on an AMD EPYC)."""
+    return a.shape == b.shape and float((a - b).abs().max()) <= 1e-5
+
+
 @pytest.mark.parametrize("factor", [2, 3])
 def test_the_upcycled_model_computes_what_the_original_did(factor: int) -> None:
     model = tiny_model(n_group=1, topk_group=1)
     bigger = upcycle(model, factor).eval()
     assert bigger.config.n_routed_experts == 8 * factor
     with torch.no_grad():
-        assert torch.equal(model(_ids()), bigger(_ids()))
-        assert torch.equal(model(_ids(), dense=True), bigger(_ids(), dense=True))
+        assert _same(model(_ids()), bigger(_ids()))
+        assert _same(model(_ids(), dense=True), bigger(_ids(), dense=True))
     # the runtime's decoding, cached and step by step, writes the same tokens
     config = GenerationConfig(max_new_tokens=8, stop_at_eos=False)
     prompt = _ids(12)[0].tolist()
@@ -58,7 +64,7 @@ def test_a_token_takes_its_experts_from_one_group_and_the_copies_compute_what_th
         for gate, bias in zip(gates, originals):  # the copies' group above the originals' all along
             gate.e_score_correction_bias[8:] = bias + 0.5
             assert int(gate(x)[0].min()) >= 8
-        assert torch.equal(model(_ids()), bigger(_ids()))  # the same two experts, copied
+        assert _same(model(_ids()), bigger(_ids()))  # the same two experts, copied
         chosen = []
         for gate, bias in zip(gates, originals):  # the balancer's doing: some copies above their originals
             gate.e_score_correction_bias[8:] = bias + torch.linspace(-0.03, 0.03, 8)
