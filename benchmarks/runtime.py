@@ -24,6 +24,7 @@ top-k over every cached key as bare operations.
     python benchmarks/runtime.py --part verify   # the embedded model's draft verification, general vs lean
     python benchmarks/runtime.py --part script   # its scripted lean paths vs the Python ones: numbers, speed
     python benchmarks/runtime.py --part native   # its decoding step in C vs the scripted one: numbers, speed
+    python benchmarks/runtime.py --part ahead    # its next step run ahead beside the logits processors, or not
 
 Decode steps and prompt prefills run through ``generate.cached_forward``, the generator's choice of
 path (the lean step where it applies), as ``Generator.generate`` runs them.
@@ -632,6 +633,74 @@ def native_compare(count: int = 40, prompt_tokens: int = 64, new_tokens: int = 1
     return results
 
 
+def ahead_compare(count: int = 24, prompt_tokens: int = 64, new_tokens: int = 16, repeats: int = 5,
+                  costs: tuple[float, ...] = (0.0003, 0.0007)) -> dict:
+    """The next step run ahead on the C worker for the model's likeliest token while the logits
+    processors work (``Generator.guess_ahead``) against the step after them, on real
+    ``prompt_tokens``-token prompts (pexpect, pluggy, rsa): greedy generations of ``new_tokens``
+    tokens from the prompt's cache, with a processor that holds the interpreter for ``cost`` seconds
+    a step (the memory and the decoding monitor together take about 0.7 ms a step in a completion)
+    and overrules the model's likeliest token every fourth step. Per token after the prefill, the two
+    taking turns ``repeats`` times per prompt; the ratio of the medians per prompt, their median."""
+    from glm5_lsp.model import load_tokenizer, native
+
+    path = Path(default_model_path())
+    model = load_model(path)
+    if native.get(model.prepare_inference()) is None:
+        raise SystemExit("the C step is not built or turned off (GLM5_NATIVE): pip install -e . builds it")
+    tokenizer = load_tokenizer(path)
+    requests = _report_prompts(count, (prompt_tokens,), packages=("pexpect", "pluggy", "rsa"))
+    config = GenerationConfig(max_new_tokens=new_tokens, stop_at_eos=False)
+    results: dict[str, float] = {}
+    print(f"{len(requests)} real {prompt_tokens}-token prompts (pexpect, pluggy, rsa), {new_tokens} greedy tokens, "
+          f"{torch.get_num_threads()} torch thread(s) (the server's default: 1); ms per token after the prefill, the "
+          f"step after the processors vs run ahead, taking turns")
+    for cost in costs:
+        def processor(out: list[int], logits: torch.Tensor, cost: float = cost) -> torch.Tensor:
+            end = time.perf_counter() + cost
+            while time.perf_counter() < end:
+                pass
+            if len(out) % 4 == 3:
+                logits[int(torch.argmax(logits))] = float("-inf")
+            return logits
+
+        gens = {ahead: Generator(model, tokenizer) for ahead in (False, True)}
+        ratios, kept, same, per = [], [], 0, {False: [], True: []}
+        for _, _, ids in requests:
+            made: dict[bool, list] = {False: [], True: []}
+
+            def generate(ahead: bool, ids: list[int] = ids, made: dict = made, gens: dict = gens) -> None:
+                gen = gens[ahead]
+                gen.guess_ahead = ahead
+                result = gen.generate(ids, config, logits_processor=processor)
+                made[ahead].append(result)
+
+            for ahead in (False, True):
+                gens[ahead].reset()
+                generate(ahead)  # the prompt's cache, then each timed generation reuses it
+            times: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(repeats):
+                for ahead in (False, True):
+                    generate(ahead)
+                    result = made[ahead][-1]
+                    times[ahead].append((result.seconds - result.prefill_seconds) * 1000 / len(result.token_ids))
+            medians = {ahead: statistics.median(t) for ahead, t in times.items()}
+            ratios.append(medians[False] / medians[True])
+            for ahead in (False, True):
+                per[ahead].append(medians[ahead])
+            last = made[True][-1]
+            kept.append(last.guessed_steps / max(last.forward_calls, 1))
+            same += made[True][-1].token_ids == made[False][-1].token_ids
+        key = f"ahead_{cost * 1000:.1f}ms"
+        results[f"{key}_ratio"] = statistics.median(ratios)
+        results[f"{key}_kept_share"] = statistics.median(kept)
+        print(f"processor {cost * 1000:.1f} ms a step: {statistics.median(ratios):.2f}x as fast (after "
+              f"{statistics.median(per[False]):.3f} ms, ahead {statistics.median(per[True]):.3f} ms a token; quartiles "
+              f"of the ratio {_quartiles(ratios)}); steps run ahead and kept {statistics.median(kept):.0%} of the "
+              f"calls; the same text at {same} of {len(requests)} prompts")
+    return results
+
+
 def _quartiles(values: list[float]) -> str:
     q = statistics.quantiles(values, n=4)
     return f"{q[0]:.3f}-{q[2]:.3f}"
@@ -731,14 +800,15 @@ def stats_cost(count: int = 12, new_tokens: int = 24, lengths: tuple[int, ...] =
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts", "stats", "verify", "script",
-                                           "native"],
+                                           "native", "ahead"],
                         default="all",
                         help="steps: decode-step times only (the benchmark model at 4k and 16k, DSA and dense, "
                              "and the embedded model at 400 tokens), for comparing two versions of the runtime; "
                              "prompts: the embedded model's prefill of short prompts, general path against lean; "
                              "verify: its verification of a draft, general path against lean (Python and "
                              "scripted); script: the scripted lean paths against the Python ones, numbers and speed; "
-                             "native: the decoding step in C against the scripted one, numbers and speed")
+                             "native: the decoding step in C against the scripted one, numbers and speed; "
+                             "ahead: the next step run ahead beside the logits processors against after them")
     parser.add_argument("--context", type=int, default=4096, help="context for the reference comparison")
     parser.add_argument("--long-context", type=int, default=16384, help="context for DSA vs dense")
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -747,11 +817,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results: dict[str, float] = {}
-    if args.part in ("verify", "script", "native"):  # the embedded model only: no benchmark checkpoint to build
+    if args.part in ("verify", "script", "native", "ahead"):  # the embedded model only: no checkpoint to build
         if args.part == "verify":
             results.update(verify_calls())
         elif args.part == "native":
             results.update(native_compare())
+        elif args.part == "ahead":
+            results.update(ahead_compare())
         else:
             results.update(script_check())
             results.update(script_speed())

@@ -13,7 +13,7 @@ import pytest
 import torch
 from tiny import tiny_model
 
-from glm5_lsp.model import GenerationConfig, Generator, KVCache, cached_forward, native
+from glm5_lsp.model import GenerationConfig, Generator, KVCache, cached_forward, generate, native
 from glm5_lsp.model.stats import StatsProbe
 
 TOL = 1e-4
@@ -347,6 +347,68 @@ def test_drafts_with_the_step_on_the_worker_keep_the_greedy_text(monkeypatch) ->
     quick = Generator(model, _Tok()).generate(prompt, config, drafter=lambda out: asked.append(len(out)) or [])
     assert quick.token_ids == truth
     assert len(started) == 1 < len(asked)  # a drafter that answers at once: the steps run before it
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread, as the server runs it: a core left for the C worker (``spare_core``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@needs_native
+def test_the_step_run_ahead_for_the_likeliest_token_keeps_the_processed_greedy_text(one_thread, monkeypatch) -> None:
+    """While a slow processor works on a step's logits, the C worker runs the next step for the
+    model's likeliest token: kept where the processor chose that token, dropped unread where it chose
+    another (every third step here). The text, and what the cache holds after, are the ones without."""
+    model = _model(index_topk=64)
+    config = GenerationConfig(max_new_tokens=14, stop_at_eos=False)
+    calls: list[int] = []
+
+    def contrary(out, logits):  # as slow as the memory and the monitor together; overrules some steps
+        calls.append(len(out))
+        end = time.perf_counter() + 0.0005
+        while time.perf_counter() < end:
+            pass
+        if len(out) % 3 == 1:
+            logits[int(torch.argmax(logits))] = float("-inf")
+        return logits
+
+    for seed in range(3):
+        prompt = _ids(12 + seed, seed=20 + seed)[0].tolist()
+        plain = Generator(model, _Tok())
+        plain.guess_ahead = False
+        want = plain.generate(prompt, config, logits_processor=contrary)
+        gen = Generator(model, _Tok())
+        got = gen.generate(prompt, config, logits_processor=contrary)
+        assert got.token_ids == want.token_ids
+        assert 0 < got.guessed_steps < got.forward_calls == want.forward_calls
+        assert want.guessed_steps == 0
+        assert gen.cache.length == plain.cache.length == len(prompt) + config.max_new_tokens - 1
+        again = gen.generate(prompt + got.token_ids, config, logits_processor=contrary)  # reads the cache
+        assert again.token_ids == plain.generate(prompt + want.token_ids, config, logits_processor=contrary).token_ids
+    monkeypatch.setattr(generate, "spare_core", lambda: False)  # torch's threads on every core: none run ahead
+    assert Generator(model, _Tok()).generate(prompt, config, logits_processor=contrary).guessed_steps == 0
+
+
+@needs_native
+def test_no_step_runs_ahead_for_quick_processors_or_sampling(one_thread, monkeypatch) -> None:
+    model = _model(index_topk=64)
+    prompt = _ids(10, seed=7)[0].tolist()
+    started = []
+    real = native.NativeStep.start
+    monkeypatch.setattr(native.NativeStep, "start",
+                        lambda self, ids, step: started.append(step.start) or real(self, ids, step))
+    quick = Generator(model, _Tok()).generate(prompt, GenerationConfig(max_new_tokens=8, stop_at_eos=False),
+                                              logits_processor=lambda out, logits: logits)
+    assert quick.guessed_steps <= 1 and len(started) == 1  # one try: the processor hid nothing
+    started.clear()
+    sampled = Generator(model, _Tok()).generate(
+        prompt, GenerationConfig(max_new_tokens=8, stop_at_eos=False, temperature=0.8, seed=1),
+        logits_processor=lambda out, logits: logits)
+    assert sampled.guessed_steps == 0 and not started
 
 
 @needs_native

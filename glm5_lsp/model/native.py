@@ -224,6 +224,13 @@ class Pending:
         self.input_ids, self.step, self.logits, self._keep = input_ids, step, logits, keep
         self.done = False
 
+    def drop(self) -> None:
+        """Wait for the call and leave its tokens out of the cache (their rows are written over)."""
+        if not self.done:
+            _native.forward_wait()
+            self.done = True
+            self._keep = ()
+
     def finish(self) -> torch.Tensor:
         if not self.done:
             _native.forward_wait()  # (returns at once where another caller has waited for it already)
