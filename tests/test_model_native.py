@@ -412,6 +412,16 @@ def test_no_step_runs_ahead_for_quick_processors_or_sampling(one_thread, monkeyp
 
 
 @needs_native
+def test_the_transposed_weights_a_prefill_reads_are_made_with_the_generator() -> None:
+    """Made when the model loads (about 50 ms for the embedded model), not in the first prefill."""
+    model = _model(index_topk=64)
+    assert all(copy is None for *_, copy in native.NativeStep(model)._transposed)  # as it is built
+    Generator(model, _Tok())
+    compiled = native.get(model)
+    assert all(copy is not None and version == source._version for _, _, source, version, copy in compiled._transposed)
+
+
+@needs_native
 def test_a_drafter_that_fails_leaves_the_generator_usable() -> None:
     model = _model(index_topk=64)
     prompt = _ids(10, seed=5)[0].tolist()

@@ -154,6 +154,12 @@ class NativeStep:
         self._keep.append(t)
         return t.data_ptr()
 
+    def prepare(self) -> None:
+        """Make the transposed weights now rather than in the first prompt's prefill."""
+        with self._lock:
+            _native.forward_wait()  # a call on the worker reads the copies being replaced
+            self._transpose()
+
     def _transpose(self) -> None:
         """Make the transposed copies of the weights that changed since they were last made."""
         for n, (i, name, source, version, _) in enumerate(self._transposed):
