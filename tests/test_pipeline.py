@@ -722,3 +722,19 @@ def test_generate_takes_no_comments_or_pass_alone_for_code() -> None:
             assert result.text == "" and not result.clean, (answer, prompt)
     assert working_lines("#\n    pass\n    return None\n    ...\n// x\n") == 0
     assert working_lines('    """Doc."""\n    return a + b  # sum\n') == 2
+
+
+def test_an_opened_document_is_checked_before_its_first_request(monkeypatch) -> None:
+    """``warm_document`` runs the document's checks (starting their helper processes): the first
+    request's own diagnostics of the unchanged document come from memory, not the checkers."""
+    from glm5_lsp.checks.providers.runner import DiagnosticRunner
+
+    pipeline = Pipeline(scripted.ScriptedBackend("pass"))
+    document = "import os\n\n\ndef size(path):\n    return os.path.getsize(path\n"
+    pipeline.warm_document(document, "/tmp/glm5_warm/checked.py")
+    monkeypatch.setattr(DiagnosticRunner, "_run", lambda *a, **k: pytest.fail("checked again"))
+    report = pipeline.repair.runner_for("python").diagnose(document, "/tmp/glm5_warm/checked.py", "python")
+    assert report.diagnostics  # the unclosed call, remembered
+    monkeypatch.undo()
+    monkeypatch.setattr(DiagnosticRunner, "diagnose", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no")))
+    pipeline.warm_document(document, "/tmp/glm5_warm/other.py")  # a checker's failure is logged, not raised
