@@ -398,3 +398,50 @@ def test_an_opened_document_s_style_is_read_before_its_first_completion(scripted
         server.stop()
 
     asyncio.run(run())
+
+
+def test_a_document_opened_while_the_model_loads_is_warmed_once_it_is_loaded(scripted: Any, monkeypatch) -> None:
+    """An editor opens its files as the server starts, seconds before the model is loaded: what
+    their warm-up reads through the pipeline (the file's style, its checks) is read when the load
+    ends, not in the first completion (about 120 ms of it)."""
+    import asyncio
+    import time
+
+    from glm5_lsp.server import loader
+    from glm5_lsp.server.server import build_server
+
+    load = loader.Engine.load
+    monkeypatch.setattr(loader.Engine, "load", lambda engine, progress=None: (time.sleep(0.5), load(engine, progress)))
+
+    async def run() -> None:
+        server = build_server()
+        writer = _Writer()
+        server.protocol.set_writer(writer)
+
+        def send(payload: dict[str, Any]) -> None:
+            server.protocol.receive(json.dumps({"jsonrpc": "2.0", **payload}).encode())
+
+        send({"id": 1, "method": "initialize", "params": {"processId": None, "capabilities": {},
+                                                          "initializationOptions": {"model": {
+                                                              "backend": "openai", "url": scripted.url,
+                                                              "name": "scripted"}}}})
+        while 1 not in writer.answers:
+            await asyncio.sleep(0.01)
+        send({"method": "initialized", "params": {}})
+        path = "/tmp/glm5_limits/early.py"
+        text = "".join(f"def read_part_{i}(a):\n    return 'x'  # part\n" for i in range(6))
+        send({"method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": "file://" + path, "languageId": "python", "version": 1, "text": text}}})
+        await asyncio.sleep(0.1)
+        assert server.engine.pipeline is None  # still loading
+        while server.engine.pipeline is None:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
+        while server._warm_tasks:
+            await asyncio.sleep(0.05)
+        (rewrite, *_) = server.engine.pipeline.repair.rewriters
+        kept = rewrite.__self__._by_path.get((path, "python"))
+        assert kept is not None and kept[1].quote == "'"
+        server.stop()
+
+    asyncio.run(run())

@@ -268,6 +268,8 @@ class Glm5Server(LanguageServer):
             # client that sees the progress end has the log line already.
             log.info("model ready (%s) in %.1fs", self.settings.model.backend, engine.load_seconds)
             progress.end(f"ready in {engine.load_seconds:.1f}s")
+            for uri, opened in list(self.workspace.text_documents.items()):  # opened while the model loaded: what
+                self.warm_document(uri, opened.language_id)  # their warm-up read from the pipeline is read now
             if root and engine.context is not None:
                 await self.index_workspace(engine, root)
             if engine.memory is not None:
