@@ -13,6 +13,7 @@ not measured. glm5-lsp runs with its default settings and the default model unle
     python benchmarks/lsp_latency.py --typing 4   # and then 4 keystrokes typed at each position
     python benchmarks/lsp_latency.py --details requests.jsonl   # every measured request's answer and time
     python benchmarks/lsp_latency.py --versus /tmp/before   # and a second glm5-lsp from another checkout
+    python benchmarks/lsp_latency.py --first 5 --versus /tmp/before   # a session's first request, 5 starts
 
 ``--versus DIR`` runs a second glm5-lsp from the checkout in DIR (``git worktree add DIR REV``) on the
 same positions in the same run, one request after the other like the rest: a change measured
@@ -22,6 +23,12 @@ Besides latency and the share of non-empty answers, "right word" is the share of
 answer finishes the cut identifier exactly as the file has it: for glm5-lsp the inline text starts
 with the identifier's rest and the name ends there; for jedi-language-server the identifier is one
 of its items (any rank, so its figure is an upper bound on what a user would pick).
+
+``--first N`` measures what a user waits for at the start of a session instead: N fresh starts of each
+server, the file opened right after ``initialized`` (as an editor opens its files while the server
+starts and loads the model), then, once the model is loaded and the workspace indexed and a
+``--settle`` pause, one request at a seeded position, then a second at another: the first and the
+second request's times, the medians over the starts.
 
 With ``--typing N`` every position is followed by N keystrokes that type the line's own next
 characters, each one a whole-document change and a request to both servers, as an editor sends
@@ -248,6 +255,50 @@ async def measure(server: Server, uri: str, line: int, column: int, word: tuple[
                             "right_word": right, "answer": shown})
 
 
+async def first_requests(args: argparse.Namespace, servers: list[Server]) -> int:
+    """``--first N``: each server started N times on a fresh workspace, the file opened at once; the
+    first and second request of each start timed (see the module's docstring)."""
+    name = args.files[0]
+    text = (STDLIB / name).read_text(encoding="utf-8")
+    rng = random.Random(args.seed)
+    times: dict[str, list[tuple[float, float]]] = {server.name: [] for server in servers}
+    print(f"file: {name} (stdlib {STDLIB}), {text.count(chr(10)) + 1} lines; {args.first} starts of each server; "
+          f"{args.settle}s after the model is ready; torch threads for glm5-lsp: {args.threads}")
+    for start in range(args.first):
+        cases = cursor_cases(text, 2, rng)
+        for server in servers:
+            fresh = Server(server.name, server.command, server.env, server.init_options, cwd=server.cwd)
+            root = Path(tempfile.mkdtemp(prefix="lsp-first-"))
+            path = root / name.replace("/", "_")
+            path.write_text(text, encoding="utf-8")
+            uri = path.as_uri()
+            await fresh.start(root)
+            try:
+                fresh.open(uri, text)  # at once, while the model loads
+                if fresh.name.startswith("glm5-lsp") and not await _model_ready(fresh, args.load_timeout):
+                    print(f"{fresh.name} did not load its model")
+                    return 2
+                await asyncio.sleep(args.settle)
+                pair = []
+                for document, line, column in cases:
+                    fresh.replace(uri, document)
+                    started = time.perf_counter()
+                    await asyncio.wait_for(fresh.request(uri, line, column, word_at(document.split("\n")[line], column),
+                                                         0), args.timeout)
+                    pair.append((time.perf_counter() - started) * 1000)
+                times[fresh.name].append((pair[0], pair[1]))
+                print(f"  start {start + 1}, {fresh.name}: first {pair[0]:.0f} ms, second {pair[1]:.0f} ms", flush=True)
+            finally:
+                await fresh.stop()
+                shutil.rmtree(root, ignore_errors=True)
+    print()
+    print(f"{'server':<22} {'first ms (median)':>18} {'second ms (median)':>19}")
+    for server_name, pairs in times.items():
+        print(f"{server_name:<22} {statistics.median(p[0] for p in pairs):>18.0f} "
+              f"{statistics.median(p[1] for p in pairs):>19.0f}")
+    return 0
+
+
 async def main(args: argparse.Namespace) -> int:
     logging.getLogger("pygls").setLevel(logging.CRITICAL)  # late answers to timed-out requests are expected
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -262,6 +313,8 @@ async def main(args: argparse.Namespace) -> int:
     if args.versus:
         other = Path(args.versus).resolve()
         servers.insert(1, glm5_server(f"glm5-lsp@{other.name}", other, args.threads, options))
+    if args.first:
+        return await first_requests(args, servers)
     tallies = {server.name: Tally() for server in servers}
     details: list[dict[str, Any]] | None = [] if args.details else None
     rng = random.Random(args.seed)
@@ -349,6 +402,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="after each position, type the line's next N characters, a request per keystroke")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--versus", default="", help="a second checkout whose glm5-lsp is measured beside this one")
+    parser.add_argument("--first", type=int, default=0,
+                        help="instead: N fresh starts of each server, the first and second request of each timed")
+    parser.add_argument("--settle", type=float, default=2.0,
+                        help="with --first: seconds between the model being ready and the first request")
     parser.add_argument("--details", default="", help="write each measured request (answer, ms) to this JSON-lines file")
     return parser.parse_args(argv)
 
