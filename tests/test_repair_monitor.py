@@ -625,3 +625,17 @@ def test_nothing_led_by_white_space_follows_a_dot(strings: list[str]) -> None:
     logits[spaced] = 10.0
     out = monitor([], logits)
     assert torch.isinf(out[spaced]).all() and not strings[int(torch.argmax(out))][:1].isspace()
+
+
+def test_what_the_monitor_reads_from_the_whole_file_is_read_when_it_opens(strings: list[str], monkeypatch) -> None:
+    import glm5_lsp.repair.monitor as monitor_module
+    from glm5_lsp.repair.standard import standard_loop
+
+    read: list[tuple[str, str]] = []
+    monkeypatch.setattr(monitor_module, "identifiers", lambda text: read.append(("identifiers", text)) or set())
+    monkeypatch.setattr(monitor_module, "scope_at", lambda before, after="": read.append(("scope", before)))
+    loop = standard_loop(object(), token_strings=strings, exception_fill=False)
+    loop.warm("def f(x):\n    return x\n", "python", "m.py")
+    assert read == [("identifiers", "def f(x):\n    return x\n"), ("scope", "def f(x):\n    return x\n")]
+    loop.warm("let x = 1;\n", "javascript", "m.js")
+    assert len(read) == 2

@@ -807,6 +807,15 @@ def _scope(text: str) -> tuple[str, str]:
     return found["class"], found["def"]
 
 
+def warm_monitor(document: str, language: str, path: str = "") -> None:
+    """What the monitor reads from a whole Python ``document`` in its first request, read when it opens:
+    the identifiers and module-level names of its top-level pieces (kept per piece; about 40 ms of the
+    first request on a 2,600-line file, a piece or two after)."""
+    if language == "python":
+        identifiers(document)
+        scope_at(document)
+
+
 def python_monitor_factory(token_strings: Sequence[str], settings: MonitorSettings | None = None,
                            memory: RememberedAttributes | None = None) -> Callable[[object], NameMonitor | None]:
     """For ``RepairLoop(monitor_factory=...)``: a jedi-backed monitor per request target, the

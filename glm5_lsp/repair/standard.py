@@ -6,7 +6,8 @@
 - rewriters: the file's style fixes (``style.StyleConsistency.rewrite``) and the narrowing of broad
   ``except`` clauses (``templates.exception_rewriter``, jedi + the document by default);
 - penalties: the style breaks left (``StyleConsistency.penalty``);
-- warmers: the file's style conventions, read when it opens (``StyleConsistency.profile``);
+- warmers: the file's style conventions, read when it opens (``StyleConsistency.profile``), and
+  what the decoding monitor reads from the whole file (``monitor.warm_monitor``);
 - the decoding monitor for Python (``monitor.python_monitor_factory``) when the vocabulary's token
   strings are given (``Tokenizer.token_strings()``; a backend without internals ignores it anyway);
 - the word finisher (``words.finishing_words``): an as-you-type completion with no clean candidate
@@ -30,7 +31,7 @@ from glm5_lsp.repair.exceptions import (
     exception_rewriter,
 )
 from glm5_lsp.repair.loop import RepairLoop, RepairSettings
-from glm5_lsp.repair.monitor import MonitorSettings, python_monitor_factory
+from glm5_lsp.repair.monitor import MonitorSettings, python_monitor_factory, warm_monitor
 from glm5_lsp.repair.style import StyleConsistency
 
 
@@ -52,6 +53,8 @@ def standard_loop(backend: Backend, settings: RepairSettings | None = None, *,
         known = known_exceptions or CombinedExceptions([DocumentExceptions(), JediExceptions()])
         rewriters.append(exception_rewriter(known))
     factory = python_monitor_factory(token_strings, monitor_settings) if token_strings is not None else None
+    if factory is not None:
+        warmers.append(warm_monitor)
     return RepairLoop(backend, settings, runner, rewriters=rewriters, penalties=penalties,
                       monitor_factory=factory, finisher=finishing_words,
                       word_check=unknown_word, warmers=warmers)
