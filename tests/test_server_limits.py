@@ -366,23 +366,9 @@ def test_an_opened_document_s_style_is_read_before_its_first_completion(scripted
     """didOpen reads what the repair loop takes from the whole file (its style), off the requests."""
     import asyncio
 
-    from glm5_lsp.server.server import build_server
 
     async def run() -> None:
-        server = build_server()
-        writer = _Writer()
-        server.protocol.set_writer(writer)
-
-        def send(payload: dict[str, Any]) -> None:
-            server.protocol.receive(json.dumps({"jsonrpc": "2.0", **payload}).encode())
-
-        send({"id": 1, "method": "initialize", "params": {"processId": None, "capabilities": {},
-                                                          "initializationOptions": {"model": {
-                                                              "backend": "openai", "url": scripted.url,
-                                                              "name": "scripted"}}}})
-        while 1 not in writer.answers:
-            await asyncio.sleep(0.01)
-        send({"method": "initialized", "params": {}})
+        server, send = await _initialized(scripted.url)
         while server.engine.pipeline is None:
             await asyncio.sleep(0.05)
         path = "/tmp/glm5_limits/styled.py"
@@ -408,26 +394,12 @@ def test_a_document_opened_while_the_model_loads_is_warmed_once_it_is_loaded(scr
     import time
 
     from glm5_lsp.server import loader
-    from glm5_lsp.server.server import build_server
 
     load = loader.Engine.load
     monkeypatch.setattr(loader.Engine, "load", lambda engine, progress=None: (time.sleep(0.5), load(engine, progress)))
 
     async def run() -> None:
-        server = build_server()
-        writer = _Writer()
-        server.protocol.set_writer(writer)
-
-        def send(payload: dict[str, Any]) -> None:
-            server.protocol.receive(json.dumps({"jsonrpc": "2.0", **payload}).encode())
-
-        send({"id": 1, "method": "initialize", "params": {"processId": None, "capabilities": {},
-                                                          "initializationOptions": {"model": {
-                                                              "backend": "openai", "url": scripted.url,
-                                                              "name": "scripted"}}}})
-        while 1 not in writer.answers:
-            await asyncio.sleep(0.01)
-        send({"method": "initialized", "params": {}})
+        server, send = await _initialized(scripted.url)
         path = "/tmp/glm5_limits/early.py"
         text = "".join(f"def read_part_{i}(a):\n    return 'x'  # part\n" for i in range(6))
         send({"method": "textDocument/didOpen", "params": {"textDocument": {
@@ -445,3 +417,24 @@ def test_a_document_opened_while_the_model_loads_is_warmed_once_it_is_loaded(scr
         server.stop()
 
     asyncio.run(run())
+
+
+async def _initialized(url: str) -> tuple[Any, Any]:
+    """A server on a served (scripted) model, initialized; and a function that sends it a message."""
+    import asyncio
+
+    from glm5_lsp.server.server import build_server
+
+    server = build_server()
+    writer = _Writer()
+    server.protocol.set_writer(writer)
+
+    def send(payload: dict[str, Any]) -> None:
+        server.protocol.receive(json.dumps({"jsonrpc": "2.0", **payload}).encode())
+
+    send({"id": 1, "method": "initialize", "params": {"processId": None, "capabilities": {}, "initializationOptions": {
+        "model": {"backend": "openai", "url": url, "name": "scripted"}}}})
+    while 1 not in writer.answers:
+        await asyncio.sleep(0.01)
+    send({"method": "initialized", "params": {}})
+    return server, send
