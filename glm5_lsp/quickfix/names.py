@@ -244,8 +244,7 @@ def _members(module: str, seconds: float, retry: bool = False) -> frozenset[str]
     (``retry``)."""
     if members_known(module):
         return module_members(module)
-    if not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", module) or seconds <= 0 or \
-            (not retry and seconds <= _SLOW.get(module, 0.0)):
+    if seconds <= 0 or (not retry and seconds <= _SLOW.get(module, 0.0)):  # (an odd name: module_members says None)
         return None
     try:
         listed = call_with_timeout(lambda: module_members(module), seconds)
