@@ -6,7 +6,8 @@
  * plain loops over the same fp32 weights (the model's own tensors, read in place, never copied):
  * the RMS norms, the fused projections, the absorbed multi-latent attention of each row over every
  * key before it, RoPE, the router's choice (sigmoid scores, correction bias, groups), the chosen and
- * shared experts, the final norm and the output head for the last row. It writes the same cache rows
+ * shared experts, the final norm and the output head for the last row (or the last few: a draft's
+ * verification reads every row's). It writes the same cache rows
  * (latents and the indexer's keys) as the other paths, which may take over at any token.
  *
  * One row (a decoding step) reads each weight once with dot products: the read is the step's whole
@@ -14,7 +15,7 @@
  * outer products, four rows and 32 outputs at a time, with no sums across vector lanes.
  *
  * It covers what the editor runs: one sequence whose every key is attended (DSA's top-k holds them
- * all, or attention is dense), the last row's logits, no statistics' probe; ``native.py`` checks
+ * all, or attention is dense), no statistics' probe; ``native.py`` checks
  * that and the scripted path runs otherwise. The sums run in another order than torch's, so logits
  * agree to rounding (tests: 1e-4), not bit for bit. ``forward_start`` runs a call on a worker thread
  * of this module's own, so a prompt's prefill goes on while the caller's Python does.
@@ -71,6 +72,7 @@ typedef struct {
     const float *embed, *norm_w, *lm_head;
     float norm_eps;
     Layer *layers;
+    const float *lm_head_t; /* [hidden, vocab] (NULL: none), for several rows' logits */
 } Model;
 
 /* ---- kernels ------------------------------------------------------------------------------------ */
@@ -344,9 +346,10 @@ static void attend(const Model *m, const Layer *L, const float *q, const float *
 }
 
 /* ``t`` tokens at positions pos .. pos + t - 1 (cos/sin [t, rope / 2]), each attending to every key
-   before it and itself: their cache rows written, the last one's logits [vocab]. */
+   before it and itself: their cache rows written, the last ``n_out`` rows' logits [n_out, vocab] (1: a
+   step or a prompt's prefill; t: a draft's verification). */
 static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t pos, const float *cos_,
-                    const float *sin_, float *logits, float *scratch) {
+                    const float *sin_, float *logits, float *scratch, int64_t n_out) {
     const int64_t hd = m->hidden, heads = m->heads, nope = m->nope, r = m->rope, kvr = m->kv_rank;
     const int64_t q_dim = nope + r, lat_w = kvr + r, half = r / 2, wmax = wide_max(m), mi = max_inter(m);
     const int64_t e_n = m->n_experts, k = m->top_k > 0 ? m->top_k : 1;
@@ -440,8 +443,8 @@ static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t po
         swiglu_rows(L->gate_w, L->gate_t, L->up_w, L->up_t, L->down_w, L->down_t, L->inter, hd, h, t, g, u, ye);
         for (int64_t i = 0; i < t * hd; i++) x[i] += acc[i] + ye[i];
     }
-    rms_norm(x + (t - 1) * hd, m->norm_w, m->norm_eps, h, hd);
-    matvec(m->lm_head, h, logits, m->vocab, hd);
+    for (int64_t i = 0; i < n_out; i++) rms_norm(x + (t - n_out + i) * hd, m->norm_w, m->norm_eps, h + i * hd, hd);
+    linear_rows(h, m->lm_head, m->lm_head_t, logits, n_out, m->vocab, hd);
 }
 
 /* ---- suffix-array ranges (the workspace memory's ``SuffixIndex.narrow`` and ``find``) -------------- */
@@ -559,19 +562,19 @@ static PyObject *py_sa_narrow(PyObject *self, PyObject *const *args, Py_ssize_t 
 /* ---- the module --------------------------------------------------------------------------------- */
 
 /* forward(model_address, tokens_address, t, pos, cos_address, sin_address, logits_address,
-   scratch_address): ``forward`` above on a ``Model`` that ``native.py`` built with ctypes (addresses as
-   ints; ``t`` int64 token ids; scratch of ``scratch_floats(model, t, capacity)`` floats). Runs without
-   the interpreter lock. */
+   scratch_address, n_out): ``forward`` above on a ``Model`` that ``native.py`` built with ctypes
+   (addresses as ints; ``t`` int64 token ids; scratch of ``scratch_floats(model, t, capacity)`` floats;
+   logits for the last ``n_out`` rows, 1 <= n_out <= t). Runs without the interpreter lock. */
 static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, const Model **m);
 
 static PyObject *py_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[8];
+    long long v[9];
     const Model *m;
     if (read_call(args, nargs, v, &m) < 0) return NULL;
     Py_BEGIN_ALLOW_THREADS
     forward(m, (const int64_t *)(intptr_t)v[1], v[2], v[3], (const float *)(intptr_t)v[4], (const float *)(intptr_t)v[5],
-            (float *)(intptr_t)v[6], (float *)(intptr_t)v[7]);
+            (float *)(intptr_t)v[6], (float *)(intptr_t)v[7], v[8]);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -594,7 +597,7 @@ static struct {
     pthread_t thread;
     const Model *m;
     const int64_t *tokens;
-    int64_t t, pos;
+    int64_t t, pos, n_out;
     const float *cos_, *sin_;
     float *logits, *scratch;
 } job = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
@@ -614,7 +617,7 @@ static void *worker(void *unused) {
         while (job.state != 1) pthread_cond_wait(&job.cv, &job.mu);
         job.state = 2;
         pthread_mutex_unlock(&job.mu);
-        forward(job.m, job.tokens, job.t, job.pos, job.cos_, job.sin_, job.logits, job.scratch);
+        forward(job.m, job.tokens, job.t, job.pos, job.cos_, job.sin_, job.logits, job.scratch, job.n_out);
         pthread_mutex_lock(&job.mu);
         job.state = 3;
         pthread_cond_broadcast(&job.cv);
@@ -627,8 +630,8 @@ static int check_call(long long *v, const Model **m_out) {
     const Model *m = (const Model *)(intptr_t)v[0];
     const int64_t *tokens = (const int64_t *)(intptr_t)v[1];
     const int64_t t = v[2];
-    if (m == NULL || tokens == NULL || t < 1 || v[3] < 0 || !v[4] || !v[5] || !v[6] || !v[7]) {
-        PyErr_SetString(PyExc_ValueError, "forward(): no model, no tokens, or a position out of range");
+    if (m == NULL || tokens == NULL || t < 1 || v[3] < 0 || !v[4] || !v[5] || !v[6] || !v[7] || v[8] < 1 || v[8] > t) {
+        PyErr_SetString(PyExc_ValueError, "forward(): no model, no tokens, a position or a count of rows out of range");
         return -1;
     }
     for (int64_t i = 0; i < t; i++)
@@ -642,11 +645,11 @@ static int check_call(long long *v, const Model **m_out) {
 }
 
 static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, const Model **m) {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "forward() takes 8 integer arguments");
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "forward() takes 9 integer arguments");
         return -1;
     }
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 9; i++) {
         v[i] = PyLong_AsLongLong(args[i]);
         if (v[i] == -1 && PyErr_Occurred()) return -1;
     }
@@ -657,7 +660,7 @@ static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, cons
    runs already (or there is no worker here). */
 static PyObject *py_forward_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[8];
+    long long v[9];
     const Model *m;
     if (read_call(args, nargs, v, &m) < 0) return NULL;
 #ifdef _WIN32
@@ -686,6 +689,7 @@ static PyObject *py_forward_start(PyObject *self, PyObject *const *args, Py_ssiz
     job.sin_ = (const float *)(intptr_t)v[5];
     job.logits = (float *)(intptr_t)v[6];
     job.scratch = (float *)(intptr_t)v[7];
+    job.n_out = v[8];
     job.state = 1;
     pthread_cond_broadcast(&job.cv);
     pthread_mutex_unlock(&job.mu);

@@ -51,9 +51,9 @@ def _taken(monkeypatch, tokens: bool = False) -> list:
     calls: list = []
     real = native.NativeStep.forward
 
-    def counted(self, ids, step):
+    def counted(self, ids, step, every_row=False):
         calls.append((step.start, ids.shape[1]) if tokens else step.start)
-        return real(self, ids, step)
+        return real(self, ids, step, every_row)
 
     monkeypatch.setattr(native.NativeStep, "forward", counted)
     return calls
@@ -242,16 +242,28 @@ def test_a_prompts_prefill_in_c_gives_the_lean_prefills_logits_and_cache(chunks,
 
 
 @needs_native
-def test_a_drafts_verification_needs_every_row_and_stays_scripted(monkeypatch) -> None:
-    model = _model(index_topk=32)
-    ids = _ids(12, seed=2)
+@pytest.mark.parametrize(("dense", "overrides"), [(False, {}), (True, {}), (False, {"indexer_types": ["full", "shared", "full"]})])
+def test_a_drafts_verification_in_c_gives_every_rows_logits_and_cache(dense, overrides, monkeypatch) -> None:
+    """A draft's verification reads every row's logits: the C call writes them all, as the scripted
+    path computes them, and the same cache rows."""
+    model = _model(index_topk=32, **overrides)
+    ids = _ids(14, seed=2)
     calls = _taken(monkeypatch, tokens=True)
-    cache = KVCache(model.config)
-    with torch.no_grad():
-        cached_forward(model, ids[:, :8], cache, last_only=True)  # in C
-        rows = cached_forward(model, ids[:, 8:12], cache)  # every row's logits: scripted
-    assert calls == [(0, 8)]
-    assert rows.shape == (1, 4, model.config.vocab_size) and cache.length == 12
+    out = {}
+    for c_step in (True, False):
+        cache = KVCache(model.config)
+        with torch.no_grad():
+            cached_forward(model, ids[:, :8], cache, dense=dense, last_only=True, native_step=c_step)
+            rows = cached_forward(model, ids[:, 8:12], cache, dense=dense, native_step=c_step)  # every row's logits
+            last = cached_forward(model, ids[:, 12:13], cache, dense=dense, native_step=c_step)
+        out[c_step] = (rows, last, cache)
+    assert calls == [(0, 8), (8, 4), (12, 1)]
+    (rows, last, cache), (want_rows, want_last, want_cache) = out[True], out[False]
+    assert rows.shape == want_rows.shape == (1, 4, model.config.vocab_size) and cache.length == 13
+    assert (rows - want_rows).abs().max().item() < TOL
+    assert (last - want_last).abs().max().item() < TOL
+    for layer in range(model.config.num_hidden_layers):
+        assert (cache.latents[layer][:, :13] - want_cache.latents[layer][:, :13]).abs().max().item() < 1e-5
 
 
 @needs_native

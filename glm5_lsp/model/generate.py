@@ -179,9 +179,9 @@ def cached_forward(
     cache entries: ``decode.decode_one`` for one token, ``decode.prefill_dense`` for a short prompt
     (its last position, or every position: a draft's verification), each as ``scripted.py`` compiled
     it where it could, else the general ``forward``. ``lean=False``: always the general path;
-    ``scripted=False``: the lean paths in Python. ``native_step``: a one-token step or a prompt's
-    prefill that ``native.py`` computes (every key attended, no probe; the last position's logits)
-    runs in C, to rounding the same logits (False: never).
+    ``scripted=False``: the lean paths in Python. ``native_step``: a one-token step, a prompt's
+    prefill or a draft's verification that ``native.py`` computes (every key attended, no probe) runs
+    in C, to rounding the same logits (False: never).
     ``probe``: record the per-step statistics (of the last row with ``last_only``, else of every row)."""
     step = model.prepare_step(input_ids, cache=cache, roles=roles, policy=policy, dense=dense, probe=probe)
     if lean and decode.applies(model, input_ids, step):
@@ -194,10 +194,10 @@ def cached_forward(
             return script.decode_one(fast, input_ids, step)
         return decode.decode_one(model, input_ids, step)
     if lean and decode.applies_dense(model, input_ids, step):
-        if native_step and last_only and c_step.applies(step, input_ids.shape[1]):
+        if native_step and c_step.applies(step, input_ids.shape[1]):
             compiled = c_step.get(model)
             if compiled is not None:
-                return compiled.forward(input_ids, step)
+                return compiled.forward(input_ids, step, every_row=not last_only)
         fast = script.get(model) if scripted else None
         if fast is not None:
             return script.prefill_dense(fast, input_ids, step, last_only=last_only)

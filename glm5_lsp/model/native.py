@@ -5,10 +5,10 @@ Under TorchScript a decoding step of the embedded model is about 1,300 tensor op
 prompt's prefill a few hundred, each costing more in dispatch than in arithmetic; ``native.c``
 computes either in one call, on the model's own fp32 weights (their addresses, read in place) and
 the cache's rows, without the interpreter lock. It applies where :func:`lean.applies` (one token) or
-:func:`lean.applies_dense` (several, for the last position's logits) does and, besides, every key is
-attended (DSA's top-k holds them all, or attention is dense: the editor's one-line prompts) and no
-statistics' probe records the call; elsewhere the scripted path runs (a draft's verification, which
-needs every row's logits, among them).
+:func:`lean.applies_dense` (several: the last position's logits, or every position's for a draft's
+verification) does and, besides, every key is attended (DSA's top-k holds them all, or attention is
+dense: the editor's one-line prompts) and no statistics' probe records the call; elsewhere the
+scripted path runs.
 
 The compiled module is optional (``setup.py`` builds it where a C compiler is found); without it,
 or for a model it cannot hold (a layout it does not know), :func:`get` returns None.
@@ -65,7 +65,7 @@ class _Model(ctypes.Structure):
         ("norm_topk_prob", _I), ("moe_inter", _I),
         ("scaling", _F), ("attn_scale", _F),
         ("embed", _P), ("norm_w", _P), ("lm_head", _P), ("norm_eps", _F),
-        ("layers", ctypes.POINTER(_Layer)),
+        ("layers", ctypes.POINTER(_Layer)), ("lm_head_t", _P),
     ]
 
 
@@ -95,8 +95,8 @@ class NativeStep:
         # For several tokens at once (a prompt's prefill) the products read their weights transposed
         # (outer products, no sums across vector lanes: about 2.5x the rate): copies, made on first
         # use and again when a weight changed in place (its version moved).
-        self._transposed: list[tuple[int, str, torch.Tensor, int, torch.Tensor | None]] = []  # (layer, field,
-        # source, the version copied, the copy)
+        self._transposed: list[tuple[ctypes.Structure, str, torch.Tensor, int, torch.Tensor | None]] = []  # (the
+        # struct, its field, the source, the version copied, the copy)
         for i, layer in enumerate(layers):
             attn, mlp = layer.self_attn, layer.mlp
             fused, absorbed = attn.fused, attn.absorbed
@@ -126,7 +126,7 @@ class NativeStep:
                 row.gate_up, row.down = self._ptr(mlp.experts.gate_up_proj), self._ptr(mlp.experts.down_proj)
                 pairs += [("router_t", mlp.gate.weight), ("gate_up_t", mlp.experts.gate_up_proj),
                           ("down_e_t", mlp.experts.down_proj)]
-            self._transposed += [(i, name, source.detach(), -1, None) for name, source in pairs]
+            self._transposed += [(row, name, source.detach(), -1, None) for name, source in pairs]
         m = self._model = _Model()
         m.hidden, m.heads, m.nope, m.rope = cfg.hidden_size, first.n_heads, first.nope_dim, first.rope_dim
         m.kv_rank, m.v_dim, m.q_lora = first.kv_rank, first.v_dim, first.q_a_proj.out_features
@@ -142,6 +142,7 @@ class NativeStep:
         m.norm_w, m.norm_eps = self._ptr(model.model.norm.weight), model.model.norm.eps
         m.lm_head = self._ptr(model.lm_head.weight)
         m.layers = self._layers
+        self._transposed.append((m, "lm_head_t", model.lm_head.weight.detach(), -1, None))  # several rows' logits
         self._address = ctypes.addressof(m)
         self._scratch = torch.zeros(0)
         self._bound: list[int] = []  # the cache rows' addresses the layers point at
@@ -162,12 +163,12 @@ class NativeStep:
 
     def _transpose(self) -> None:
         """Make the transposed copies of the weights that changed since they were last made."""
-        for n, (i, name, source, version, _) in enumerate(self._transposed):
+        for n, (struct, name, source, version, _) in enumerate(self._transposed):
             if source._version == version:
                 continue
             copy = source.transpose(-1, -2).contiguous()  # [E, out, in] -> [E, in, out] for the experts
-            setattr(self._layers[i], name, copy.data_ptr())
-            self._transposed[n] = (i, name, source, source._version, copy)
+            setattr(struct, name, copy.data_ptr())
+            self._transposed[n] = (struct, name, source, source._version, copy)
 
     def _bind(self, step: Step, t: int) -> int:
         """Point the layers at this cache's rows (again only when they moved); the address of scratch
@@ -185,12 +186,13 @@ class NativeStep:
             self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
         return self._scratch.data_ptr()
 
-    def _call(self, input_ids: torch.Tensor, step: Step) -> tuple:
+    def _call(self, input_ids: torch.Tensor, step: Step, every_row: bool) -> tuple:
         """The arguments of a C call (and the tensors they point into, to keep alive)."""
         ids = input_ids[0]
         if ids.dtype != torch.long or not ids.is_contiguous():
             ids = ids.to(torch.long).contiguous()
-        logits = torch.empty(1, 1, self._model.vocab)
+        n_out = len(ids) if every_row else 1
+        logits = torch.empty(1, n_out, self._model.vocab)
         cos, sin = step.cos, step.sin
         if not (cos.is_contiguous() and sin.is_contiguous()):
             cos, sin = cos.contiguous(), sin.contiguous()
@@ -199,24 +201,25 @@ class NativeStep:
             self._transpose()
         scratch = self._bind(step, len(ids))
         args = (self._address, ids.data_ptr(), len(ids), step.start, cos.data_ptr(), sin.data_ptr(), logits.data_ptr(),
-                scratch)
+                scratch, n_out)
         return args, logits, (ids, cos, sin, self._scratch)
 
-    def forward(self, input_ids: torch.Tensor, step: Step) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, step: Step, every_row: bool = False) -> torch.Tensor:
         """The last position's logits ``[1, 1, V]`` for ``input_ids [1, T]`` (see :func:`applies`): a
-        decoding step (:func:`lean.decode_one`) or a prompt's prefill (:func:`lean.prefill_dense`)."""
+        decoding step (:func:`lean.decode_one`) or a prompt's prefill (:func:`lean.prefill_dense`);
+        ``every_row``: every position's, ``[1, T, V]`` (a draft's verification)."""
         with self._lock:
-            args, logits, _ = self._call(input_ids, step)
+            args, logits, _ = self._call(input_ids, step, every_row)
             _native.forward(*args)
         step.cache.commit(input_ids, step.role_ids)
         return logits
 
-    def start(self, input_ids: torch.Tensor, step: Step) -> Pending | None:
+    def start(self, input_ids: torch.Tensor, step: Step, every_row: bool = False) -> Pending | None:
         """:meth:`forward` on this module's worker thread, returning at once: the :class:`Pending`
         call to finish (its cache rows are committed then), or None where the worker is busy or
         absent (nothing was started)."""
         with self._lock:
-            args, logits, keep = self._call(input_ids, step)
+            args, logits, keep = self._call(input_ids, step, every_row)
             if not _native.forward_start(*args):
                 return None
         return Pending(input_ids, step, logits, keep)
@@ -248,8 +251,8 @@ class Pending:
 
 def applies(step: Step, t: int = 1) -> bool:
     """Whether the C forward computes this call of ``t`` tokens (a step :func:`lean.applies` to, or a
-    prefill :func:`lean.applies_dense` to, for its last position's logits): every key attended and no
-    probe recording it."""
+    prefill or a draft's verification :func:`lean.applies_dense` to): every key attended and no probe
+    recording it."""
     cache = step.cache
     return (
         step.probe is None
