@@ -1,24 +1,27 @@
-/* The editor's hottest calls in C: the embedded model's forward pass for a decoding step or a short
- * prompt's prefill, and the workspace memory's suffix-array searches (at the end of this file).
+/* The editor's hottest calls in C: the embedded model's forward pass for a decoding step, a prompt's
+ * prefill or a draft's verification, and the workspace memory's suffix-array searches (at the end of
+ * this file).
  *
  * Under TorchScript a decoding step of the embedded model is about 1,300 tensor operations, each
  * costing more in dispatch than in arithmetic. Here ``forward`` computes a call of ``t`` tokens as
  * plain loops over the same fp32 weights (the model's own tensors, read in place, never copied):
- * the RMS norms, the fused projections, the absorbed multi-latent attention of each row over every
- * key before it, RoPE, the router's choice (sigmoid scores, correction bias, groups), the chosen and
- * shared experts, the final norm and the output head for the last row (or the last few: a draft's
- * verification reads every row's). It writes the same cache rows
- * (latents and the indexer's keys) as the other paths, which may take over at any token.
+ * the RMS norms, the fused projections, RoPE, DSA's choice of keys past the top-k (the indexer's
+ * scores with the attention policy's key bias), the absorbed multi-latent attention of each row over
+ * its keys, the router's choice (sigmoid scores, correction bias, groups), the chosen and shared
+ * experts, the final norm and the output head for the last row (or every row: a draft's
+ * verification). It writes the same cache rows (latents and the indexer's keys) as the other paths,
+ * which may take over at any token.
  *
  * One row (a decoding step) reads each weight once with dot products: the read is the step's whole
  * cost. Several rows (a prefill) use transposed copies of the weights (``native.py`` makes them) and
  * outer products, four rows and 32 outputs at a time, with no sums across vector lanes.
  *
- * It covers what the editor runs: one sequence whose every key is attended (DSA's top-k holds them
- * all, or attention is dense), no statistics' probe; ``native.py`` checks
- * that and the scripted path runs otherwise. The sums run in another order than torch's, so logits
- * agree to rounding (tests: 1e-4), not bit for bit. ``forward_start`` runs a call on a worker thread
- * of this module's own, so a prompt's prefill goes on while the caller's Python does.
+ * It covers what the editor runs: one sequence, no forced error-context keys, no statistics' probe;
+ * ``native.py`` checks that and the scripted path runs otherwise. The sums run in another order than
+ * torch's, so logits agree to rounding (tests: 1e-4), not bit for bit; of keys whose indexer scores
+ * tie at the top-k's edge (all 0 after the ReLU, say) it keeps the first, where torch's top-k keeps
+ * others. ``forward_start`` runs a call on a worker thread of this module's own, so a prompt's
+ * prefill goes on while the caller's Python does.
  *
  * Built as an optional extension (``setup.py``); a compiler-less install runs the scripted path.
  * The kernels are compiled for AVX-512, AVX2 and plain x86-64, chosen at load (GCC's
@@ -53,6 +56,7 @@ typedef struct {
     int64_t has_index;
     const float *ik_w, *ik_b; /* [i_dim] */
     float ik_eps;
+    const float *iq_w; /* the indexer's queries [i_heads * i_dim, q_lora] (full layers) */
     int64_t is_moe;
     const float *gate_w, *up_w, *down_w; /* dense MLP or shared experts: [I, hidden], [I, hidden], [hidden, I] */
     int64_t inter;
@@ -63,12 +67,13 @@ typedef struct {
     /* The same products' weights transposed ([in, out]; NULL: none), for several tokens at once. */
     const float *w_x_t, *q_b_t, *o_proj_t, *gate_t, *up_t, *down_t, *router_t;
     const float *gate_up_t, *down_e_t; /* [E, hidden, 2 * Ie], [E, Ie, hidden] */
+    const float *iq_w_t;               /* [q_lora, i_heads * i_dim] */
 } Layer;
 
 typedef struct {
     int64_t hidden, heads, nope, rope, kv_rank, v_dim, q_lora, i_dim, i_heads;
     int64_t n_layers, vocab, n_experts, top_k, n_group, topk_group, norm_topk_prob, moe_inter;
-    float scaling, attn_scale;
+    float scaling, attn_scale, i_scale; /* i_scale: the indexer's per-head score scale */
     const float *embed, *norm_w, *lm_head;
     float norm_eps;
     Layer *layers;
@@ -135,17 +140,6 @@ static void rope(const float *x, const float *cos_, const float *sin_, float *ou
 static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 static inline float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-/* silu(gate) * up, then down: a SwiGLU MLP on ``h`` added (scaled) into ``out``. */
-static void swiglu_add(const float *gate_w, const float *up_w, const float *down_w, int64_t inter, int64_t hidden,
-                       const float *h, float scale, float *tmp, float *out) {
-    float *g = tmp, *u = tmp + inter, *y = tmp + 2 * inter;
-    matvec(gate_w, h, g, inter, hidden);
-    matvec(up_w, h, u, inter, hidden);
-    for (int64_t i = 0; i < inter; i++) g[i] = silu(g[i]) * u[i];
-    matvec(down_w, g, y, hidden, inter);
-    for (int64_t i = 0; i < hidden; i++) out[i] += scale * y[i];
-}
-
 /* ``Router.choose`` for one row: the chosen experts (largest first, the first of equal ones first)
    and their weights. */
 static int64_t route(const Model *m, const float *scores, const float *bias, int64_t *chosen, float *weights,
@@ -211,14 +205,16 @@ static int64_t max_inter(const Model *m) {
 
 static int64_t wide_max(const Model *m) { return m->q_lora + m->kv_rank + m->rope + m->i_dim + m->i_heads; }
 
-/* Floats of scratch a call of ``t`` tokens needs, with room for ``capacity`` keys. */
-static int64_t scratch_floats(const Model *m, int64_t t, int64_t capacity) {
+/* Floats of scratch a call of ``t`` tokens needs, with room for ``capacity`` keys and DSA selections
+   of ``topk`` keys (0: every key attended). */
+static int64_t scratch_floats(const Model *m, int64_t t, int64_t capacity, int64_t topk) {
     const int64_t q_rows = m->heads * (m->nope + m->rope), lat_w = m->kv_rank + m->rope;
     const int64_t k = m->top_k > 0 ? m->top_k : 1;
     const int64_t per_row = 5 * m->hidden + wide_max(m) + m->q_lora + q_rows + m->heads * m->v_dim +
-                            2 * m->n_experts + k + 2 * m->n_experts /* int64 member lists */ + 3 * max_inter(m);
+                            2 * m->n_experts + k + 2 * m->n_experts /* int64 member lists */ + 3 * max_inter(m) +
+                            m->i_heads * m->i_dim + 2 * topk /* int64 selections */ + 2;
     return t * per_row + 2 * m->n_experts /* int64 counts */ + m->heads * lat_w + m->heads * m->kv_rank + m->i_dim +
-           capacity + 64;
+           (topk ? 3 * capacity : capacity) + 64;
 }
 
 /* Outputs r0 .. r0 + width - 1 of four rows of X against Wt, the sums held in registers (``width`` a
@@ -308,9 +304,26 @@ static void expert_rows(const float *gate_up, const float *gate_up_t, const floa
     linear_rows(g, down, down_t, y, n, hd, ie);
 }
 
-/* One query's absorbed attention over keys 0 .. kend - 1 of a layer: ``out`` [heads * v_dim]. */
+/* y[j] = W[sel[j], :] . x for j < n: ``matvec`` over the rows ``sel`` lists (DSA's selected keys). */
+CLONES static void gathered_dots(const float *restrict w, const int64_t *restrict sel, const float *restrict x,
+                                 float *restrict y, int64_t n, int64_t cols) {
+    for (int64_t j = 0; j < n; j++) {
+        const float *row = w + sel[j] * cols;
+        float acc[16] = {0};
+        int64_t c = 0;
+        for (; c + 16 <= cols; c += 16)
+            for (int k = 0; k < 16; k++) acc[k] += row[c + k] * x[c + k];
+        float s = 0.0f;
+        for (; c < cols; c++) s += row[c] * x[c];
+        for (int k = 0; k < 16; k++) s += acc[k];
+        y[j] = s;
+    }
+}
+
+/* One query's absorbed attention over keys 0 .. n - 1 of a layer, or over the ``n`` keys ``sel`` lists
+   (DSA's selection): ``out`` [heads * v_dim]. */
 static void attend(const Model *m, const Layer *L, const float *q, const float *cos_, const float *sin_,
-                   int64_t kend, float *q_cat, float *o_lat, float *probs, float *out) {
+                   const int64_t *sel, int64_t kend, float *q_cat, float *o_lat, float *probs, float *out) {
     const int64_t heads = m->heads, nope = m->nope, r = m->rope, kvr = m->kv_rank;
     const int64_t q_dim = nope + r, lat_w = kvr + r;
     for (int64_t hh = 0; hh < heads; hh++) {
@@ -321,7 +334,10 @@ static void attend(const Model *m, const Layer *L, const float *q, const float *
     }
     for (int64_t hh = 0; hh < heads; hh++) {
         const float *qc = q_cat + hh * lat_w;
-        matvec(L->latents, qc, probs, kend, lat_w);
+        if (sel == NULL)
+            matvec(L->latents, qc, probs, kend, lat_w);
+        else
+            gathered_dots(L->latents, sel, qc, probs, kend, lat_w);
         float mx = -INFINITY;
         for (int64_t t = 0; t < kend; t++) {
             probs[t] *= m->attn_scale;
@@ -338,18 +354,82 @@ static void attend(const Model *m, const Layer *L, const float *q, const float *
         memset(ol, 0, (size_t)kvr * sizeof(float));
         for (int64_t t = 0; t < kend; t++) {
             const float p = probs[t];
-            const float *lat = L->latents + t * lat_w;
+            const float *lat = L->latents + (sel == NULL ? t : sel[t]) * lat_w;
             for (int64_t c = 0; c < kvr; c++) ol[c] += p * lat[c];
         }
         vecmat(ol, L->w_uv_t + hh * kvr * m->v_dim, out + hh * m->v_dim, kvr, m->v_dim);
     }
 }
 
-/* ``t`` tokens at positions pos .. pos + t - 1 (cos/sin [t, rope / 2]), each attending to every key
-   before it and itself: their cache rows written, the last ``n_out`` rows' logits [n_out, vocab] (1: a
-   step or a prompt's prefill; t: a draft's verification). */
+/* The ``k`` largest of ``n`` scores (k < n): their indices into ``sel``, in no particular order (of
+   equal scores at the boundary, the first ones). ``work`` holds n floats. */
+static void top_k(const float *scores, int64_t n, int64_t k, float *work, int64_t *sel) {
+    memcpy(work, scores, (size_t)n * sizeof(float));
+    int64_t lo = 0, hi = n - 1;
+    const int64_t want = k - 1; /* the k-th largest's place once sorted descending */
+    while (lo < hi) { /* quickselect, descending */
+        const float pivot = work[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (work[i] > pivot) i++;
+            while (work[j] < pivot) j--;
+            if (i <= j) {
+                const float tmp = work[i];
+                work[i] = work[j];
+                work[j] = tmp;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else break;
+    }
+    const float kth = work[want];
+    int64_t above = 0;
+    for (int64_t j = 0; j < n; j++) above += scores[j] > kth;
+    int64_t at = 0, ties = k - above;
+    for (int64_t j = 0; j < n && at < k; j++)
+        if (scores[j] > kth || (scores[j] == kth && ties-- > 0)) sel[at++] = j;
+    for (int64_t j = n - 1; at < k; j--) sel[at++] = j; /* (NaN scores only: the newest keys) */
+}
+
+/* DSA's choice for one query of a full layer at key count ``kend`` > topk: the indexer's scores of
+   keys 0 .. kend - 1 (per head relu(scale * q . k), weighted by the head weights), the policy's key
+   bias scaled by their standard deviation, the ``topk`` best into ``sel``. */
+static void dsa_select(const Model *m, const Layer *L, const float *iq, const float *head_w, const float *key_bias,
+                       int64_t kend, int64_t topk, float *scores, float *work, int64_t *sel) {
+    const int64_t di = m->i_dim;
+    const float head_scale = 1.0f / sqrtf((float)m->i_heads);
+    memset(scores, 0, (size_t)kend * sizeof(float));
+    for (int64_t hh = 0; hh < m->i_heads; hh++) {
+        const float w = head_w[hh] * head_scale;
+        matvec(L->index_keys, iq + hh * di, work, kend, di);
+        for (int64_t j = 0; j < kend; j++) {
+            const float v = work[j] * m->i_scale;
+            scores[j] += w * (v > 0.0f ? v : 0.0f);
+        }
+    }
+    if (key_bias != NULL) {
+        double mean = 0.0, var = 0.0;
+        for (int64_t j = 0; j < kend; j++) mean += scores[j];
+        mean /= (double)kend;
+        for (int64_t j = 0; j < kend; j++) var += (scores[j] - mean) * (scores[j] - mean);
+        float sd = (float)sqrt(var / (double)kend);
+        if (!(sd > 0.0f)) sd = 1.0f;
+        for (int64_t j = 0; j < kend; j++) scores[j] += key_bias[j] * sd;
+    }
+    top_k(scores, kend, topk, work, sel);
+}
+
+/* ``t`` tokens at positions pos .. pos + t - 1 (cos/sin [t, rope / 2]): their cache rows written, the
+   last ``n_out`` rows' logits [n_out, vocab] (1: a step or a prompt's prefill; t: a draft's
+   verification). Each row attends to every key before it and itself, or, with ``topk`` > 0 and more
+   keys than that, to DSA's choice of ``topk`` of them: chosen in each full layer by the indexer
+   (with the policy's ``key_bias`` [capacity], or none), and reused by the shared layers after it. */
 static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t pos, const float *cos_,
-                    const float *sin_, float *logits, float *scratch, int64_t n_out) {
+                    const float *sin_, float *logits, float *scratch, int64_t n_out, int64_t topk,
+                    const float *key_bias) {
     const int64_t hd = m->hidden, heads = m->heads, nope = m->nope, r = m->rope, kvr = m->kv_rank;
     const int64_t q_dim = nope + r, lat_w = kvr + r, half = r / 2, wmax = wide_max(m), mi = max_inter(m);
     const int64_t e_n = m->n_experts, k = m->top_k > 0 ? m->top_k : 1;
@@ -366,14 +446,21 @@ static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t po
     float *scores = s; s += t * e_n;
     float *choice = s; s += t * e_n;
     float *weights = s; s += t * k;
+    float *iq = s; s += t * m->i_heads * m->i_dim;
     s = scratch + ((s - scratch + 1) & ~(int64_t)1); /* 8-byte aligned (the scratch itself is) */
     int64_t *members = (int64_t *)s; s += 2 * (t * e_n + e_n); /* per expert, the rows routed to it; counts */
+    int64_t *sel = (int64_t *)s; s += 2 * t * topk;            /* each row's selected keys */
+    int64_t *chosen_n = (int64_t *)s; s += 2 * t;              /* how many (0: every key, none chosen) */
     float *g = s; s += t * mi;
     float *u = s; s += 2 * t * mi;
     float *q_cat = s; s += heads * lat_w;
     float *o_lat = s; s += heads * kvr;
     float *ik = s; s += m->i_dim;
-    float *probs = s;
+    float *probs = s; s += pos + t;
+    float *work = s; s += pos + t; /* the indexer's scores, and a copy to select from */
+    float *work2 = s;
+    const int sparse = topk > 0 && pos + t > topk;
+    memset(chosen_n, 0, (size_t)t * sizeof(int64_t));
 
     for (int64_t i = 0; i < t; i++) memcpy(x + i * hd, m->embed + tokens[i] * hd, (size_t)hd * sizeof(float));
     for (int64_t li = 0; li < m->n_layers; li++) {
@@ -398,9 +485,28 @@ static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t po
             }
         }
         linear_rows(qn, L->q_b, L->q_b_t, q, t, heads * q_dim, m->q_lora);
+        if (sparse && L->has_index) { /* DSA: each row past the top-k chooses its keys (a shared layer reuses them) */
+            const int64_t iw = m->i_heads * m->i_dim;
+            linear_rows(qn, L->iq_w, L->iq_w_t, iq, t, iw, m->q_lora);
+            for (int64_t i = 0; i < t; i++) {
+                const int64_t kend = pos + i + 1;
+                chosen_n[i] = 0;
+                if (kend <= topk) continue;
+                float *qi = iq + i * iw;
+                for (int64_t hh = 0; hh < m->i_heads; hh++) { /* RoPE on each head's first rope dims, in place */
+                    float *head = qi + hh * m->i_dim;
+                    float rot[r > 0 ? r : 1];
+                    rope(head, cos_ + i * half, sin_ + i * half, rot, r);
+                    memcpy(head, rot, (size_t)r * sizeof(float));
+                }
+                const float *head_w = parts + i * wide + m->q_lora + kvr + r + m->i_dim;
+                dsa_select(m, L, qi, head_w, key_bias, kend, topk, work, work2, sel + i * topk);
+                chosen_n[i] = topk;
+            }
+        }
         for (int64_t i = 0; i < t; i++)
-            attend(m, L, q + i * heads * q_dim, cos_ + i * half, sin_ + i * half, pos + i + 1, q_cat, o_lat, probs,
-                   out + i * heads * m->v_dim);
+            attend(m, L, q + i * heads * q_dim, cos_ + i * half, sin_ + i * half, chosen_n[i] ? sel + i * topk : NULL,
+                   chosen_n[i] ? topk : pos + i + 1, q_cat, o_lat, probs, out + i * heads * m->v_dim);
         linear_rows(out, L->o_proj, L->o_proj_t, acc, t, hd, heads * m->v_dim);
         for (int64_t i = 0; i < t * hd; i++) x[i] += acc[i];
 
@@ -562,19 +668,21 @@ static PyObject *py_sa_narrow(PyObject *self, PyObject *const *args, Py_ssize_t 
 /* ---- the module --------------------------------------------------------------------------------- */
 
 /* forward(model_address, tokens_address, t, pos, cos_address, sin_address, logits_address,
-   scratch_address, n_out): ``forward`` above on a ``Model`` that ``native.py`` built with ctypes
-   (addresses as ints; ``t`` int64 token ids; scratch of ``scratch_floats(model, t, capacity)`` floats;
-   logits for the last ``n_out`` rows, 1 <= n_out <= t). Runs without the interpreter lock. */
+   scratch_address, n_out, topk, key_bias_address): ``forward`` above on a ``Model`` that ``native.py``
+   built with ctypes (addresses as ints; ``t`` int64 token ids; scratch of ``scratch_floats(model, t,
+   capacity, topk)`` floats; logits for the last ``n_out`` rows, 1 <= n_out <= t; ``topk`` 0: every key;
+   ``key_bias_address`` 0: none). Runs without the interpreter lock. */
+#define N_ARGS 11
 static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, const Model **m);
 
 static PyObject *py_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[9];
+    long long v[N_ARGS];
     const Model *m;
     if (read_call(args, nargs, v, &m) < 0) return NULL;
     Py_BEGIN_ALLOW_THREADS
     forward(m, (const int64_t *)(intptr_t)v[1], v[2], v[3], (const float *)(intptr_t)v[4], (const float *)(intptr_t)v[5],
-            (float *)(intptr_t)v[6], (float *)(intptr_t)v[7], v[8]);
+            (float *)(intptr_t)v[6], (float *)(intptr_t)v[7], v[8], v[9], (const float *)(intptr_t)v[10]);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -597,8 +705,8 @@ static struct {
     pthread_t thread;
     const Model *m;
     const int64_t *tokens;
-    int64_t t, pos, n_out;
-    const float *cos_, *sin_;
+    int64_t t, pos, n_out, topk;
+    const float *cos_, *sin_, *key_bias;
     float *logits, *scratch;
 } job = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
 
@@ -617,7 +725,8 @@ static void *worker(void *unused) {
         while (job.state != 1) pthread_cond_wait(&job.cv, &job.mu);
         job.state = 2;
         pthread_mutex_unlock(&job.mu);
-        forward(job.m, job.tokens, job.t, job.pos, job.cos_, job.sin_, job.logits, job.scratch, job.n_out);
+        forward(job.m, job.tokens, job.t, job.pos, job.cos_, job.sin_, job.logits, job.scratch, job.n_out, job.topk,
+                job.key_bias);
         pthread_mutex_lock(&job.mu);
         job.state = 3;
         pthread_cond_broadcast(&job.cv);
@@ -630,8 +739,10 @@ static int check_call(long long *v, const Model **m_out) {
     const Model *m = (const Model *)(intptr_t)v[0];
     const int64_t *tokens = (const int64_t *)(intptr_t)v[1];
     const int64_t t = v[2];
-    if (m == NULL || tokens == NULL || t < 1 || v[3] < 0 || !v[4] || !v[5] || !v[6] || !v[7] || v[8] < 1 || v[8] > t) {
-        PyErr_SetString(PyExc_ValueError, "forward(): no model, no tokens, a position or a count of rows out of range");
+    if (m == NULL || tokens == NULL || t < 1 || v[3] < 0 || !v[4] || !v[5] || !v[6] || !v[7] || v[8] < 1 || v[8] > t ||
+        v[9] < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "forward(): no model, no tokens, or a position, a count of rows or a top-k out of range");
         return -1;
     }
     for (int64_t i = 0; i < t; i++)
@@ -645,11 +756,11 @@ static int check_call(long long *v, const Model **m_out) {
 }
 
 static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, const Model **m) {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "forward() takes 9 integer arguments");
+    if (nargs != N_ARGS) {
+        PyErr_SetString(PyExc_TypeError, "forward() takes 11 integer arguments");
         return -1;
     }
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < N_ARGS; i++) {
         v[i] = PyLong_AsLongLong(args[i]);
         if (v[i] == -1 && PyErr_Occurred()) return -1;
     }
@@ -660,7 +771,7 @@ static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, cons
    runs already (or there is no worker here). */
 static PyObject *py_forward_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[9];
+    long long v[N_ARGS];
     const Model *m;
     if (read_call(args, nargs, v, &m) < 0) return NULL;
 #ifdef _WIN32
@@ -690,6 +801,8 @@ static PyObject *py_forward_start(PyObject *self, PyObject *const *args, Py_ssiz
     job.logits = (float *)(intptr_t)v[6];
     job.scratch = (float *)(intptr_t)v[7];
     job.n_out = v[8];
+    job.topk = v[9];
+    job.key_bias = (const float *)(intptr_t)v[10];
     job.state = 1;
     pthread_cond_broadcast(&job.cv);
     pthread_mutex_unlock(&job.mu);
@@ -723,18 +836,19 @@ static PyObject *py_forward_wait(PyObject *self, PyObject *unused) {
 #endif
 }
 
-/* scratch_floats(model_address, t, capacity): floats of scratch a call of ``t`` tokens needs. */
+/* scratch_floats(model_address, t, capacity, topk): floats of scratch a call of ``t`` tokens needs. */
 static PyObject *py_scratch_floats(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "scratch_floats() takes 3 integer arguments");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scratch_floats() takes 4 integer arguments");
         return NULL;
     }
     const long long address = PyLong_AsLongLong(args[0]);
     const long long t = PyLong_AsLongLong(args[1]);
     const long long capacity = PyLong_AsLongLong(args[2]);
+    const long long topk = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred()) return NULL;
-    return PyLong_FromLongLong(scratch_floats((const Model *)(intptr_t)address, t, capacity));
+    return PyLong_FromLongLong(scratch_floats((const Model *)(intptr_t)address, t, capacity, topk));
 }
 
 /* The sizes of the two structs, so the ctypes side can check its layout against this build's. */

@@ -35,8 +35,10 @@ def test_long_prefill_chunks_agree_with_reference_and_decode() -> None:
         fast = model(ids)
         ref = model(ids, reference=True)
         cache = KVCache(model.config)
-        head = cached_forward(model, ids[:, :290], cache)
-        tail = [cached_forward(model, ids[:, t : t + 1], cache) for t in range(290, 300)]
+        # The torch paths (the C call's own test is test_model_native.py: on this random model a row's
+        # 160th and 161st indexer scores are both 0, and C keeps the first of equal keys, torch another).
+        head = cached_forward(model, ids[:, :290], cache, native_step=False)
+        tail = [cached_forward(model, ids[:, t : t + 1], cache, native_step=False) for t in range(290, 300)]
     assert (fast - ref).abs().max().item() < TOL
     assert (torch.cat([head, *tail], dim=1) - fast).abs().max().item() < TOL
 

@@ -49,9 +49,9 @@ rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and o
   prefill 1.25x, a 12-token generation 1.33x as fast; logits equal bit for bit on 240 real prompts x
   16 steps). Built once per set of inference weights (after ``prepare_inference``); if scripting
   fails, one log line and the Python lean paths run.
-- **The editor's calls in C.** ``native.c`` computes a decoding step, a short prompt's prefill or
-  a draft's verification (every row's logits) for the case the editor runs most (every key
-  attended: the context within DSA's top-k, or dense; no statistics' probe) in one call over the model's own weights (a prefill
+- **The editor's calls in C.** ``native.c`` computes a decoding step, a prompt's prefill or a
+  draft's verification (every row's logits) for one sequence, past DSA's top-k with the indexer's
+  choice and the policy's key bias (no forced error-context keys, no statistics' probe) in one call over the model's own weights (a prefill
   over transposed copies) and cache rows, without the interpreter lock; the sums run in another
   order, so logits agree to rounding (``tests/test_model_native.py``: 1e-4, the same greedy text).
   ``Generator.prefetch`` starts a prompt's prefill on the module's worker thread and returns: the

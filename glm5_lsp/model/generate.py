@@ -184,25 +184,29 @@ def cached_forward(
     in C, to rounding the same logits (False: never).
     ``probe``: record the per-step statistics (of the last row with ``last_only``, else of every row)."""
     step = model.prepare_step(input_ids, cache=cache, roles=roles, policy=policy, dense=dense, probe=probe)
+    if lean and native_step and in_c(model, input_ids, step):
+        compiled = c_step.get(model)
+        if compiled is not None:
+            return compiled.forward(input_ids, step, every_row=not last_only)
     if lean and decode.applies(model, input_ids, step):
-        if native_step and c_step.applies(step):
-            compiled = c_step.get(model)
-            if compiled is not None:
-                return compiled.forward(input_ids, step)
         fast = script.get(model) if scripted else None
         if fast is not None:
             return script.decode_one(fast, input_ids, step)
         return decode.decode_one(model, input_ids, step)
     if lean and decode.applies_dense(model, input_ids, step):
-        if native_step and c_step.applies(step, input_ids.shape[1]):
-            compiled = c_step.get(model)
-            if compiled is not None:
-                return compiled.forward(input_ids, step, every_row=not last_only)
         fast = script.get(model) if scripted else None
         if fast is not None:
             return script.prefill_dense(fast, input_ids, step, last_only=last_only)
         return decode.prefill_dense(model, input_ids, step, last_only=last_only)
     return model.forward_step(input_ids, step, last_only=last_only)
+
+
+def in_c(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step) -> bool:
+    """Whether ``native.py`` computes this call: a step, a prefill of up to ``lean.PREFILL_MAX_TOKENS``
+    or a draft's verification of one sequence, with DSA's selection or every key (no forced keys, no
+    probe)."""
+    return (input_ids.shape[1] <= decode.PREFILL_MAX_TOKENS and decode.lean_ok(model, input_ids, step)
+            and c_step.applies(step, input_ids.shape[1]))
 
 
 def spare_core() -> bool:
@@ -292,8 +296,7 @@ class Generator:
         if compiled is None:
             return None
         step = self.model.prepare_step(ids, cache=self.cache, roles=roles, policy=self.policy)
-        fits = decode.applies(self.model, ids, step) or decode.applies_dense(self.model, ids, step)
-        if not fits or not c_step.applies(step, ids.shape[1]):
+        if not in_c(self.model, ids, step):
             return None
         return compiled.start(ids, step)
 

@@ -61,7 +61,9 @@ BATCHED_EXPERTS_MAX_TOKENS = 64  # up to here the experts run as one padded batc
 PREFILL_MAX_TOKENS = 512  # longer prompts take the general path, which bounds its score matrices
 
 
-def _lean_ok(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: Step) -> bool:
+def lean_ok(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: Step) -> bool:
+    """What every lean path (and the C one, ``native.py``) needs: one sequence, fp32 on the CPU,
+    inference with the prepared weights, no training stage or reference kernels."""
     weight = model.lm_head.weight
     return (
         step.cache is not None
@@ -79,7 +81,7 @@ def _lean_ok(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: Step) -
 def applies(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: Step) -> bool:
     """Whether :func:`decode_one` computes this call (``step`` from ``model.prepare_step``) as the
     general path would: one token of one sequence, no forced error-context keys."""
-    return input_ids.shape == (1, 1) and step.forced_keys is None and _lean_ok(model, input_ids, step)
+    return input_ids.shape == (1, 1) and step.forced_keys is None and lean_ok(model, input_ids, step)
 
 
 def applies_dense(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: Step) -> bool:
@@ -91,7 +93,7 @@ def applies_dense(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step: St
     return (
         1 < t <= PREFILL_MAX_TOKENS
         and (step.dense or step.start + t <= step.topk)
-        and _lean_ok(model, input_ids, step)
+        and lean_ok(model, input_ids, step)
     )
 
 

@@ -4,11 +4,12 @@ editor's two hot calls, a decoding step and a short prompt's prefill.
 Under TorchScript a decoding step of the embedded model is about 1,300 tensor operations and a
 prompt's prefill a few hundred, each costing more in dispatch than in arithmetic; ``native.c``
 computes either in one call, on the model's own fp32 weights (their addresses, read in place) and
-the cache's rows, without the interpreter lock. It applies where :func:`lean.applies` (one token) or
-:func:`lean.applies_dense` (several: the last position's logits, or every position's for a draft's
-verification) does and, besides, every key is attended (DSA's top-k holds them all, or attention is
-dense: the editor's one-line prompts) and no statistics' probe records the call; elsewhere the
-scripted path runs.
+the cache's rows, without the interpreter lock. It applies to calls of one sequence of up to
+``lean.PREFILL_MAX_TOKENS`` tokens (:func:`lean.lean_ok`): a step, a prompt's prefill (the last
+position's logits) or a draft's verification (every position's), each row attending to every key
+or, past DSA's top-k, to the indexer's choice with the attention policy's key bias (a multi-line
+completion's longer prompt); elsewhere (forced error-context keys, a statistics' probe) the
+scripted or the general path runs.
 
 The compiled module is optional (``setup.py`` builds it where a C compiler is found); without it,
 or for a model it cannot hold (a layout it does not know), :func:`get` returns None.
@@ -39,6 +40,9 @@ _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _F = ctypes.c_float
 
+SELECTING_MAX_ROWS = 48  # at most this many rows of a call past DSA's top-k: each scores its keys with
+# dot products, where torch scores many rows in one product (past 400 keys of the embedded model, 64 rows
+# took 14.5 ms in C and 15.5 in torch, 128 rows 27.5 and 23.3; 16 rows 5.3 and 9.7; 8: 2.6 and 7.2)
 MAX_EXPERTS = 256  # native.c's fixed arrays
 MAX_GROUPS = 64
 
@@ -48,12 +52,12 @@ class _Layer(ctypes.Structure):
         ("in_norm", _P), ("post_norm", _P), ("in_eps", _F), ("post_eps", _F),
         ("w_x", _P), ("q_norm", _P), ("q_eps", _F), ("kv_norm", _P), ("kv_eps", _F),
         ("q_b", _P), ("w_uk", _P), ("w_uv_t", _P), ("o_proj", _P),
-        ("has_index", _I), ("ik_w", _P), ("ik_b", _P), ("ik_eps", _F),
+        ("has_index", _I), ("ik_w", _P), ("ik_b", _P), ("ik_eps", _F), ("iq_w", _P),
         ("is_moe", _I), ("gate_w", _P), ("up_w", _P), ("down_w", _P), ("inter", _I),
         ("router_w", _P), ("router_bias", _P), ("gate_up", _P), ("down", _P),
         ("latents", _P), ("index_keys", _P),
         ("w_x_t", _P), ("q_b_t", _P), ("o_proj_t", _P), ("gate_t", _P), ("up_t", _P), ("down_t", _P),
-        ("router_t", _P), ("gate_up_t", _P), ("down_e_t", _P),
+        ("router_t", _P), ("gate_up_t", _P), ("down_e_t", _P), ("iq_w_t", _P),
     ]
 
 
@@ -63,7 +67,7 @@ class _Model(ctypes.Structure):
         ("q_lora", _I), ("i_dim", _I), ("i_heads", _I),
         ("n_layers", _I), ("vocab", _I), ("n_experts", _I), ("top_k", _I), ("n_group", _I), ("topk_group", _I),
         ("norm_topk_prob", _I), ("moe_inter", _I),
-        ("scaling", _F), ("attn_scale", _F),
+        ("scaling", _F), ("attn_scale", _F), ("i_scale", _F),
         ("embed", _P), ("norm_w", _P), ("lm_head", _P), ("norm_eps", _F),
         ("layers", ctypes.POINTER(_Layer)), ("lm_head_t", _P),
     ]
@@ -110,16 +114,21 @@ class NativeStep:
             row.q_b = self._ptr(attn.q_b_proj.weight)
             row.w_uk, row.w_uv_t = self._ptr(absorbed.w_uk), self._ptr(absorbed.w_uv_t)
             row.o_proj = self._ptr(attn.o_proj.weight)
+            index_queries = None
             if attn.indexer is not None:
                 norm = attn.indexer.k_norm
                 row.has_index = 1
                 row.ik_w, row.ik_b, row.ik_eps = self._ptr(norm.weight), self._ptr(norm.bias), norm.eps
+                index_queries = fused.w_q[fused.q_rows :]  # [Hi * Di, q_lora]: the rows after the heads' queries
+                row.iq_w = self._ptr(index_queries)
             shared = mlp.shared_experts if hasattr(mlp, "experts") else mlp
             row.gate_w, row.up_w = self._ptr(shared.gate_proj.weight), self._ptr(shared.up_proj.weight)
             row.down_w, row.inter = self._ptr(shared.down_proj.weight), shared.gate_proj.weight.shape[0]
             pairs = [("w_x_t", fused.w_x), ("q_b_t", attn.q_b_proj.weight), ("o_proj_t", attn.o_proj.weight),
                      ("gate_t", shared.gate_proj.weight), ("up_t", shared.up_proj.weight),
                      ("down_t", shared.down_proj.weight)]
+            if index_queries is not None:
+                pairs.append(("iq_w_t", index_queries))
             if hasattr(mlp, "experts"):
                 row.is_moe = 1
                 row.router_w, row.router_bias = self._ptr(mlp.gate.weight), self._ptr(mlp.gate.e_score_correction_bias)
@@ -138,6 +147,7 @@ class NativeStep:
             m.norm_topk_prob, m.scaling = int(bool(router.norm_topk_prob)), float(router.scaling)
             m.moe_inter = moes[0].experts.down_proj.shape[-1]
         m.attn_scale = float(first.scale)
+        m.i_scale = float(some_index.scale) if some_index is not None else 0.0
         m.embed = self._ptr(model.model.embed_tokens.weight)
         m.norm_w, m.norm_eps = self._ptr(model.model.norm.weight), model.model.norm.eps
         m.lm_head = self._ptr(model.lm_head.weight)
@@ -170,9 +180,9 @@ class NativeStep:
             setattr(struct, name, copy.data_ptr())
             self._transposed[n] = (struct, name, source, source._version, copy)
 
-    def _bind(self, step: Step, t: int) -> int:
+    def _bind(self, step: Step, t: int, topk: int) -> int:
         """Point the layers at this cache's rows (again only when they moved); the address of scratch
-        for ``t`` tokens."""
+        for ``t`` tokens (selecting ``topk`` keys each, or 0)."""
         cache = step.cache
         addresses = ([rows.data_ptr() for rows in cache.latents]
                      + [0 if rows is None else rows.data_ptr() for rows in cache.index_keys])
@@ -181,7 +191,7 @@ class NativeStep:
                 self._layers[i].latents = addresses[i]
                 self._layers[i].index_keys = addresses[self.n_layers + i]
             self._bound = addresses
-        need = _native.scratch_floats(self._address, t, cache.capacity)
+        need = _native.scratch_floats(self._address, t, cache.capacity, topk)
         if need > self._scratch.numel():
             self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
         return self._scratch.data_ptr()
@@ -196,13 +206,18 @@ class NativeStep:
         cos, sin = step.cos, step.sin
         if not (cos.is_contiguous() and sin.is_contiguous()):
             cos, sin = cos.contiguous(), sin.contiguous()
+        # DSA: past ``topk`` keys each row attends to the indexer's choice (with the policy's bias)
+        topk = 0 if step.dense or step.start + len(ids) <= step.topk else step.topk
+        bias = step.key_bias[0] if topk and step.key_bias is not None else None
+        if bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous()):
+            bias = bias.float().contiguous()
         _native.forward_wait()  # a call handed to the worker (``start``) uses the scratch and caches
         if len(ids) > 1:
             self._transpose()
-        scratch = self._bind(step, len(ids))
+        scratch = self._bind(step, len(ids), topk)
         args = (self._address, ids.data_ptr(), len(ids), step.start, cos.data_ptr(), sin.data_ptr(), logits.data_ptr(),
-                scratch, n_out)
-        return args, logits, (ids, cos, sin, self._scratch)
+                scratch, n_out, topk, 0 if bias is None else bias.data_ptr())
+        return args, logits, (ids, cos, sin, self._scratch, bias)
 
     def forward(self, input_ids: torch.Tensor, step: Step, every_row: bool = False) -> torch.Tensor:
         """The last position's logits ``[1, 1, V]`` for ``input_ids [1, T]`` (see :func:`applies`): a
@@ -250,13 +265,16 @@ class Pending:
 
 
 def applies(step: Step, t: int = 1) -> bool:
-    """Whether the C forward computes this call of ``t`` tokens (a step :func:`lean.applies` to, or a
-    prefill or a draft's verification :func:`lean.applies_dense` to): every key attended and no probe
-    recording it."""
+    """Whether the C forward computes this call of ``t`` tokens (of a call :func:`lean.lean_ok` allows):
+    no probe recording it, no forced error-context keys, and no more than ``SELECTING_MAX_ROWS`` rows
+    past DSA's top-k (a long prompt's prefill is quicker in torch)."""
     cache = step.cache
+    selecting = 0 if step.dense else step.start + t - max(step.start, step.topk)
     return (
         step.probe is None
-        and (step.dense or step.start + t <= step.topk)
+        and step.forced_keys is None
+        and selecting <= SELECTING_MAX_ROWS
+        and (step.key_bias is None or step.key_bias.shape[0] == 1)
         and all(rows.is_contiguous() for rows in cache.latents)
         and all(rows is None or rows.is_contiguous() for rows in cache.index_keys)
     )

@@ -489,7 +489,7 @@ def _inference_weights(model: GlmMoeDsaForCausalLM) -> list:
 
 
 def _fits(model: GlmMoeDsaForCausalLM) -> bool:
-    """Whether the lean paths can run this model at all (``lean._lean_ok``'s fixed part)."""
+    """Whether the lean paths can run this model at all (``lean.lean_ok``'s fixed part)."""
     weight = model.lm_head.weight
     return (weight.dtype == torch.float32 and weight.device.type == "cpu" and not model.config.attention_bias
             and model.prepared)
