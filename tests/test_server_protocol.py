@@ -357,3 +357,14 @@ def _read_reply(conn: socket.socket, msg_id: int) -> bytes:
         message = json.loads(body)
         if message.get("id") == msg_id and "method" not in message:
             return body
+
+def test_a_null_answer_to_apply_edit_leaves_the_fix_command_answered(server: RawServer) -> None:
+    """The raw client answers every request of the server's with ``null``, not the ``{"applied"}``
+    workspace/applyEdit asks for: the command is answered (not applied, and why), not failed as
+    invalid params (the fuzzer found it, once a fix checked out)."""
+    uri = "file:///tmp/glm5_protocol/broken.py"
+    server.open(uri, "def add(a, b)\n    return a + b\n")  # a missing ':' the fixer mends without the model
+    reply = server.call("workspace/executeCommand", {"command": "glm5.fix", "arguments": [{"uri": uri}]})
+    assert reply.get("result", {}).get("applied") is False, reply
+    assert "workspace/applyEdit" in reply["result"]["reason"]
+    assert any(r["method"] == "workspace/applyEdit" for r in server.requests)

@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 
 from glm5_lsp.pipeline import PipelineResult, diagnose
 from glm5_lsp.server import convert
 from glm5_lsp.server.actions import FIX_TITLE, resolve_fix
 from glm5_lsp.server.jobs import CancelToken
 from glm5_lsp.server.state import Glm5Server
+
+log = logging.getLogger(__name__)
 
 ACCEPTED_COMMAND = "glm5.accepted"
 COMMANDS = ("glm5.generate", "glm5.fix", "glm5.reindex", ACCEPTED_COMMAND)
@@ -44,9 +48,7 @@ def register(server: Glm5Server) -> None:
         applied = False
         if text:
             edit = convert.lsp_text_edit(target.view, target.offset, target.offset, text)
-            reply = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
-                edit=types.WorkspaceEdit(changes={target.uri: [edit]}), label="GLM-5: generate"))
-            applied = bool(reply and reply.applied)
+            applied, _ = await apply_edit(ls, types.WorkspaceEdit(changes={target.uri: [edit]}), "GLM-5: generate")
         return {"text": text, "clean": True, "applied": applied}
 
     @server.command("glm5.fix")
@@ -67,9 +69,8 @@ def register(server: Glm5Server) -> None:
         resolved = await resolve_fix(ls, action, target)
         if resolved.edit is None:
             return {"applied": False, "reason": "no fix that checks out"}
-        reply = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=resolved.edit,
-                                                                                   label=FIX_TITLE))
-        return {"applied": bool(reply and reply.applied), "reason": ""}
+        applied, reason = await apply_edit(ls, resolved.edit, FIX_TITLE)
+        return {"applied": applied, "reason": reason}
 
     @server.command("glm5.reindex")
     async def reindex(ls: Glm5Server, *args: Any) -> dict[str, Any]:
@@ -85,6 +86,20 @@ def register(server: Glm5Server) -> None:
         """``[id]``: the user accepted the inline suggestion ``id`` (the acceptance log's "accepted")."""
         suggestion = args[0] if args and isinstance(args[0], str) else None
         return {"recorded": suggestion is not None and ls.tracker.accepted(suggestion)}
+
+
+async def apply_edit(ls: Glm5Server, edit: types.WorkspaceEdit, label: str) -> tuple[bool, str]:
+    """Ask the editor to apply ``edit``: whether it did, and why not ("" when it did or gave no
+    reason). An editor that answers with an error, or with something other than the protocol's
+    ``{"applied": bool}`` (some answer ``null``), has not applied it: the command still answers."""
+    try:
+        reply = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+    except JsonRpcException as error:
+        log.warning("the editor's answer to workspace/applyEdit (%s): %s", label, error)
+        return False, f"the editor's answer to workspace/applyEdit: {error}"
+    if reply is not None and reply.applied:
+        return True, ""
+    return False, (reply.failure_reason or "") if reply is not None else ""
 
 
 def _position_argument(value: Any) -> types.Position | None:
