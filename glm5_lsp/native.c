@@ -82,21 +82,30 @@ typedef struct {
 
 /* ---- kernels ------------------------------------------------------------------------------------ */
 
-/* y[r] = W[r, :] . x for r < rows (W [rows, cols]); sixteen partial sums a row, so the loop
-   vectorises without reassociating one running sum. */
+/* row . x with sixteen partial sums, so the loop vectorises without reassociating one running sum
+   (inlined into each of its callers' clones). */
+static inline __attribute__((always_inline)) float dot(const float *restrict row, const float *restrict x,
+                                                       int64_t cols) {
+    float acc[16] = {0};
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16)
+        for (int k = 0; k < 16; k++) acc[k] += row[c + k] * x[c + k];
+    float s = 0.0f;
+    for (; c < cols; c++) s += row[c] * x[c];
+    for (int k = 0; k < 16; k++) s += acc[k];
+    return s;
+}
+
+/* y[r] = W[r, :] . x for r < rows (W [rows, cols]). */
 CLONES static void matvec(const float *restrict w, const float *restrict x, float *restrict y, int64_t rows,
                           int64_t cols) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *row = w + r * cols;
-        float acc[16] = {0};
-        int64_t c = 0;
-        for (; c + 16 <= cols; c += 16)
-            for (int k = 0; k < 16; k++) acc[k] += row[c + k] * x[c + k];
-        float s = 0.0f;
-        for (; c < cols; c++) s += row[c] * x[c];
-        for (int k = 0; k < 16; k++) s += acc[k];
-        y[r] = s;
-    }
+    for (int64_t r = 0; r < rows; r++) y[r] = dot(w + r * cols, x, cols);
+}
+
+/* y[j] = W[sel[j], :] . x for j < n: ``matvec`` over the rows ``sel`` lists (DSA's selected keys). */
+CLONES static void gathered_dots(const float *restrict w, const int64_t *restrict sel, const float *restrict x,
+                                 float *restrict y, int64_t n, int64_t cols) {
+    for (int64_t j = 0; j < n; j++) y[j] = dot(w + sel[j] * cols, x, cols);
 }
 
 /* y[:] = x @ W for W [rows, cols] (y has cols entries): rows of W scaled and added. */
@@ -304,21 +313,6 @@ static void expert_rows(const float *gate_up, const float *gate_up_t, const floa
     linear_rows(g, down, down_t, y, n, hd, ie);
 }
 
-/* y[j] = W[sel[j], :] . x for j < n: ``matvec`` over the rows ``sel`` lists (DSA's selected keys). */
-CLONES static void gathered_dots(const float *restrict w, const int64_t *restrict sel, const float *restrict x,
-                                 float *restrict y, int64_t n, int64_t cols) {
-    for (int64_t j = 0; j < n; j++) {
-        const float *row = w + sel[j] * cols;
-        float acc[16] = {0};
-        int64_t c = 0;
-        for (; c + 16 <= cols; c += 16)
-            for (int k = 0; k < 16; k++) acc[k] += row[c + k] * x[c + k];
-        float s = 0.0f;
-        for (; c < cols; c++) s += row[c] * x[c];
-        for (int k = 0; k < 16; k++) s += acc[k];
-        y[j] = s;
-    }
-}
 
 /* One query's absorbed attention over keys 0 .. n - 1 of a layer, or over the ``n`` keys ``sel`` lists
    (DSA's selection): ``out`` [heads * v_dim]. */

@@ -56,6 +56,23 @@ def test_the_c_step_is_built_where_a_compiler_is() -> None:
     assert native.available()
 
 
+def _with_and_without_c(model, ids: torch.Tensor, chunks: list[int], roles: torch.Tensor | None = None,
+                        **kwargs) -> dict[bool, tuple[list[torch.Tensor], KVCache]]:
+    """``ids`` fed in ``chunks`` through ``cached_forward`` with the C call (True) and without it:
+    each call's logits and the cache."""
+    out = {}
+    for c_step in (True, False):
+        cache = KVCache(model.config)
+        logits, at = [], 0
+        with torch.no_grad():
+            for n in chunks:
+                part = None if roles is None else roles[:, at : at + n]
+                logits.append(cached_forward(model, ids[:, at : at + n], cache, roles=part, native_step=c_step, **kwargs))
+                at += n
+        out[c_step] = (logits, cache)
+    return out
+
+
 def _taken(monkeypatch, tokens: bool = False) -> list:
     """Count the C path's calls: their positions (with ``tokens``, ``(position, tokens)``)."""
     calls: list = []
@@ -156,16 +173,7 @@ def test_past_the_top_k_the_c_call_selects_the_keys_the_scripted_path_does(chunk
     roles[0, 15:19] = int(Role.CURRENT_BLOCK)
     policy = AttentionPolicy.from_config(AttentionConfig(error_context=0.0)) if biased else None
     calls = _taken(monkeypatch, tokens=True)
-    out = {}
-    for c_step in (True, False):
-        cache = KVCache(model.config)
-        logits, at = [], 0
-        with torch.no_grad():
-            for n in chunks:
-                logits.append(cached_forward(model, ids[:, at : at + n], cache, roles=roles[:, at : at + n],
-                                             policy=policy, native_step=c_step))
-                at += n
-        out[c_step] = (logits, cache)
+    out = _with_and_without_c(model, ids, chunks, roles=roles, policy=policy)
     starts = [sum(chunks[:i]) for i in range(len(chunks))]
     assert calls == list(zip(starts, chunks))  # every call in C, on that side only
     (got, cache), (want, want_cache) = out[True], out[False]
@@ -277,19 +285,7 @@ def test_a_prompts_prefill_in_c_gives_the_lean_prefills_logits_and_cache(chunks,
     total = sum(chunks)
     ids = _ids(total + 2, seed=total)
     calls = _taken(monkeypatch, tokens=True)
-    out = {}
-    for c_step in (True, False):
-        cache = KVCache(model.config)
-        logits, at = [], 0
-        with torch.no_grad():
-            for n in chunks:
-                logits.append(cached_forward(model, ids[:, at : at + n], cache, dense=dense, last_only=True,
-                                             scripted=False, native_step=c_step))
-                at += n
-            for t in range(total, total + 2):
-                logits.append(cached_forward(model, ids[:, t : t + 1], cache, dense=dense, scripted=False,
-                                             native_step=c_step))
-        out[c_step] = (logits, cache)
+    out = _with_and_without_c(model, ids, [*chunks, 1, 1], dense=dense, last_only=True, scripted=False)
     starts = [sum(chunks[:i]) for i in range(len(chunks))]
     assert calls == list(zip(starts, chunks)) + [(total, 1), (total + 1, 1)]
     (got, cache), (want, want_cache) = out[True], out[False]
