@@ -24,6 +24,7 @@ top-k over every cached key as bare operations.
     python benchmarks/runtime.py --part verify   # the embedded model's draft verification, general vs lean
     python benchmarks/runtime.py --part script   # its scripted lean paths vs the Python ones: numbers, speed
     python benchmarks/runtime.py --part native   # its decoding step in C vs the scripted one: numbers, speed
+    python benchmarks/runtime.py --part native-dsa  # past its DSA top-k: C's selection vs torch's, speed, numbers
     python benchmarks/runtime.py --part ahead    # its next step run ahead beside the logits processors, or not
 
 Decode steps and prompt prefills run through ``generate.cached_forward``, the generator's choice of
@@ -633,6 +634,97 @@ def native_compare(count: int = 40, prompt_tokens: int = 64, new_tokens: int = 1
     return results
 
 
+def native_dsa_compare(count: int = 12, prompt_tokens: int = 400, teacher_tokens: int = 300,
+                       rows: tuple[int, ...] = (8, 16, 32, 64, 128), repeats: int = 7) -> dict:
+    """Past the embedded model's DSA top-k, the C call (``native.c``: the indexer's scores, the
+    top-k, attention over it) against torch's on real ``prompt_tokens``-token prompts (pexpect,
+    pluggy, rsa): a decoding step, and calls of several rows past the top-k (8: a draft's
+    verification; more: a prompt's prefill, to find where torch's batched products win), the two
+    taking turns, the ratio of the medians per prompt and its median. Then the numbers: one file of
+    each FIT package teacher-forced from token ``prompt_tokens`` for ``teacher_tokens`` tokens, every
+    step past the top-k, perplexity with C's steps and with torch's, and how often the argmax agrees
+    (C keeps the first of keys whose indexer scores tie at the top-k's edge, torch others)."""
+    import math
+
+    from glm5_lsp.memory.heldout import package_files
+    from glm5_lsp.model import load_tokenizer, native
+    from glm5_lsp.train.corpus import BENCHMARK_FIT
+
+    path = Path(default_model_path())
+    model = load_model(path)
+    if native.get(model.prepare_inference()) is None:
+        raise SystemExit("the C step is not built or turned off (GLM5_NATIVE): pip install -e . builds it")
+    tokenizer = load_tokenizer(path)
+    longest = max(rows)
+    requests = _report_prompts(count, (prompt_tokens,), packages=("pexpect", "pluggy", "rsa"), after=longest)
+    ratios: dict[int, list[float]] = {}
+    ms: dict[tuple[int, bool], list[float]] = {}
+
+    def call(c: bool, cache: KVCache, ids: torch.Tensor) -> None:
+        cache.truncate(prompt_tokens)
+        cached_forward(model, ids, cache, native_step=c)
+
+    results: dict[str, float] = {}
+    with torch.inference_mode():
+        for _, _, ids in requests:
+            prompt = torch.tensor([ids[:prompt_tokens]])
+            caches = {c: KVCache(model.config, capacity=prompt_tokens + longest + 8) for c in (False, True)}
+            for c in (False, True):
+                cached_forward(model, prompt, caches[c], last_only=True, native_step=False)
+            for n in (1, *rows):
+                after = torch.tensor([ids[prompt_tokens : prompt_tokens + n]])
+                if n > native.SELECTING_MAX_ROWS:  # past what cached_forward sends to C: called directly
+                    compiled = native.get(model)
+                    pair = {"torch": functools.partial(call, False, caches[False], after),
+                            "C": functools.partial(_c_call, model, compiled, caches[True], after, prompt_tokens)}
+                else:
+                    pair = {"torch": functools.partial(call, False, caches[False], after),
+                            "C": functools.partial(call, True, caches[True], after)}
+                med = _paired(pair, repeats)
+                ratios.setdefault(n, []).append(med["torch"] / med["C"])
+                ms.setdefault((n, False), []).append(med["torch"])
+                ms.setdefault((n, True), []).append(med["C"])
+        print(f"{len(requests)} real {prompt_tokens}-token prompts (pexpect, pluggy, rsa), past the top-k of "
+              f"{model.config.index_topk}; torch and C taking turns; ratio of the medians per prompt, median over prompts")
+        for n in (1, *rows):
+            label = "a decoding step" if n == 1 else f"{n} rows past the top-k"
+            torch_ms, c_ms = statistics.median(ms[(n, False)]), statistics.median(ms[(n, True)])
+            print(f"{label}: C {statistics.median(ratios[n]):.2f}x as fast (torch {torch_ms:.2f} ms, C {c_ms:.2f} ms)")
+            results[f"dsa_{n}_ratio"] = statistics.median(ratios[n])
+        nll = {False: 0.0, True: 0.0}
+        agree = tokens = files = 0
+        for name in BENCHMARK_FIT:
+            ids = next((found for _, p in package_files(name)
+                        if len(found := tokenizer.encode(p.read_text(encoding="utf-8", errors="replace")))
+                        >= prompt_tokens + teacher_tokens), None)
+            if ids is None:
+                continue
+            files += 1
+            caches = {c: KVCache(model.config) for c in (False, True)}
+            for c in (False, True):
+                cached_forward(model, torch.tensor([ids[:prompt_tokens]]), caches[c], last_only=True, native_step=False)
+            for i in range(prompt_tokens, prompt_tokens + teacher_tokens - 1):
+                token = torch.tensor([[ids[i]]])
+                logits = {c: cached_forward(model, token, caches[c], native_step=c)[0, -1] for c in (False, True)}
+                for c in (False, True):
+                    nll[c] -= float(torch.log_softmax(logits[c], -1)[ids[i + 1]])
+                agree += int(logits[False].argmax() == logits[True].argmax())
+                tokens += 1
+    torch_ppl, c_ppl = math.exp(nll[False] / tokens), math.exp(nll[True] / tokens)
+    print(f"teacher-forced, one file of each of {files} FIT packages, tokens {prompt_tokens}-"
+          f"{prompt_tokens + teacher_tokens} ({tokens} steps): perplexity torch {torch_ppl:.4f}, C {c_ppl:.4f}; "
+          f"the same argmax at {agree} of {tokens}")
+    results.update({"dsa_torch_perplexity": torch_ppl, "dsa_c_perplexity": c_ppl, "dsa_same_argmax": agree,
+                    "dsa_steps": tokens})
+    return results
+
+
+def _c_call(model, compiled, cache: KVCache, ids: torch.Tensor, keep: int) -> None:
+    """The C call itself, for a call ``cached_forward`` leaves to torch (more rows past the top-k)."""
+    cache.truncate(keep)
+    compiled.forward(ids, model.prepare_step(ids, cache=cache), every_row=True)
+
+
 def ahead_compare(count: int = 24, prompt_tokens: int = 64, new_tokens: int = 16, repeats: int = 5,
                   costs: tuple[float, ...] = (0.0003, 0.0007)) -> dict:
     """The next step run ahead on the C worker for the model's likeliest token while the logits
@@ -800,7 +892,7 @@ def stats_cost(count: int = 12, new_tokens: int = 24, lengths: tuple[int, ...] =
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["all", "reference", "dsa", "steps", "prompts", "stats", "verify", "script",
-                                           "native", "ahead"],
+                                           "native", "native-dsa", "ahead"],
                         default="all",
                         help="steps: decode-step times only (the benchmark model at 4k and 16k, DSA and dense, "
                              "and the embedded model at 400 tokens), for comparing two versions of the runtime; "
@@ -808,6 +900,7 @@ def main() -> None:
                              "verify: its verification of a draft, general path against lean (Python and "
                              "scripted); script: the scripted lean paths against the Python ones, numbers and speed; "
                              "native: the decoding step in C against the scripted one, numbers and speed; "
+                             "native-dsa: past the top-k, C's selection and attention against torch's; "
                              "ahead: the next step run ahead beside the logits processors against after them")
     parser.add_argument("--context", type=int, default=4096, help="context for the reference comparison")
     parser.add_argument("--long-context", type=int, default=16384, help="context for DSA vs dense")
@@ -817,11 +910,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results: dict[str, float] = {}
-    if args.part in ("verify", "script", "native", "ahead"):  # the embedded model only: no checkpoint to build
+    if args.part in ("verify", "script", "native", "native-dsa", "ahead"):  # the embedded model only
         if args.part == "verify":
             results.update(verify_calls())
         elif args.part == "native":
             results.update(native_compare())
+        elif args.part == "native-dsa":
+            results.update(native_dsa_compare())
         elif args.part == "ahead":
             results.update(ahead_compare())
         else:

@@ -40,9 +40,10 @@ _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _F = ctypes.c_float
 
-SELECTING_MAX_ROWS = 48  # at most this many rows of a call past DSA's top-k: each scores its keys with
-# dot products, where torch scores many rows in one product (past 400 keys of the embedded model, 64 rows
-# took 14.5 ms in C and 15.5 in torch, 128 rows 27.5 and 23.3; 16 rows 5.3 and 9.7; 8: 2.6 and 7.2)
+SELECTING_MAX_ROWS = 64  # at most this many rows of a call past DSA's top-k: each scores its keys with
+# dot products, where torch scores many rows in one product (past 400 keys of the embedded model,
+# `python benchmarks/runtime.py --part native-dsa --threads 1`: C 2.43x as fast at 8 rows, 1.42x at 32,
+# 1.11x at 64, 0.89x at 128)
 MAX_EXPERTS = 256  # native.c's fixed arrays
 MAX_GROUPS = 64
 
