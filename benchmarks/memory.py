@@ -2,7 +2,7 @@
 drafts, and what updates and a large workspace cost.
 
     python benchmarks/memory.py perplexity [--packages ...] [--max-tokens 8000]
-    python benchmarks/memory.py drafts [--requests 12] [--max-new-tokens 64]
+    python benchmarks/memory.py drafts [--requests 12] [--max-new-tokens 64] [--prompt-tokens N]
     python benchmarks/memory.py updates [--edits 300]
     python benchmarks/memory.py workspace [--files 2000]
 
@@ -18,7 +18,8 @@ holding its workspace and libraries), on tqdm's ``std.py`` with the same memory 
 cursor included), with a memory of tqdm's other files only, and with an empty memory (no draft is
 ever proposed: what asking costs); tokens/s of each, drafted and accepted tokens, and whether the
 texts are the same. Each request writes at the end of the file cut there (nothing below the
-cursor). ``updates``: one-line edits typed into a 2,600-line file (the standard
+cursor); ``--prompt-tokens N`` keeps the prompt's last N tokens (64: a one-line request's, within the
+top-k; the default, the 100 lines, a multi-line request's, past it). ``updates``: one-line edits typed into a 2,600-line file (the standard
 library's ``argparse.py``), each in the memory before the next. ``workspace``: a workspace of N
 files (installed source copied) indexed in a fresh process: seconds, peak memory (RSS), progress.
 """
@@ -99,8 +100,9 @@ def drafts(args: argparse.Namespace) -> None:
     path = default_model_path()
     model, tokenizer = load_model(path), load_tokenizer(path)
     model.eval()
+    shown = f"the last {args.prompt_tokens} tokens of " if args.prompt_tokens else ""
     print(f"weights from commit {weights_commit()}; {args.requests} requests per file, "
-          f"{args.max_new_tokens} new tokens, greedy, prompts of the 100 lines before a line start")
+          f"{args.max_new_tokens} new tokens, greedy, prompts of {shown}the 100 lines before a line start")
     print("| code | tokens/s without drafts | with drafts | ratio | accepted / drafted | same text |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,6 +130,8 @@ def drafts(args: argparse.Namespace) -> None:
                 # model is about to write must not be in the memory already).
                 document = "\n".join(lines[:line]) + "\n"
                 ids = tokenizer.encode(prompt)
+                if args.prompt_tokens:
+                    ids = ids[-args.prompt_tokens:]
                 texts = {}
                 for use in (False, True, False, True):  # twice each, alternating: the machine is shared
                     matcher = memory.matcher(as_key(file), document, len(document)) if kind == "all" else memory.matcher()
@@ -251,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("drafts")
     d.add_argument("--requests", type=int, default=12)
     d.add_argument("--max-new-tokens", type=int, default=64)
+    d.add_argument("--prompt-tokens", type=int, default=0, help="keep the prompt's last N tokens (0: all)")
     u = sub.add_parser("updates")
     u.add_argument("--edits", type=int, default=300)
     w = sub.add_parser("workspace")
