@@ -33,6 +33,25 @@ def rope_cos_sin(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch
     return freqs.cos(), freqs.sin()
 
 
+_ROPE_TABLES: dict[tuple[int, float, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def rope_span(start: int, t: int, dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rope_cos_sin` of positions ``start .. start + t - 1``: rows of a table kept per (dim,
+    theta, device) and doubled as positions grow, so a decoding step slices its cos/sin instead of
+    computing them (a quarter of the Python around a C step). Every path reads the same table, so a
+    position's values never depend on which call computed it."""
+    key = (dim, theta, str(device))
+    end = start + t
+    table = _ROPE_TABLES.get(key)
+    if table is None or table[0].shape[0] < end:
+        size = max(1024, 1 << (end - 1).bit_length())
+        with torch.inference_mode(False), torch.no_grad():  # usable by training and inference alike
+            table = rope_cos_sin(torch.arange(size, device=device), dim, theta)
+        _ROPE_TABLES[key] = table  # (replaced whole: a reader on another thread keeps the one it had)
+    return table[0][start:end], table[1][start:end]
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate interleaved pairs ``(x0, x1), (x2, x3), ...``; ``x: [B, T, ..., R]``, ``cos/sin: [T, R/2]``.
 

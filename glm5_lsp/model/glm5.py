@@ -41,7 +41,7 @@ from glm5_lsp.model.attention import (
     eager_attention,
     latent_attention_dense,
     latent_attention_gathered,
-    rope_cos_sin,
+    rope_span,
 )
 from glm5_lsp.model.config import GlmMoeDsaConfig
 from glm5_lsp.model.kv_cache import KVCache
@@ -858,7 +858,7 @@ class GlmMoeDsaForCausalLM(nn.Module):
     def _step(self, bsz: int, t: int, cache: KVCache | None, roles, policy, dense: bool, reference: bool, stage=None):
         start = cache.length if cache is not None else 0
         device = self.lm_head.weight.device
-        cos, sin = rope_cos_sin(torch.arange(start, start + t, device=device), self.config.qk_rope_head_dim, self.config.rope_theta)
+        cos, sin = rope_span(start, t, self.config.qk_rope_head_dim, self.config.rope_theta, device)
         topk = self.config.index_topk
         step = Step(start, cos, sin, cache, topk, dense, reference, stage, role_ids=roles)
         if policy is not None and not dense:
