@@ -16,7 +16,8 @@
  * cost. Several rows (a prefill) use transposed copies of the weights (``native.py`` makes them) and
  * outer products, four rows and 32 outputs at a time, with no sums across vector lanes.
  *
- * It covers what the editor runs: one sequence, no forced error-context keys, no statistics' probe;
+ * It covers what the editor runs: one sequence (the error context's forced keys and rows included),
+ * no statistics' probe;
  * ``native.py`` checks that and the scripted path runs otherwise. The sums run in another order than
  * torch's, so logits agree to rounding (tests: 1e-4), not bit for bit; of keys whose indexer scores
  * tie at the top-k's edge (all 0 after the ReLU, say) it keeps the first, where torch's top-k keeps
@@ -215,15 +216,15 @@ static int64_t max_inter(const Model *m) {
 static int64_t wide_max(const Model *m) { return m->q_lora + m->kv_rank + m->rope + m->i_dim + m->i_heads; }
 
 /* Floats of scratch a call of ``t`` tokens needs, with room for ``capacity`` keys and DSA selections
-   of ``topk`` keys (0: every key attended). */
-static int64_t scratch_floats(const Model *m, int64_t t, int64_t capacity, int64_t topk) {
+   of up to ``width`` keys a row (the top-k and the forced keys; 0: every key attended). */
+static int64_t scratch_floats(const Model *m, int64_t t, int64_t capacity, int64_t width) {
     const int64_t q_rows = m->heads * (m->nope + m->rope), lat_w = m->kv_rank + m->rope;
     const int64_t k = m->top_k > 0 ? m->top_k : 1;
     const int64_t per_row = 5 * m->hidden + wide_max(m) + m->q_lora + q_rows + m->heads * m->v_dim +
                             2 * m->n_experts + k + 2 * m->n_experts /* int64 member lists */ + 3 * max_inter(m) +
-                            m->i_heads * m->i_dim + 2 * topk /* int64 selections */ + 2;
+                            m->i_heads * m->i_dim + 2 * width /* int64 selections */ + 2;
     return t * per_row + 2 * m->n_experts /* int64 counts */ + m->heads * lat_w + m->heads * m->kv_rank + m->i_dim +
-           (topk ? 3 * capacity : capacity) + 64;
+           (width ? 3 * capacity : capacity) + 64;
 }
 
 /* Outputs r0 .. r0 + width - 1 of four rows of X against Wt, the sums held in registers (``width`` a
@@ -390,9 +391,12 @@ static void top_k(const float *scores, int64_t n, int64_t k, float *work, int64_
 
 /* DSA's choice for one query of a full layer at key count ``kend`` > topk: the indexer's scores of
    keys 0 .. kend - 1 (per head relu(scale * q . k), weighted by the head weights), the policy's key
-   bias scaled by their standard deviation, the ``topk`` best into ``sel``. */
-static void dsa_select(const Model *m, const Layer *L, const float *iq, const float *head_w, const float *key_bias,
-                       int64_t kend, int64_t topk, float *scores, float *work, int64_t *sel) {
+   bias scaled by their standard deviation, the ``topk`` best into ``sel``; with ``forced`` keys (the
+   error context), the ``topk`` best of the others, then every forced key. Returns how many were
+   chosen, or 0 where that is every key (no more than ``topk`` keys are not forced). */
+static int64_t dsa_select(const Model *m, const Layer *L, const float *iq, const float *head_w, const float *key_bias,
+                          const uint8_t *forced, int64_t kend, int64_t topk, float *scores, float *work,
+                          int64_t *sel) {
     const int64_t di = m->i_dim;
     const float head_scale = 1.0f / sqrtf((float)m->i_heads);
     memset(scores, 0, (size_t)kend * sizeof(float));
@@ -413,17 +417,33 @@ static void dsa_select(const Model *m, const Layer *L, const float *iq, const fl
         if (!(sd > 0.0f)) sd = 1.0f;
         for (int64_t j = 0; j < kend; j++) scores[j] += key_bias[j] * sd;
     }
+    if (forced == NULL) {
+        top_k(scores, kend, topk, work, sel);
+        return topk;
+    }
+    int64_t n_forced = 0;
+    for (int64_t j = 0; j < kend; j++) n_forced += forced[j] != 0;
+    if (kend - n_forced <= topk) return 0; /* the others all fit the budget: every key */
+    for (int64_t j = 0; j < kend; j++)
+        if (forced[j]) scores[j] = -INFINITY; /* chosen below, outside the budget */
     top_k(scores, kend, topk, work, sel);
+    int64_t n = topk;
+    for (int64_t j = 0; j < kend; j++)
+        if (forced[j]) sel[n++] = j;
+    return n;
 }
 
 /* ``t`` tokens at positions pos .. pos + t - 1 (cos/sin [t, rope / 2]): their cache rows written, the
    last ``n_out`` rows' logits [n_out, vocab] (1: a step or a prompt's prefill; t: a draft's
    verification). Each row attends to every key before it and itself, or, with ``topk`` > 0 and more
    keys than that, to DSA's choice of ``topk`` of them: chosen in each full layer by the indexer
-   (with the policy's ``key_bias`` [capacity], or none), and reused by the shared layers after it. */
+   (with the policy's ``key_bias`` [capacity], or none), and reused by the shared layers after it.
+   ``forced`` [capacity] (or NULL): keys every such row attends to besides its top-k (the error
+   context); ``forced_rows`` [t] (or NULL): rows that attend to every key (error-context queries).
+   ``width``: the most keys a row's choice may hold (topk plus the forced keys). */
 static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t pos, const float *cos_,
                     const float *sin_, float *logits, float *scratch, int64_t n_out, int64_t topk,
-                    const float *key_bias) {
+                    const float *key_bias, const uint8_t *forced, const uint8_t *forced_rows, int64_t width) {
     const int64_t hd = m->hidden, heads = m->heads, nope = m->nope, r = m->rope, kvr = m->kv_rank;
     const int64_t q_dim = nope + r, lat_w = kvr + r, half = r / 2, wmax = wide_max(m), mi = max_inter(m);
     const int64_t e_n = m->n_experts, k = m->top_k > 0 ? m->top_k : 1;
@@ -443,7 +463,7 @@ static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t po
     float *iq = s; s += t * m->i_heads * m->i_dim;
     s = scratch + ((s - scratch + 1) & ~(int64_t)1); /* 8-byte aligned (the scratch itself is) */
     int64_t *members = (int64_t *)s; s += 2 * (t * e_n + e_n); /* per expert, the rows routed to it; counts */
-    int64_t *sel = (int64_t *)s; s += 2 * t * topk;            /* each row's selected keys */
+    int64_t *sel = (int64_t *)s; s += 2 * t * width;           /* each row's selected keys */
     int64_t *chosen_n = (int64_t *)s; s += 2 * t;              /* how many (0: every key, none chosen) */
     float *g = s; s += t * mi;
     float *u = s; s += 2 * t * mi;
@@ -485,7 +505,7 @@ static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t po
             for (int64_t i = 0; i < t; i++) {
                 const int64_t kend = pos + i + 1;
                 chosen_n[i] = 0;
-                if (kend <= topk) continue;
+                if (kend <= topk || (forced_rows != NULL && forced_rows[i])) continue; /* every key */
                 float *qi = iq + i * iw;
                 for (int64_t hh = 0; hh < m->i_heads; hh++) { /* RoPE on each head's first rope dims, in place */
                     float *head = qi + hh * m->i_dim;
@@ -494,13 +514,12 @@ static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t po
                     memcpy(head, rot, (size_t)r * sizeof(float));
                 }
                 const float *head_w = parts + i * wide + m->q_lora + kvr + r + m->i_dim;
-                dsa_select(m, L, qi, head_w, key_bias, kend, topk, work, work2, sel + i * topk);
-                chosen_n[i] = topk;
+                chosen_n[i] = dsa_select(m, L, qi, head_w, key_bias, forced, kend, topk, work, work2, sel + i * width);
             }
         }
         for (int64_t i = 0; i < t; i++)
-            attend(m, L, q + i * heads * q_dim, cos_ + i * half, sin_ + i * half, chosen_n[i] ? sel + i * topk : NULL,
-                   chosen_n[i] ? topk : pos + i + 1, q_cat, o_lat, probs, out + i * heads * m->v_dim);
+            attend(m, L, q + i * heads * q_dim, cos_ + i * half, sin_ + i * half, chosen_n[i] ? sel + i * width : NULL,
+                   chosen_n[i] ? chosen_n[i] : pos + i + 1, q_cat, o_lat, probs, out + i * heads * m->v_dim);
         linear_rows(out, L->o_proj, L->o_proj_t, acc, t, hd, heads * m->v_dim);
         for (int64_t i = 0; i < t * hd; i++) x[i] += acc[i];
 
@@ -662,11 +681,12 @@ static PyObject *py_sa_narrow(PyObject *self, PyObject *const *args, Py_ssize_t 
 /* ---- the module --------------------------------------------------------------------------------- */
 
 /* forward(model_address, tokens_address, t, pos, cos_address, sin_address, logits_address,
-   scratch_address, n_out, topk, key_bias_address): ``forward`` above on a ``Model`` that ``native.py``
-   built with ctypes (addresses as ints; ``t`` int64 token ids; scratch of ``scratch_floats(model, t,
-   capacity, topk)`` floats; logits for the last ``n_out`` rows, 1 <= n_out <= t; ``topk`` 0: every key;
-   ``key_bias_address`` 0: none). Runs without the interpreter lock. */
-#define N_ARGS 11
+   scratch_address, n_out, topk, key_bias_address, forced_address, forced_rows_address, width):
+   ``forward`` above on a ``Model`` that ``native.py`` built with ctypes (addresses as ints; ``t`` int64
+   token ids; scratch of ``scratch_floats(model, t, capacity, width)`` floats; logits for the last
+   ``n_out`` rows, 1 <= n_out <= t; ``topk`` 0: every key; an address 0: none; ``width`` >= topk).
+   Runs without the interpreter lock. */
+#define N_ARGS 14
 static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, const Model **m);
 
 static PyObject *py_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -676,7 +696,8 @@ static PyObject *py_forward(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (read_call(args, nargs, v, &m) < 0) return NULL;
     Py_BEGIN_ALLOW_THREADS
     forward(m, (const int64_t *)(intptr_t)v[1], v[2], v[3], (const float *)(intptr_t)v[4], (const float *)(intptr_t)v[5],
-            (float *)(intptr_t)v[6], (float *)(intptr_t)v[7], v[8], v[9], (const float *)(intptr_t)v[10]);
+            (float *)(intptr_t)v[6], (float *)(intptr_t)v[7], v[8], v[9], (const float *)(intptr_t)v[10],
+            (const uint8_t *)(intptr_t)v[11], (const uint8_t *)(intptr_t)v[12], v[13]);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -699,8 +720,9 @@ static struct {
     pthread_t thread;
     const Model *m;
     const int64_t *tokens;
-    int64_t t, pos, n_out, topk;
+    int64_t t, pos, n_out, topk, width;
     const float *cos_, *sin_, *key_bias;
+    const uint8_t *forced, *forced_rows;
     float *logits, *scratch;
 } job = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
 
@@ -720,7 +742,7 @@ static void *worker(void *unused) {
         job.state = 2;
         pthread_mutex_unlock(&job.mu);
         forward(job.m, job.tokens, job.t, job.pos, job.cos_, job.sin_, job.logits, job.scratch, job.n_out, job.topk,
-                job.key_bias);
+                job.key_bias, job.forced, job.forced_rows, job.width);
         pthread_mutex_lock(&job.mu);
         job.state = 3;
         pthread_cond_broadcast(&job.cv);
@@ -734,7 +756,7 @@ static int check_call(long long *v, const Model **m_out) {
     const int64_t *tokens = (const int64_t *)(intptr_t)v[1];
     const int64_t t = v[2];
     if (m == NULL || tokens == NULL || t < 1 || v[3] < 0 || !v[4] || !v[5] || !v[6] || !v[7] || v[8] < 1 || v[8] > t ||
-        v[9] < 0) {
+        v[9] < 0 || v[13] < v[9]) {
         PyErr_SetString(PyExc_ValueError,
                         "forward(): no model, no tokens, or a position, a count of rows or a top-k out of range");
         return -1;
@@ -751,7 +773,7 @@ static int check_call(long long *v, const Model **m_out) {
 
 static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, const Model **m) {
     if (nargs != N_ARGS) {
-        PyErr_SetString(PyExc_TypeError, "forward() takes 11 integer arguments");
+        PyErr_SetString(PyExc_TypeError, "forward() takes 14 integer arguments");
         return -1;
     }
     for (int i = 0; i < N_ARGS; i++) {
@@ -797,6 +819,9 @@ static PyObject *py_forward_start(PyObject *self, PyObject *const *args, Py_ssiz
     job.n_out = v[8];
     job.topk = v[9];
     job.key_bias = (const float *)(intptr_t)v[10];
+    job.forced = (const uint8_t *)(intptr_t)v[11];
+    job.forced_rows = (const uint8_t *)(intptr_t)v[12];
+    job.width = v[13];
     job.state = 1;
     pthread_cond_broadcast(&job.cv);
     pthread_mutex_unlock(&job.mu);
@@ -830,7 +855,7 @@ static PyObject *py_forward_wait(PyObject *self, PyObject *unused) {
 #endif
 }
 
-/* scratch_floats(model_address, t, capacity, topk): floats of scratch a call of ``t`` tokens needs. */
+/* scratch_floats(model_address, t, capacity, width): floats of scratch a call of ``t`` tokens needs. */
 static PyObject *py_scratch_floats(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 4) {
@@ -840,9 +865,9 @@ static PyObject *py_scratch_floats(PyObject *self, PyObject *const *args, Py_ssi
     const long long address = PyLong_AsLongLong(args[0]);
     const long long t = PyLong_AsLongLong(args[1]);
     const long long capacity = PyLong_AsLongLong(args[2]);
-    const long long topk = PyLong_AsLongLong(args[3]);
+    const long long width = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred()) return NULL;
-    return PyLong_FromLongLong(scratch_floats((const Model *)(intptr_t)address, t, capacity, topk));
+    return PyLong_FromLongLong(scratch_floats((const Model *)(intptr_t)address, t, capacity, width));
 }
 
 /* The sizes of the two structs, so the ctypes side can check its layout against this build's. */

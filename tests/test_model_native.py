@@ -126,24 +126,18 @@ def test_the_c_step_gives_the_lean_steps_logits_and_cache(prompt, steps, dense, 
 
 
 @needs_native
-def test_with_a_probe_forced_keys_or_a_long_prompt_past_the_top_k_torch_runs(monkeypatch) -> None:
+def test_with_a_probe_or_a_long_prompt_past_the_top_k_torch_runs(monkeypatch) -> None:
     model = _model(index_topk=8)
-    ids = _ids(24, seed=3)
+    ids = _ids(12, seed=3)
     calls = _taken(monkeypatch)
     cache = KVCache(model.config)
-    roles = torch.full((1, 24), int(Role.CODE), dtype=torch.long)
-    roles[0, 3] = int(Role.ERROR_CONTEXT)
-    policy = AttentionPolicy.from_config()
     with torch.no_grad():
-        cached_forward(model, ids[:, :6], cache, roles=roles[:, :6], last_only=True)  # within the top-k: in C
-        cached_forward(model, ids[:, 6:7], cache, roles=roles[:, 6:7])  # its 7 keys fit the top-k of 8: in C
-        cached_forward(model, ids[:, 7:8], cache, roles=roles[:, 7:8], probe=StatsProbe(scaling=2.5))  # scripted
-        cached_forward(model, ids[:, 8:9], cache, roles=roles[:, 8:9])  # the 9th key: the indexer selects, in C
-        # past the policy's top-k (16) an error-context key is forced into every selection: scripted
-        cached_forward(model, ids[:, 9:20], cache, roles=roles[:, 9:20], policy=policy)
-        cached_forward(model, ids[:, 20:21], cache, roles=roles[:, 20:21], policy=policy)
+        cached_forward(model, ids[:, :6], cache, last_only=True)  # within the top-k: in C
+        cached_forward(model, ids[:, 6:7], cache)  # its 7 keys fit the top-k of 8: in C
+        cached_forward(model, ids[:, 7:8], cache, probe=StatsProbe(scaling=2.5))  # scripted
+        cached_forward(model, ids[:, 8:9], cache)  # the 9th key: the indexer selects, in C
     assert calls == [0, 6, 8]
-    assert cache.length == 21
+    assert cache.length == 9
     long = _ids(8 + native.SELECTING_MAX_ROWS + 1, seed=4)
     with torch.no_grad():  # a prompt with more rows past the top-k than C scores quicker than torch
         cached_forward(model, long, KVCache(model.config), last_only=True)
@@ -153,25 +147,31 @@ def test_with_a_probe_forced_keys_or_a_long_prompt_past_the_top_k_torch_runs(mon
 
 @needs_native
 @pytest.mark.parametrize(
-    ("chunks", "overrides", "biased"),
+    ("chunks", "overrides", "policy"),
     [
-        ([6, 1, 1, 4, 1, 5, 1, 1], {}, False),  # steps and verifications past the top-k of 8
-        ([6, 1, 1, 4, 1, 5, 1, 1], {"indexer_types": ["full", "shared", "full"]}, False),  # a shared layer reuses
-        ([7, 13, 1, 6, 1], {}, True),  # the policy's key bias (its top-k: 16), the second call crossing it
-        ([30, 1, 3], {"num_hidden_layers": 2, "first_k_dense_replace": 0}, False),  # a prefill past it
+        ([6, 1, 1, 4, 1, 5, 1, 1], {}, None),  # steps and verifications past the top-k of 8
+        ([6, 1, 1, 4, 1, 5, 1, 1], {"indexer_types": ["full", "shared", "full"]}, None),  # a shared layer reuses
+        ([7, 13, 1, 6, 1], {}, "biased"),  # the policy's key bias (its top-k: 16), the second call crossing it
+        ([30, 1, 3], {"num_hidden_layers": 2, "first_k_dense_replace": 0}, None),  # a prefill past it
+        ([12, 9, 1, 6, 1, 1], {}, "error"),  # error-context keys forced in, an error-context row attending to all
+        ([12, 9, 1, 6, 1], {"indexer_types": ["full", "shared", "full"]}, "error"),
     ],
 )
-def test_past_the_top_k_the_c_call_selects_the_keys_the_scripted_path_does(chunks, overrides, biased,
+def test_past_the_top_k_the_c_call_selects_the_keys_the_scripted_path_does(chunks, overrides, policy,
                                                                            monkeypatch) -> None:
-    """Past DSA's top-k each row attends to the indexer's choice (with the policy's key bias): the C
-    call gives the scripted path's logits for every row and the same cache rows."""
+    """Past DSA's top-k each row attends to the indexer's choice (with the policy's key bias, and the
+    error context's forced keys besides): the C call gives the scripted path's logits for every row
+    and the same cache rows."""
     model = _model(index_topk=8, **overrides)
     total = sum(chunks)
     ids = _ids(total, seed=len(chunks) + total)
     roles = torch.full((1, total), int(Role.CODE), dtype=torch.long)
     roles[0, 2:6] = int(Role.API_DOC)
     roles[0, 15:19] = int(Role.CURRENT_BLOCK)
-    policy = AttentionPolicy.from_config(AttentionConfig(error_context=0.0)) if biased else None
+    if policy == "error":
+        roles[0, [1, 4, 22]] = int(Role.ERROR_CONTEXT)  # 22: a row of the fourth call
+    policy = {None: None, "biased": AttentionPolicy.from_config(AttentionConfig(error_context=0.0)),
+              "error": AttentionPolicy.from_config()}[policy]
     calls = _taken(monkeypatch, tokens=True)
     out = _with_and_without_c(model, ids, chunks, roles=roles, policy=policy)
     starts = [sum(chunks[:i]) for i in range(len(chunks))]

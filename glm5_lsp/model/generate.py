@@ -203,8 +203,8 @@ def cached_forward(
 
 def in_c(model: GlmMoeDsaForCausalLM, input_ids: torch.Tensor, step) -> bool:
     """Whether ``native.py`` computes this call: a step, a prefill of up to ``lean.PREFILL_MAX_TOKENS``
-    or a draft's verification of one sequence, with DSA's selection or every key (no forced keys, no
-    probe)."""
+    or a draft's verification of one sequence, with DSA's selection (forced keys included) or every
+    key (no probe)."""
     return (input_ids.shape[1] <= decode.PREFILL_MAX_TOKENS and decode.lean_ok(model, input_ids, step)
             and c_step.applies(step, input_ids.shape[1]))
 

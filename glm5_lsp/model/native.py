@@ -7,9 +7,9 @@ computes either in one call, on the model's own fp32 weights (their addresses, r
 the cache's rows, without the interpreter lock. It applies to calls of one sequence of up to
 ``lean.PREFILL_MAX_TOKENS`` tokens (:func:`lean.lean_ok`): a step, a prompt's prefill (the last
 position's logits) or a draft's verification (every position's), each row attending to every key
-or, past DSA's top-k, to the indexer's choice with the attention policy's key bias (a multi-line
-completion's longer prompt); elsewhere (forced error-context keys, a statistics' probe) the
-scripted or the general path runs.
+or, past DSA's top-k, to the indexer's choice with the attention policy's key bias and the error
+context's forced keys (a multi-line completion's or a fix's longer prompt); elsewhere (a
+statistics' probe, a long prompt past the top-k) the scripted or the general path runs.
 
 The compiled module is optional (``setup.py`` builds it where a C compiler is found); without it,
 or for a model it cannot hold (a layout it does not know), :func:`get` returns None.
@@ -181,9 +181,9 @@ class NativeStep:
             setattr(struct, name, copy.data_ptr())
             self._transposed[n] = (struct, name, source, source._version, copy)
 
-    def _bind(self, step: Step, t: int, topk: int) -> int:
+    def _bind(self, step: Step, t: int, width: int) -> int:
         """Point the layers at this cache's rows (again only when they moved); the address of scratch
-        for ``t`` tokens (selecting ``topk`` keys each, or 0)."""
+        for ``t`` tokens (selecting up to ``width`` keys each, or 0)."""
         cache = step.cache
         addresses = ([rows.data_ptr() for rows in cache.latents]
                      + [0 if rows is None else rows.data_ptr() for rows in cache.index_keys])
@@ -192,7 +192,7 @@ class NativeStep:
                 self._layers[i].latents = addresses[i]
                 self._layers[i].index_keys = addresses[self.n_layers + i]
             self._bound = addresses
-        need = _native.scratch_floats(self._address, t, cache.capacity, topk)
+        need = _native.scratch_floats(self._address, t, cache.capacity, width)
         if need > self._scratch.numel():
             self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
         return self._scratch.data_ptr()
@@ -207,18 +207,26 @@ class NativeStep:
         cos, sin = step.cos, step.sin
         if not (cos.is_contiguous() and sin.is_contiguous()):
             cos, sin = cos.contiguous(), sin.contiguous()
-        # DSA: past ``topk`` keys each row attends to the indexer's choice (with the policy's bias)
+        # DSA: past ``topk`` keys each row attends to the indexer's choice (with the policy's bias), and
+        # to the error context's forced keys besides; a forced row attends to every key
         topk = 0 if step.dense or step.start + len(ids) <= step.topk else step.topk
         bias = step.key_bias[0] if topk and step.key_bias is not None else None
         if bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous()):
             bias = bias.float().contiguous()
+        forced = forced_rows = None
+        width = topk
+        if topk and step.forced_keys is not None:
+            forced = step.forced_keys[0, : step.start + len(ids)].to(torch.uint8).contiguous()
+            forced_rows = step.forced_rows[0].to(torch.uint8).contiguous()
+            width = topk + int(forced.sum())
         _native.forward_wait()  # a call handed to the worker (``start``) uses the scratch and caches
         if len(ids) > 1:
             self._transpose()
-        scratch = self._bind(step, len(ids), topk)
+        scratch = self._bind(step, len(ids), width)
         args = (self._address, ids.data_ptr(), len(ids), step.start, cos.data_ptr(), sin.data_ptr(), logits.data_ptr(),
-                scratch, n_out, topk, 0 if bias is None else bias.data_ptr())
-        return args, logits, (ids, cos, sin, self._scratch, bias)
+                scratch, n_out, topk, 0 if bias is None else bias.data_ptr(),
+                0 if forced is None else forced.data_ptr(), 0 if forced_rows is None else forced_rows.data_ptr(), width)
+        return args, logits, (ids, cos, sin, self._scratch, bias, forced, forced_rows)
 
     def forward(self, input_ids: torch.Tensor, step: Step, every_row: bool = False) -> torch.Tensor:
         """The last position's logits ``[1, 1, V]`` for ``input_ids [1, T]`` (see :func:`applies`): a
@@ -267,13 +275,12 @@ class Pending:
 
 def applies(step: Step, t: int = 1) -> bool:
     """Whether the C forward computes this call of ``t`` tokens (of a call :func:`lean.lean_ok` allows):
-    no probe recording it, no forced error-context keys, and no more than ``SELECTING_MAX_ROWS`` rows
-    past DSA's top-k (a long prompt's prefill is quicker in torch)."""
+    no probe recording it, and no more than ``SELECTING_MAX_ROWS`` rows past DSA's top-k (a long
+    prompt's prefill is quicker in torch)."""
     cache = step.cache
     selecting = 0 if step.dense else step.start + t - max(step.start, step.topk)
     return (
         step.probe is None
-        and step.forced_keys is None
         and selecting <= SELECTING_MAX_ROWS
         and (step.key_bias is None or step.key_bias.shape[0] == 1)
         and all(rows.is_contiguous() for rows in cache.latents)
