@@ -180,8 +180,8 @@ def cached_forward(
     (its last position, or every position: a draft's verification), each as ``scripted.py`` compiled
     it where it could, else the general ``forward``. ``lean=False``: always the general path;
     ``scripted=False``: the lean paths in Python. ``native_step``: a one-token step, a prompt's
-    prefill or a draft's verification that ``native.py`` computes (every key attended, no probe) runs
-    in C, to rounding the same logits (False: never).
+    prefill or a draft's verification that ``native.py`` computes (:func:`in_c`: DSA's selection
+    included, no probe) runs in C, to rounding the same logits (False: never).
     ``probe``: record the per-step statistics (of the last row with ``last_only``, else of every row)."""
     step = model.prepare_step(input_ids, cache=cache, roles=roles, policy=policy, dense=dense, probe=probe)
     if lean and native_step and in_c(model, input_ids, step):
