@@ -406,11 +406,12 @@ def test_drafts_with_the_step_on_the_worker_keep_the_greedy_text(monkeypatch) ->
     started = []
     real = native.NativeStep.start
     monkeypatch.setattr(native.NativeStep, "start",
-                        lambda self, ids, step: started.append(step.start) or real(self, ids, step))
+                        lambda self, ids, step, *rest: started.append(step.start) or real(self, ids, step, *rest))
     got = Generator(model, _Tok()).generate(prompt, config, drafter=drafter)
     assert got.token_ids == truth
     assert got.drafted_tokens > got.accepted_tokens > 0
-    assert started and len(started) == len(asked)  # every step beside its drafter
+    # every step beside its drafter, every verification beside the drafter looking past its proposal
+    assert started and len(started) == len(asked)
     without_c = Generator(model, _Tok(), native=False).generate(prompt, config, drafter=drafter)
     assert without_c.token_ids == truth and without_c.accepted_tokens == got.accepted_tokens
     started.clear()
@@ -471,7 +472,7 @@ def test_no_step_runs_ahead_for_quick_processors_or_sampling(one_thread, monkeyp
     started = []
     real = native.NativeStep.start
     monkeypatch.setattr(native.NativeStep, "start",
-                        lambda self, ids, step: started.append(step.start) or real(self, ids, step))
+                        lambda self, ids, step, *rest: started.append(step.start) or real(self, ids, step, *rest))
     quick = Generator(model, _Tok()).generate(prompt, GenerationConfig(max_new_tokens=8, stop_at_eos=False),
                                               logits_processor=lambda out, logits: logits)
     assert quick.guessed_steps <= 1 and len(started) == 1  # one try: the processor hid nothing
@@ -490,6 +491,54 @@ def test_the_transposed_weights_a_prefill_reads_are_made_with_the_generator() ->
     Generator(model, _Tok())
     compiled = native.get(model)
     assert all(copy is not None and version == source._version for _, _, source, version, copy in compiled._transposed)
+
+
+@needs_native
+def test_the_drafter_looks_past_a_proposal_while_the_worker_verifies_it(monkeypatch) -> None:
+    """A proposal's verification runs on the C worker while the drafter is asked what would follow
+    the whole proposal (a memory's estimates are then at hand when it is asked for real). The text is
+    the one without drafts, and a drafter failing while it looks ahead leaves the cache right."""
+    model = _model(index_topk=64)
+    prompt = _ids(10, seed=6)[0].tolist()
+    config = GenerationConfig(max_new_tokens=16, stop_at_eos=False)
+    truth = Generator(model, _Tok(), native=False).generate(prompt, config).token_ids
+    during: list[tuple[int, bool]] = []  # (len(out) asked, a verification running meanwhile)
+    verifying: list[bool] = [False]
+    real_start, real_finish = native.NativeStep.start, native.Pending.finish
+
+    def start(self, ids, step, every_row=False):
+        running = real_start(self, ids, step, every_row)
+        verifying[0] = running is not None and every_row
+        return running
+
+    def finish(self):
+        verifying[0] = False
+        return real_finish(self)
+
+    monkeypatch.setattr(native.NativeStep, "start", start)
+    monkeypatch.setattr(native.Pending, "finish", finish)
+
+    def drafter(out):  # the true continuation, four tokens at a time
+        during.append((len(out), verifying[0]))
+        time.sleep(0.001)
+        return truth[len(out):len(out) + 4]
+
+    got = Generator(model, _Tok()).generate(prompt, config, drafter=drafter)
+    assert got.token_ids == truth and got.accepted_tokens == got.drafted_tokens > 0
+    ahead = [n for n, beside in during if beside]
+    assert ahead and all(n % 5 == 0 for n in ahead)  # past a whole proposal: 1 + 4 tokens per round
+
+    gen = Generator(model, _Tok())
+
+    def fails_ahead(out):
+        if verifying[0]:
+            raise RuntimeError("looking ahead failed")
+        return truth[len(out):len(out) + 4]
+
+    with pytest.raises(RuntimeError, match="looking ahead failed"):
+        gen.generate(prompt, config, drafter=fails_ahead)
+    assert not verifying[0]  # the verification was finished (its rows committed) before the error went on
+    assert gen.generate(prompt, config).token_ids == truth
 
 
 @needs_native

@@ -289,16 +289,18 @@ class Generator:
         return cached_forward(self.model, ids, self.cache, policy=self.policy, lean=self.lean, scripted=self.scripted,
                               native_step=self.native, probe=probe, **kwargs)
 
-    def _start_in_c(self, ids: torch.Tensor, roles: torch.Tensor | None = None) -> c_step.Pending | None:
+    def _start_in_c(self, ids: torch.Tensor, roles: torch.Tensor | None = None,
+                    every_row: bool = False) -> c_step.Pending | None:
         """``ids`` appended to the cache by the C worker (a step or a prefill, the last position's
-        logits; see :meth:`prefetch`), or None where the C path does not apply (nothing started)."""
+        logits; see :meth:`prefetch`; ``every_row``: every position's, a draft's verification), or None
+        where the C path does not apply (nothing started)."""
         compiled = c_step.get(self.model) if self.lean and self.native else None
         if compiled is None:
             return None
         step = self.model.prepare_step(ids, cache=self.cache, roles=roles, policy=self.policy)
         if not in_c(self.model, ids, step):
             return None
-        return compiled.start(ids, step)
+        return compiled.start(ids, step, every_row)
 
     def _prompt_tensors(self, prompt_ids: Sequence[int],
                         roles: Sequence[int] | torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -308,6 +310,21 @@ class Generator:
         if role_ids is None:
             role_ids = torch.full_like(ids, int(Role.CODE))
         return ids, role_ids.to(ids.device)
+
+    def _verify(self, proposal: list[int], out: list[int], drafter: Drafter, probe: StatsProbe | None) -> torch.Tensor:
+        """Every row's logits ``[1, len(proposal), V]`` after the proposal's tokens. On the C worker
+        where it can, while the drafter looks ahead past the whole proposal (its answer unused: it is
+        asked again once the next token is chosen, and finds what it worked out then at hand, the
+        memory's estimates remembered; on repeated structure nearly every proposal is kept)."""
+        ids = torch.tensor([proposal], dtype=torch.long, device=self.cache.device)
+        running = self._start_in_c(ids, every_row=True) if probe is None else None
+        if running is None:
+            return self._forward(ids, probe)
+        try:
+            drafter(out + proposal)
+        finally:
+            rows = running.finish()  # (an error in the drafter goes on; the verified rows stand)
+        return rows
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: Sequence[int], roles: Sequence[int] | torch.Tensor | None = None,
@@ -454,7 +471,7 @@ class Generator:
                 logits = running.finish()[0, -1]
                 if proposal:
                     calls += 1
-                    rows = self._forward(torch.tensor([proposal], dtype=torch.long, device=self.cache.device), probe)
+                    rows = self._verify(proposal, out, drafter, probe)
                     draft, draft_logits = proposal, list(rows[0])
                     drafted += len(proposal)
                 valid = self.cache.length - len(draft)
