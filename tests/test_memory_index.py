@@ -164,6 +164,59 @@ def test_sync_follows_a_changed_generation_from_where_it_differs() -> None:
     assert matcher.continuation([2, 3, 4], 3) == [5, 1, 2]
 
 
+def _as_pairs(match) -> tuple[int, dict[int, int]]:
+    return match.length, dict(zip(match.counts.ids.tolist(), match.counts.counts.tolist()))
+
+
+@pytest.mark.parametrize("max_nodes", [3, 50_000])
+def test_going_back_and_forth_between_sequences_gives_a_fresh_matchers_estimates(max_nodes, monkeypatch) -> None:
+    """The states followed are kept as a tree: a sequence followed before is found again, not searched
+    (a draft, the same text with its last piece cut another way, the draft again); pruned past
+    ``MAX_NODES`` to the current path. Every answer is a fresh matcher's."""
+    from glm5_lsp.memory import matcher as matcher_module
+
+    monkeypatch.setattr(matcher_module, "MAX_NODES", max_nodes)
+    rng = random.Random(11)
+    doc = [rng.randrange(6) for _ in range(400)]
+    dtype = np.dtype(np.uint16)
+    index = SuffixIndex.build([("a", np.asarray(doc, dtype=dtype))], dtype)
+    other = SuffixIndex.build([("a", np.asarray(doc, dtype=dtype))], dtype)  # the fresh matchers'
+    prompt = doc[100:130]
+    matcher = Matcher([Source(index)])
+    matcher.bind(prompt)
+    branches = [doc[130:150], doc[130:140] + [5, 5, 1], doc[130:145], [rng.randrange(6) for _ in range(12)]]
+    searches = 0
+    real = index.extend
+
+    def counted(*args):
+        nonlocal searches
+        searches += 1
+        return real(*args)
+
+    index.extend = counted
+    for _ in range(40):
+        generated = rng.choice(branches)[: rng.randint(0, 20)]
+        fresh = Matcher([Source(other)])
+        fresh.bind(prompt + generated)
+        assert _as_pairs(matcher.sync(generated)) == _as_pairs(fresh.match_at(0))
+        assert matcher.generated == generated
+        length = rng.randint(1, 6)
+        fresh.bind(prompt)
+        assert _as_pairs(matcher.backoff(generated, length)) == _as_pairs(fresh.backoff(generated, length))
+    if max_nodes > 100:
+        assert searches <= sum(len(b) for b in branches)  # each sequence's states searched once
+
+
+def test_a_backoff_reads_the_suffix_of_what_it_is_given_not_of_a_longer_sequence_followed_before() -> None:
+    dtype = np.dtype(np.uint16)
+    doc = [1, 2, 3, 7, 1, 2, 4, 8, 2, 3, 9]
+    index = SuffixIndex.build([("a", np.asarray(doc, dtype=dtype))], dtype)
+    matcher = Matcher([Source(index)])
+    matcher.bind([1])
+    matcher.sync([2, 4])  # followed further first (a token's piece), then asked about [1, 2]'s shorter suffix
+    assert _as_pairs(matcher.backoff([2], 1)) == (1, {3: 2, 4: 1})  # what followed "2", not "4"
+
+
 def test_an_excluded_range_never_counts_as_what_followed() -> None:
     dtype = np.dtype(np.uint16)
     doc = [7, 8, 9, 1, 7, 8, 9, 2]

@@ -8,9 +8,10 @@ length). Over all shards the longest wins and the counts of what followed it are
 shards that have it, as infini-gram's estimate does, except that the request's own document, where
 it has that longest match, decides and the other shards only break its ties (``Source.own``).
 
-The context is the prompt's code (bound once per request) plus the tokens generated since; states
-are kept per generated token so a rejected draft or a new candidate costs only the tokens that
-differ (:meth:`Matcher.sync`).
+The context is the prompt's code (bound once per request) plus the tokens generated since. The
+states are kept as a tree of the token sequences followed since the prompt: going back to a
+sequence followed before (a draft's tokens, then the same text with its last piece tokenized
+another way, then the draft again) costs no search (:meth:`Matcher.sync`).
 """
 
 from __future__ import annotations
@@ -82,6 +83,20 @@ def _common_prefix(known: list[int], base: int, ids: Sequence[int]) -> int:
 
 
 _EMPTY = Counts(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0)
+MAX_NODES = 50_000  # states kept off the current path before the tree is pruned back to it
+
+
+class _Node:
+    """The shards' states after one token sequence, the estimate from them (computed when asked),
+    the estimates from shorter suffixes (:meth:`Matcher.backoff`) and the sequences one token on."""
+
+    __slots__ = ("backoffs", "children", "match", "states")
+
+    def __init__(self, states: tuple[Any, ...]) -> None:
+        self.states = states
+        self.match: Match | None = None
+        self.backoffs: dict[int, Match] = {}
+        self.children: dict[int, _Node] = {}
 
 
 class Matcher:
@@ -91,9 +106,9 @@ class Matcher:
         self.sources = [s for s in sources if len(s.index)]
         self.max_match = max_match
         self.context: list[int] = []
-        self._states: list[tuple[Any, ...]] = []  # after context[: base + i]
-        self._matches: list[Match | None] = []  # per state, computed when asked
+        self._path: list[_Node] = []  # the nodes after context[: base + i]
         self._base = 0
+        self._nodes = 0  # made since the tree was last pruned
 
     # ---- following a context ----------------------------------------------------------------
 
@@ -101,8 +116,8 @@ class Matcher:
         """Start over with ``context`` (the prompt's code); later calls extend it."""
         self.context = [int(t) for t in context]
         self._base = len(self.context)
-        self._states = [tuple(self._longest(source, self.context, self.max_match) for source in self.sources)]
-        self._matches = [None]
+        self._path = [_Node(tuple(self._longest(source, self.context, self.max_match) for source in self.sources))]
+        self._nodes = 0
         return self.match_at(0)
 
     def sync(self, generated: Sequence[int]) -> Match:
@@ -110,28 +125,42 @@ class Matcher:
         base = self._base
         known = self.context
         n = _common_prefix(known, base, generated)
-        if n < len(generated):  # diverged (or went further): drop what differs, follow the rest
+        if n < len(generated) or base + n < len(known):
             del known[base + n:]
-            del self._states[n + 1:]
-            del self._matches[n + 1:]
+            del self._path[n + 1:]
             for token in generated[n:]:
                 self.push(int(token))
         return self.match_at(len(generated))
 
     def push(self, token: int) -> Match:
-        """Append one token to the context (past every state kept so far)."""
+        """Append one token to the context (past every state on the current path)."""
         self.context.append(token)
-        previous = self._states[-1]
-        self._states.append(tuple(self._extend(source, state, token) for source, state in zip(self.sources, previous)))
-        self._matches.append(None)
-        return self.match_at(len(self._states) - 1)
+        node = self._path[-1]
+        child = node.children.get(token)
+        if child is None:
+            if self._nodes >= MAX_NODES:
+                self._prune()
+                node = self._path[-1]
+            child = _Node(tuple(self._extend(source, state, token) for source, state in zip(self.sources, node.states)))
+            node.children[token] = child
+            self._nodes += 1
+        self._path.append(child)
+        return self.match_at(len(self._path) - 1)
+
+    def _prune(self) -> None:
+        """Forget the states off the current path (a long request's tree stays bounded)."""
+        for node, after in zip(self._path, self._path[1:]):
+            token = next(t for t, c in node.children.items() if c is after)
+            node.children = {token: after}
+        self._path[-1].children = {}
+        self._nodes = 0
 
     def match_at(self, i: int) -> Match:
         """The estimate after ``context[: base + i]``."""
-        found = self._matches[i]
-        if found is None:
-            found = self._matches[i] = self._estimate(self._states[i])
-        return found
+        node = self._path[i]
+        if node.match is None:
+            node.match = self._estimate(node.states)
+        return node.match
 
     @property
     def generated(self) -> list[int]:
@@ -152,13 +181,9 @@ class Matcher:
                 break
             out.append(token)
             i += 1
-            if len(self._states) > i and self.context[self._base + i - 1] == token:
-                match = self.match_at(i)  # walked before (an earlier draft)
-            else:
-                del self.context[self._base + i - 1:]
-                del self._states[i:]
-                del self._matches[i:]
-                match = self.push(token)
+            del self.context[self._base + i - 1:]
+            del self._path[i:]
+            match = self.push(token)
             if token in stop:
                 break
         return out
@@ -167,12 +192,16 @@ class Matcher:
         """The estimate from the suffix of ``length`` ids (shorter than the longest) after the
         bound context plus ``generated``: what followed it wherever it occurs."""
         self.sync(generated)
-        context = self.context
-        states = []
-        for source in self.sources:
-            state = self._probe(source, context, length) if length <= len(context) else None
-            states.append(state if state is not None else source.index.root())
-        return self._estimate(tuple(states))
+        node = self._path[len(generated)]
+        found = node.backoffs.get(length)
+        if found is None:
+            context = self.context
+            states = []
+            for source in self.sources:
+                state = self._probe(source, context, length) if length <= len(context) else None
+                states.append(state if state is not None else source.index.root())
+            found = node.backoffs[length] = self._estimate(tuple(states))
+        return found
 
     # ---- per shard ------------------------------------------------------------------------------
 
