@@ -339,3 +339,39 @@ def test_a_request_s_matcher_is_made_whole_while_other_documents_change(tokenize
     matcher = memory.matcher(key, document, cut)
     own = [source for source in matcher.sources if source.own]
     assert own and own[0].exclude is not None  # the request's document, its cursor line excluded
+
+
+def test_the_walk_at_the_cursor_follows_each_sequence_once_and_estimates_as_before(tokenizer, tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """Where the text ends mid-word or after white space, the estimate backs off over shorter contexts
+    and follows the ids the pending text runs past; each shorter context most often follows the same
+    id again. Those answers are kept for the walk: the same estimates, far fewer walks."""
+    from glm5_lsp.memory.align import TextMatcher
+
+    class Unkept(TextMatcher):  # every sub-walk worked out again
+        def _agrees(self, ids, match, pending, depth, walked):
+            return super()._agrees(ids, match, pending, depth, {})
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    lines = [f"    result_{i} = compute(value_{i % 7}, 'mode_{i % 3}')  # step {i}\n" for i in range(60)]
+    (root / "steps.py").write_text("def run():\n" + "".join(lines) + "\n    if ready:\n        return result_1\n",
+                                   encoding="utf-8")
+    memory = memory_for(tokenizer, root)
+    walks = {TextMatcher: 0, Unkept: 0}
+    real = TextMatcher._walk
+
+    def counted(self, *args):
+        walks[type(self)] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(TextMatcher, "_walk", counted)
+    for text in ("def run():\n    result_3 = compute(val", "    result_9 = comp", "    result_1 = compute(value_1, 'mo",
+                 "def run():\n    ", "    result_2 = compute(value_2,  ", "x = 1\n        ",
+                 "    if ready:\n            "):  # (the last: 12 spaces where the memory has 8)
+        kept, unkept = TextMatcher(memory.matcher(), tokenizer), Unkept(memory.matcher(), tokenizer)
+        kept.bind(text)
+        unkept.bind(text)
+        a, b = kept.estimate(""), unkept.estimate("")
+        assert a.ids.tolist() == b.ids.tolist() and np.allclose(a.probs, b.probs) and a.match.length == b.match.length
+    assert 0 < walks[TextMatcher] < walks[Unkept]

@@ -237,35 +237,44 @@ class TextMatcher:
         source = match if total_kept >= merged[1].sum() else before
         return self._estimate(ids_all, weights, source)
 
-    def _walk(self, ids: list[int], pending: str, depth: int = 0) -> Estimate | None:
+    def _walk(self, ids: list[int], pending: str, depth: int = 0,
+              walked: dict[tuple[int, ...], Estimate | None] | None = None) -> Estimate | None:
         """The slow way, where the last piece was never seen after the longest context: back off to
         shorter contexts until what followed agrees with the pending text, following an id that
         the pending text runs past one level on (a typed word's first characters, several pieces
-        of white space)."""
+        of white space). ``walked``: the answers one level on so far in this walk, by the ids
+        followed (each shorter context tried here most often follows the same id again)."""
+        walked = {} if walked is None else walked
         match = self.matcher.sync(ids)
         length, tries = match.length, 0
         while True:
-            found = self._agrees(ids, match, pending, depth)
+            found = self._agrees(ids, match, pending, depth, walked)
             if found is not None or length <= 1 or tries >= BACKOFF_TRIES:
                 return found
             length = length // 2 if length > 8 else length - 1
             tries += 1
             match = self.matcher.backoff(ids, length)
 
-    def _agrees(self, ids: list[int], match: Match, pending: str, depth: int) -> Estimate | None:
+    def _agrees(self, ids: list[int], match: Match, pending: str, depth: int,
+                walked: dict[tuple[int, ...], Estimate | None]) -> Estimate | None:
         if not pending:
             counts = match.counts
             return self._estimate(counts.ids, counts.counts.astype(np.float64), match) if len(counts.ids) else None
         (merged_ids, merged_counts), _ = self._merges(match.counts, pending)
         strings = self.vocab.strings
         deeper: tuple[int, int] | None = None  # (count, id): the likeliest id the pending text runs past
-        for token, count in zip(match.counts.ids.tolist(), match.counts.counts.tolist()):
-            piece = strings[token] if token < len(strings) else ""
-            if piece and len(piece) <= len(pending) and pending.startswith(piece) and (deeper is None or count > deeper[0]):
+        ids_, numbers = self._beginning_with(match.counts.ids, match.counts.counts, pending[0])
+        for token, count in zip(ids_.tolist(), numbers.tolist()):
+            piece = strings[token]
+            if len(piece) <= len(pending) and pending.startswith(piece) and (deeper is None or count > deeper[0]):
                 deeper = (count, token)
         sub = None
         if deeper is not None and depth < MAX_DEPTH:
-            sub = self._walk(ids + [deeper[1]], pending[len(strings[deeper[1]]):], depth + 1)
+            on = ids + [deeper[1]]
+            key = tuple(on[len(on) - depth - 1:])  # the ids this walk followed (it began at ``ids[:-depth]``)
+            if key not in walked:
+                walked[key] = self._walk(on, pending[len(strings[deeper[1]]):], depth + 1, walked)
+            sub = walked[key]
         if sub is None:
             return self._estimate(merged_ids, merged_counts, match) if len(merged_ids) else None
         assert deeper is not None
@@ -289,16 +298,12 @@ class TextMatcher:
         """Of what followed the context before the last piece (``pending``): the ids that run past
         it, as the model's next token (their remainder's first token) with their counts; and how
         many occurrences wrote it in pieces of its own (an id that it begins with)."""
-        ids, numbers = counts.ids, counts.counts  # type: ignore[attr-defined]
-        first = self.vocab.first_char
-        inside = ids < len(first)
-        ids, numbers = ids[inside], numbers[inside]
-        agree = first[ids] == ord(pending[0])  # only ids that begin as the pending text does
+        ids, numbers = self._beginning_with(counts.ids, counts.counts, pending[0])  # type: ignore[attr-defined]
         strings = self.vocab.strings
         out_ids: list[int] = []
         out_counts: list[float] = []
         kept = 0
-        for token, count in zip(ids[agree].tolist(), numbers[agree].tolist()):
+        for token, count in zip(ids.tolist(), numbers.tolist()):
             piece = strings[token]
             if len(piece) > len(pending) and piece.startswith(pending):
                 after = self.vocab.first_token(piece[len(pending):])
@@ -308,6 +313,15 @@ class TextMatcher:
             elif pending.startswith(piece):
                 kept += count
         return (np.asarray(out_ids, dtype=np.int64), np.asarray(out_counts, dtype=np.float64)), kept
+
+    def _beginning_with(self, ids: np.ndarray, numbers: np.ndarray, char: str) -> tuple[np.ndarray, np.ndarray]:
+        """The next ids (and their counts) whose text begins with ``char``: a short match can have
+        thousands of next ids, of which the pending text's first character leaves a few to read."""
+        first = self.vocab.first_char
+        inside = ids < len(first)
+        ids, numbers = ids[inside], numbers[inside]
+        agree = first[ids] == ord(char)
+        return ids[agree], numbers[agree]
 
     def continuation(self, written: str, max_tokens: int, min_length: int = 1, min_share: float = 0.0,
                      stop: str = "") -> list[int]:
