@@ -403,22 +403,22 @@ def test_drafts_with_the_step_on_the_worker_keep_the_greedy_text(monkeypatch) ->
         rest = truth[len(out) : len(out) + 4]
         return rest[:2] + [(t + 1) % 512 for t in rest[2:]]
 
-    started = []
+    started = []  # per call handed to the worker: whether it was a verification (every row)
     real = native.NativeStep.start
     monkeypatch.setattr(native.NativeStep, "start",
-                        lambda self, ids, step, *rest: started.append(step.start) or real(self, ids, step, *rest))
+                        lambda self, ids, step, *rest: started.append(bool(rest and rest[0])) or real(self, ids, step, *rest))
+    monkeypatch.setattr(Generator, "_goes_on", lambda *args: False)  # (looking past a proposal: its own test)
     got = Generator(model, _Tok()).generate(prompt, config, drafter=drafter)
     assert got.token_ids == truth
     assert got.drafted_tokens > got.accepted_tokens > 0
-    # every step beside its drafter, every verification beside the drafter looking past its proposal
-    assert started and len(started) == len(asked)
+    assert started == [False] * len(asked) and asked  # every step beside its drafter
     without_c = Generator(model, _Tok(), native=False).generate(prompt, config, drafter=drafter)
     assert without_c.token_ids == truth and without_c.accepted_tokens == got.accepted_tokens
     started.clear()
     asked.clear()
     quick = Generator(model, _Tok()).generate(prompt, config, drafter=lambda out: asked.append(len(out)) or [])
     assert quick.token_ids == truth
-    assert len(started) == 1 < len(asked)  # a drafter that answers at once: the steps run before it
+    assert started == [False] and len(asked) > 1  # a drafter that answers at once: the steps run before it
 
 
 @pytest.fixture
@@ -527,6 +527,19 @@ def test_the_drafter_looks_past_a_proposal_while_the_worker_verifies_it(monkeypa
     assert got.token_ids == truth and got.accepted_tokens == got.drafted_tokens > 0
     ahead = [n for n, beside in during if beside]
     assert ahead and all(n % 5 == 0 for n in ahead)  # past a whole proposal: 1 + 4 tokens per round
+    assert 15 not in ahead  # (a proposal that fills the budget: nothing follows it)
+
+    class Lines:  # one token's text is the line's end
+        eos_token_id = None
+
+        def decode(self, ids):
+            return "".join("\n" if t == truth[3] else "x" for t in ids)
+
+    during.clear()
+    one_line = GenerationConfig(max_new_tokens=16, stop_at_eos=False, stop=("\n",))
+    got = Generator(model, Lines()).generate(prompt, one_line, drafter=drafter)
+    assert got.token_ids == truth[:4] and got.drafted_tokens > 0  # the proposal from the first token ends the line
+    assert not any(beside for _, beside in during)  # nothing to look past: the line ends within it
 
     gen = Generator(model, _Tok())
 

@@ -311,14 +311,27 @@ class Generator:
             role_ids = torch.full_like(ids, int(Role.CODE))
         return ids, role_ids.to(ids.device)
 
-    def _verify(self, proposal: list[int], out: list[int], drafter: Drafter, probe: StatsProbe | None) -> torch.Tensor:
+    def _goes_on(self, out: list[int], proposal: list[int], text: str, config: GenerationConfig) -> bool:
+        """Whether the generation goes on past ``proposal`` if it is kept: room for more tokens, and
+        no stop string in its text (a one-line request's draft runs to the line's end)."""
+        if len(out) + len(proposal) + 1 >= config.max_new_tokens:
+            return False
+        stops = [s for s in config.stop if s]
+        if not stops:
+            return True
+        after = self.tokenizer.decode(out + proposal)
+        return not any(after.find(s, max(0, len(text) - len(s) + 1)) >= 0 for s in stops)
+
+    def _verify(self, proposal: list[int], out: list[int], drafter: Drafter | None,
+                probe: StatsProbe | None) -> torch.Tensor:
         """Every row's logits ``[1, len(proposal), V]`` after the proposal's tokens. On the C worker
-        where it can, while the drafter looks ahead past the whole proposal (its answer unused: it is
-        asked again once the next token is chosen, and finds what it worked out then at hand, the
-        memory's estimates remembered; on repeated structure nearly every proposal is kept)."""
+        where it can, while the drafter (where given: the generation goes on past the proposal) looks
+        ahead past the whole proposal (its answer unused: it is asked again once the next token is
+        chosen, and finds what it worked out then at hand, the memory's estimates remembered; on
+        repeated structure nearly every proposal is kept)."""
         ids = torch.tensor([proposal], dtype=torch.long, device=self.cache.device)
-        running = self._start_in_c(ids, every_row=True) if probe is None else None
-        if running is None:
+        running = self._start_in_c(ids, every_row=True) if probe is None and drafter is not None else None
+        if running is None:  # (nothing to do beside it: no hand-over to the worker)
             return self._forward(ids, probe)
         try:
             drafter(out + proposal)
@@ -471,7 +484,8 @@ class Generator:
                 logits = running.finish()[0, -1]
                 if proposal:
                     calls += 1
-                    rows = self._verify(proposal, out, drafter, probe)
+                    rows = self._verify(proposal, out, drafter if self._goes_on(out, proposal, text, config) else None,
+                                        probe)
                     draft, draft_logits = proposal, list(rows[0])
                     drafted += len(proposal)
                 valid = self.cache.length - len(draft)
