@@ -526,8 +526,9 @@ def test_the_drafter_looks_past_a_proposal_while_the_worker_verifies_it(monkeypa
     got = Generator(model, _Tok()).generate(prompt, config, drafter=drafter)
     assert got.token_ids == truth and got.accepted_tokens == got.drafted_tokens > 0
     ahead = [n for n, beside in during if beside]
-    assert ahead and all(n % 5 == 0 for n in ahead)  # past a whole proposal: 1 + 4 tokens per round
-    assert 15 not in ahead  # (a proposal that fills the budget: nothing follows it)
+    # past a whole proposal (1 + 4 tokens per round) once a draft was kept whole; not past the first
+    # (nothing kept yet), nor past one that fills the budget (nothing follows it)
+    assert ahead == [10]
 
     class Lines:  # one token's text is the line's end
         eos_token_id = None
@@ -546,12 +547,25 @@ def test_the_drafter_looks_past_a_proposal_while_the_worker_verifies_it(monkeypa
     def fails_ahead(out):
         if verifying[0]:
             raise RuntimeError("looking ahead failed")
+        time.sleep(0.001)  # (as slow as a memory's: the steps run beside it)
         return truth[len(out):len(out) + 4]
 
     with pytest.raises(RuntimeError, match="looking ahead failed"):
         gen.generate(prompt, config, drafter=fails_ahead)
     assert not verifying[0]  # the verification was finished (its rows committed) before the error went on
     assert gen.generate(prompt, config).token_ids == truth
+
+    during.clear()
+
+    def wrong_after_two(out):  # kept to its second token only: the next proposal is not looked past
+        during.append((len(out), verifying[0]))
+        time.sleep(0.001)
+        rest = truth[len(out):len(out) + 4]
+        return rest[:2] + [(t + 1) % 512 for t in rest[2:]]
+
+    got = Generator(model, _Tok()).generate(prompt, config, drafter=wrong_after_two)
+    assert got.token_ids == truth and got.drafted_tokens > got.accepted_tokens > 0
+    assert not any(beside for _, beside in during)
 
 
 @needs_native

@@ -386,6 +386,7 @@ class Generator:
         draft_logits: list[torch.Tensor] = []  # cache length that holds none of them
         valid = 0
         drafted = accepted = calls = guessed = 0
+        kept_whole = False  # the last draft verified was kept to its end (then the drafter looks past the next)
         overlap = True  # the next step runs beside the drafter (see below)
         # While the processors (the memory, the decoding monitor: Python) work on a step's logits, the
         # C worker runs the next step for the token they most likely choose, the model's own likeliest
@@ -450,10 +451,12 @@ class Generator:
                 here = draft_rows.pop(0) if draft_rows else here
                 valid += 1
                 accepted += 1
+                kept_whole = not draft
                 continue
             if draft:  # the first proposed token not kept: the cache loses the rest
                 self.cache.truncate(valid)
                 draft, draft_logits, draft_rows = [], [], []
+                kept_whole = False
             if len(out) >= config.max_new_tokens:
                 break  # no step needed for a token nobody will read
             step_ids = torch.tensor([[token]], dtype=torch.long, device=self.cache.device)
@@ -484,8 +487,10 @@ class Generator:
                 logits = running.finish()[0, -1]
                 if proposal:
                     calls += 1
-                    rows = self._verify(proposal, out, drafter if self._goes_on(out, proposal, text, config) else None,
-                                        probe)
+                    # Looking past the proposal pays where the drafts are being kept (repeated structure);
+                    # where the last one was not, this one is likely cut short too, the look-ahead wasted.
+                    ahead = kept_whole and self._goes_on(out, proposal, text, config)
+                    rows = self._verify(proposal, out, drafter if ahead else None, probe)
                     draft, draft_logits = proposal, list(rows[0])
                     drafted += len(proposal)
                 valid = self.cache.length - len(draft)
