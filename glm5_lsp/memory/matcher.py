@@ -125,8 +125,8 @@ class Matcher:
         base = self._base
         known = self.context
         n = _common_prefix(known, base, generated)
-        if n < len(generated) or base + n < len(known):
-            del known[base + n:]
+        if n < len(generated) or base + n < len(known):  # elsewhere: the path follows ``generated`` (the
+            del known[base + n:]  # tree keeps what it leaves, found again by ``push``)
             del self._path[n + 1:]
             for token in generated[n:]:
                 self.push(int(token))
