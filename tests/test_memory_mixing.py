@@ -88,6 +88,23 @@ def test_the_monitor_runs_after_the_mixing_and_still_masks() -> None:
     assert out[5] == float("-inf")
 
 
+def test_an_estimate_merges_repeated_ids_and_keeps_distinct_ones_as_they_are() -> None:
+    """The estimate from next ids and weights (``TextMatcher._estimate``): repeated ids summed, in
+    order; ids distinct and in order already (a match's own counts) kept as they are: the same
+    distribution either way."""
+    from glm5_lsp.memory.align import TextMatcher
+
+    match = Match(3, Counts(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0))
+    ids, weights = np.array([4, 9, 17, 30]), np.array([1.0, 3.0, 2.0, 2.0])
+    plain = TextMatcher._estimate(ids, weights, match)
+    assert plain.ids.tolist() == [4, 9, 17, 30] and plain.probs.tolist() == [0.125, 0.375, 0.25, 0.25]
+    shuffled = TextMatcher._estimate(ids[[2, 0, 3, 1]], weights[[2, 0, 3, 1]], match)
+    assert shuffled.ids.tolist() == plain.ids.tolist() and np.allclose(shuffled.probs, plain.probs)
+    split = TextMatcher._estimate(np.array([9, 4, 9, 30, 17]), np.array([1.0, 1.0, 2.0, 2.0, 2.0]), match)
+    assert split.ids.tolist() == plain.ids.tolist() and np.allclose(split.probs, plain.probs)
+    assert TextMatcher._estimate(np.array([5]), np.array([0.0]), match).empty
+
+
 def test_the_interpolation_prior_grows_with_the_match() -> None:
     prior = Interpolation.prior()
     weights = [prior.table[i][2][3] for i in range(len(LENGTH_EDGES))]

@@ -287,8 +287,11 @@ class TextMatcher:
 
     @staticmethod
     def _estimate(ids: np.ndarray, weights: np.ndarray, match: Match) -> Estimate:
-        if not len(ids) or weights.sum() <= 0:
+        total = weights.sum()
+        if not len(ids) or total <= 0:
             return Estimate(np.zeros(0, dtype=np.int64), np.zeros(0), match)
+        if len(ids) == 1 or bool((ids[1:] > ids[:-1]).all()):  # distinct and in order already (most often:
+            return Estimate(ids, weights / total, match)  # a match's own counts): nothing to merge
         keys, where = np.unique(ids, return_inverse=True)
         summed = np.zeros(len(keys))
         np.add.at(summed, where, weights)
