@@ -7,7 +7,7 @@ import logging
 
 import pytest
 import torch
-from tiny import tiny_model
+from tiny import fed_in_chunks, tiny_model
 
 from glm5_lsp import pyparse
 from glm5_lsp.model import AttentionPolicy, GenerationConfig, Generator, KVCache, Role, cached_forward, lean
@@ -193,18 +193,11 @@ def _prefill_both(model, chunks: list[int], *, policy=None, roles=None, dense=Fa
     calls = _lean_calls(monkeypatch) if monkeypatch is not None else []
     out = {}
     for lean_on in (True, False):
-        cache = KVCache(model.config)
-        logits, at = [], 0
-        with torch.no_grad():
-            for n in chunks:
-                part_roles = None if roles is None else roles[:, at : at + n]
-                logits.append(cached_forward(model, ids[:, at : at + n], cache, roles=part_roles, policy=policy,
-                                             dense=dense, last_only=True, lean=lean_on, scripted=scripted))
-                at += n
-            for t in range(total, total + 2):
-                logits.append(cached_forward(model, ids[:, t : t + 1], cache, policy=policy, dense=dense, lean=lean_on,
-                                             scripted=scripted))
-        out[lean_on] = (logits, cache)
+        logits, cache = fed_in_chunks(model, ids, chunks, roles, policy=policy, dense=dense, last_only=True,
+                                      lean=lean_on, scripted=scripted)
+        steps, _ = fed_in_chunks(model, ids[:, total:], [1, 1], cache=cache, policy=policy, dense=dense,
+                                 lean=lean_on, scripted=scripted)
+        out[lean_on] = (logits + steps, cache)
     return out[True], out[False], calls
 
 

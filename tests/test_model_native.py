@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from tiny import tiny_model
+from tiny import fed_in_chunks, tiny_model
 
 from glm5_lsp.model import (
     AttentionConfig,
@@ -60,17 +60,7 @@ def _with_and_without_c(model, ids: torch.Tensor, chunks: list[int], roles: torc
                         **kwargs) -> dict[bool, tuple[list[torch.Tensor], KVCache]]:
     """``ids`` fed in ``chunks`` through ``cached_forward`` with the C call (True) and without it:
     each call's logits and the cache."""
-    out = {}
-    for c_step in (True, False):
-        cache = KVCache(model.config)
-        logits, at = [], 0
-        with torch.no_grad():
-            for n in chunks:
-                part = None if roles is None else roles[:, at : at + n]
-                logits.append(cached_forward(model, ids[:, at : at + n], cache, roles=part, native_step=c_step, **kwargs))
-                at += n
-        out[c_step] = (logits, cache)
-    return out
+    return {c_step: fed_in_chunks(model, ids, chunks, roles, native_step=c_step, **kwargs) for c_step in (True, False)}
 
 
 def _taken(monkeypatch, tokens: bool = False) -> list:

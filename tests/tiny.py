@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from glm5_lsp.model import GlmMoeDsaConfig, GlmMoeDsaForCausalLM, save_model
+from glm5_lsp.model import GlmMoeDsaConfig, GlmMoeDsaForCausalLM, KVCache, cached_forward, save_model
 
 TINY = {
     "vocab_size": 512,
@@ -51,6 +51,20 @@ def tiny_model(seed: int = 0, **overrides) -> GlmMoeDsaForCausalLM:
         if gate is not None:
             gate.e_score_correction_bias.normal_(0.0, 0.1, generator=gen)
     return model.eval()
+
+
+def fed_in_chunks(model: GlmMoeDsaForCausalLM, ids: torch.Tensor, chunks: list[int], roles: torch.Tensor | None = None,
+                  cache: KVCache | None = None, **kwargs) -> tuple[list[torch.Tensor], KVCache]:
+    """``ids [1, sum(chunks)]`` fed in ``chunks`` through ``cached_forward`` (``kwargs``: its options)
+    into ``cache`` (a new one where None): each call's logits, and the cache."""
+    cache = KVCache(model.config) if cache is None else cache
+    logits, at = [], 0
+    with torch.no_grad():
+        for n in chunks:
+            part = None if roles is None else roles[:, at : at + n]
+            logits.append(cached_forward(model, ids[:, at : at + n], cache, roles=part, **kwargs))
+            at += n
+    return logits, cache
 
 
 def training_texts(limit: int = 40) -> list[str]:
