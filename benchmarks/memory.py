@@ -11,8 +11,9 @@ trained or tuned on), each copied as its own workspace, alone and mixed with the
 rest of that package plus the libraries it imports and the standard library (the scored file's own
 positions excluded), and with the file's own text above each token in the memory too (as the
 editor's memory holds the document being edited; ``memory.fit.score_package(above=True)``), with
-the shipped interpolation table (``glm5_lsp/memory/interpolation.json``, fitted on ``BENCHMARK_FIT``
-only). ``drafts``: greedy decoding with the mixture, the same requests
+the shipped interpolation (``glm5_lsp/memory/interpolation.json``, fitted on ``BENCHMARK_FIT``
+only): its table (the longest match: what ships) and its level gate (the shorter suffixes' estimates
+too: ``memory.shorterSuffixes``). ``drafts``: greedy decoding with the mixture, the same requests
 with and without drafts, on a file with repeated structure (pycparser's ``c_ast.py``, the memory
 holding its workspace and libraries), on tqdm's ``std.py`` with the same memory (the file above the
 cursor included), with a memory of tqdm's other files only, and with an empty memory (no draft is
@@ -53,16 +54,28 @@ def perplexity(args: argparse.Namespace) -> None:
     from glm5_lsp.memory.mixing import Interpolation
 
     model, tokenizer, window = load_runtime(None)
-    table = Interpolation.default()
-    print(f"weights from commit {weights_commit()}; window {window}; table: {table.source}")
+    levels = Interpolation.default(levels=True)
+    table = Interpolation(levels.table, levels.source)  # what ships: the longest match, by the table
+    print(f"weights from commit {weights_commit()}; window {window}; interpolation: {levels.source}"
+          f"{'' if levels.gate is not None else ' (no level gate in the file)'}")
     print("The memory holds the rest of the package and the libraries it imports; in the 'file above' columns also")
-    print("the file's own text above the token (as the editor's memory holds the document being edited). 'Best")
-    print("weight' is the most any interpolation weight could reach: at each token the better of the two")
-    print("probabilities, chosen knowing the token (the file above in the memory).")
-    print("| package | tokens | model alone | + memory | ratio | + memory and the file above | ratio | best weight | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("the file's own text above the token (as the editor's memory holds the document being edited). 'Table'")
+    print("(what ships): the longest match mixed in by the interpolation table; 'shorter suffixes' (the option")
+    print("memory.shorterSuffixes): the level gate, the shorter suffixes' estimates mixed in too. 'Best' is the")
+    print("most any mixture of them could reach: at each token the best of the model's and the memory's")
+    print("estimates' probabilities, chosen knowing the token.")
+    print("| package | tokens | model alone | + memory (table) | ratio | + file above (table) | ratio "
+          "| + file above (shorter suffixes) | ratio | best | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     total, total_above = Scores(), Scores()
     cache: dict = {}
+
+    def row(name: str, scores: Scores, above: Scores) -> None:
+        alone = ppl(scores, None)
+        figures = (ppl(scores, table), ppl(above, table), ppl(above, levels), hindsight(above))
+        print(f"| {name} | {len(scores.model)} | {alone:.2f} | "
+              + " | ".join(f"{value:.2f} | {value / alone:.2f}" for value in figures) + " |", flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.packages:
             scores = score_package(name, model, tokenizer, Path(tmp) / "rest", window, args.max_tokens,
@@ -71,21 +84,20 @@ def perplexity(args: argparse.Namespace) -> None:
                                   log=lambda _: None, above=True, model_cache=cache)
             total.extend(scores)
             total_above.extend(above)
-            alone, mixed, mixed_above, best = ppl(scores, None), ppl(scores, table), ppl(above, table), hindsight(above)
-            print(f"| {name} | {len(scores.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} | "
-                  f"{mixed_above:.2f} | {mixed_above / alone:.2f} | {best:.2f} | {best / alone:.2f} |", flush=True)
-    alone, mixed, mixed_above, best = ppl(total, None), ppl(total, table), ppl(total_above, table), hindsight(total_above)
-    print(f"| all | {len(total.model)} | {alone:.2f} | {mixed:.2f} | {mixed / alone:.2f} | {mixed_above:.2f} | "
-          f"{mixed_above / alone:.2f} | {best:.2f} | {best / alone:.2f} |")
+            row(name, scores, above)
+    row("all", total, total_above)
 
 
 def hindsight(scores) -> float:
-    """Perplexity with each token's better probability, the model's or the memory's: the floor of every
-    mixture ``lam * p_memory + (1 - lam) * p_model`` whatever ``lam`` each token gets."""
+    """Perplexity with each token's best probability, the model's or one of the memory's estimates'
+    (the longest match's, the shorter suffixes'): the floor of every mixture of them, whatever weights
+    each token gets."""
     import numpy as np
 
-    p_model, p_memory, _ = scores.arrays()
-    return float(np.exp(-np.mean(np.log(np.maximum(np.maximum(p_model, p_memory), 1e-12)))))
+    p_model, _, _ = scores.arrays()
+    _, levels, _ = scores.level_arrays()
+    best = np.maximum(p_model, levels.max(axis=1))
+    return float(np.exp(-np.mean(np.log(np.maximum(best, 1e-12)))))
 
 
 def drafts(args: argparse.Namespace) -> None:

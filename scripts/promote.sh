@@ -8,7 +8,7 @@
 # 1. scripts/cpu_train.sh --promote: stop the run, compare held-out perplexity with the shipped weights,
 #    write them into the package when better (with HumanEval and single-line infilling on the model
 #    card), start the run again. Not better: nothing else is done.
-# 2. The memory's interpolation table refitted for them (glm5_lsp/memory/interpolation.json).
+# 2. The memory's interpolation table and level gate refitted for them (glm5_lsp/memory/interpolation.json).
 # 3. The gate's rows collected again (cursors in a word, after a space, and block requests,
 #    one after the other) and the gate trained into the weights' gate/ folder.
 # 4. completion.minQuality's default in the VS Code extension and the README set to the new gate's

@@ -4,10 +4,13 @@ For each package (``BENCHMARK_FIT`` by default: the packages the weights may be 
 ``BENCHMARK_REPORT``), copied as its own workspace, every file is scored token by token twice: by
 the model alone (windows of the model's trained context, each token seeing at least half a window
 before it) and by the memory holding the rest of that package plus the libraries it imports and the
-standard library (the file's own positions excluded). Each token's cell of the interpolation table
-(the match's length, occurrences and top share) then gets the weight that maximises the held-out
-log-likelihood of the mixture in that cell, a one-dimensional concave problem. Cells with too few
-tokens take the weight of their length row.
+standard library (the file's own positions excluded; with ``--above`` the file's own text above each
+token is in the memory, as the editor's memory holds the document being edited). Each token's cell of the
+interpolation table (the match's length, occurrences and top share) then gets the weight that
+maximises the held-out log-likelihood of the mixture in that cell, a one-dimensional concave problem;
+cells with too few tokens take the weight of their length row. The level gate
+(:class:`~glm5_lsp.memory.mixing.LevelGate`: the model, the longest match and the shorter suffixes'
+estimates weighed at each token) is fitted on the same tokens by maximum likelihood (L-BFGS).
 
     python -m glm5_lsp.memory.fit                      # fit on BENCHMARK_FIT, write interpolation.json
     python -m glm5_lsp.memory.fit --max-tokens 20000   # fewer tokens per package
@@ -29,7 +32,17 @@ import numpy as np
 from glm5_lsp.memory.align import TextMatcher
 from glm5_lsp.memory.heldout import copy_package
 from glm5_lsp.memory.matcher import Matcher, Source
-from glm5_lsp.memory.mixing import COUNT_EDGES, LENGTH_EDGES, SHARE_EDGES, TABLE_FILE, Interpolation, buckets
+from glm5_lsp.memory.mixing import (
+    COMPONENTS,
+    COUNT_EDGES,
+    LENGTH_EDGES,
+    SHARE_EDGES,
+    TABLE_FILE,
+    Interpolation,
+    LevelGate,
+    buckets,
+    component_features,
+)
 from glm5_lsp.memory.workspace import WorkspaceMemory, as_key
 
 MIN_CELL = 200  # tokens a cell needs for a weight of its own
@@ -38,11 +51,15 @@ MIN_CELL = 200  # tokens a cell needs for a weight of its own
 @dataclass
 class Scores:
     """Per scored token: the model's and the memory's probability of the real token, the table
-    cell of the memory's estimate (-1 where it had none)."""
+    cell of the memory's estimate (-1 where it had none); for the level gate, the model's top
+    probability and, per component (the longest match, then the shorter slots), the probability of
+    the real token and the match's features (``mixing.component_features``)."""
 
     model: list[float] = field(default_factory=list)
     memory: list[float] = field(default_factory=list)
     cells: list[tuple[int, int, int]] = field(default_factory=list)
+    model_top: list[float] = field(default_factory=list)
+    levels: list[np.ndarray] = field(default_factory=list)  # each (COMPONENTS, 4): p, length, occurrences, share
     files: int = 0
     seconds_model: float = 0.0
     seconds_memory: float = 0.0
@@ -51,6 +68,8 @@ class Scores:
         self.model += other.model
         self.memory += other.memory
         self.cells += other.cells
+        self.model_top += other.model_top
+        self.levels += other.levels
         self.files += other.files
         self.seconds_model += other.seconds_model
         self.seconds_memory += other.seconds_memory
@@ -59,27 +78,37 @@ class Scores:
         return (np.asarray(self.model), np.asarray(self.memory),
                 np.asarray(self.cells, dtype=np.int64).reshape(-1, 3))
 
+    def level_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The model's top probabilities ``(n,)``, the components' probabilities of the real token
+        ``(n, COMPONENTS)`` and their features ``(n, COMPONENTS, 3)``."""
+        levels = np.asarray(self.levels, dtype=np.float64).reshape(-1, COMPONENTS, 4)
+        return np.asarray(self.model_top, dtype=np.float64), levels[..., 0], levels[..., 1:]
 
-def model_probabilities(model: object, ids: Sequence[int], window: int) -> np.ndarray:
-    """``p(ids[t] | ids[max(0, ...):t])`` for t >= 1 by the model: windows of ``window`` tokens
-    stepping by half of one, each scoring its second half (the first window all of it)."""
+
+def model_probabilities(model: object, ids: Sequence[int], window: int) -> tuple[np.ndarray, np.ndarray]:
+    """``p(ids[t] | ids[max(0, ...):t])`` for t >= 1 by the model, and its top probability there:
+    windows of ``window`` tokens stepping by half of one, each scoring its second half (the first
+    window all of it)."""
     import torch
 
     n = len(ids)
     out = np.full(n, np.nan)
+    top = np.full(n, np.nan)
     half = max(1, window // 2)
     start = 0
     with torch.inference_mode():
         while True:
             chunk = torch.tensor([list(ids[start:start + window])], dtype=torch.long)
             logp = torch.log_softmax(model(chunk)[0].float(), dim=-1)  # type: ignore[operator]
+            best = logp.max(dim=-1).values.exp()
             first = 1 if start == 0 else half
             for i in range(first, chunk.shape[1]):
                 out[start + i] = math.exp(float(logp[i - 1, chunk[0, i]]))
+                top[start + i] = float(best[i - 1])
             if start + window >= n:
                 break
             start += half
-    return out
+    return out, top
 
 
 ABOVE_CHUNK = 16  # tokens scored per binding when the file's own text above counts (``above``)
@@ -116,9 +145,9 @@ def score_package(name: str, model: object, tokenizer: object, workdir: Path, wi
         started = time.perf_counter()
         cache_key = (name, key[len(str(root)):], len(ids))
         cached = model_cache.get(cache_key) if model_cache is not None else None
-        p_model = cached if cached is not None else model_probabilities(model, ids, window)
+        p_model, p_top = cached if cached is not None else model_probabilities(model, ids, window)
         if model_cache is not None:
-            model_cache[cache_key] = p_model
+            model_cache[cache_key] = (p_model, p_top)
         scores.seconds_model += time.perf_counter() - started
         started = time.perf_counter()
         if above:
@@ -137,8 +166,11 @@ def score_package(name: str, model: object, tokenizer: object, workdir: Path, wi
             elif matcher is None:
                 matcher = TextMatcher(Matcher(sources), tokenizer)
                 matcher.bind("")
-            estimate = matcher.estimate(text[bound: offsets[t][0]], within_piece=True)  # as the mixing asks
+            written = text[bound: offsets[t][0]]
+            estimate = matcher.estimate(written, within_piece=True)  # as the mixing asks
             scores.model.append(float(p_model[t]))
+            scores.model_top.append(float(p_top[t]))
+            scores.levels.append(_levels([estimate, *matcher.shorter(written)], ids[t]))
             if estimate.empty or estimate.match.length <= 0:
                 scores.memory.append(0.0)
                 scores.cells.append((-1, -1, -1))
@@ -152,6 +184,19 @@ def score_package(name: str, model: object, tokenizer: object, workdir: Path, wi
     log(f"{name}: {scores.files} files, {len(scores.model)} tokens "
         f"(model {scores.seconds_model:.0f} s, memory {scores.seconds_memory:.0f} s)")
     return scores
+
+
+def _levels(estimates: Sequence[object], token: int) -> np.ndarray:
+    """One token's row of ``Scores.levels``: each estimate's probability of ``token``, then its features."""
+    out = np.zeros((COMPONENTS, 4))
+    out[:, 1:] = component_features(estimates)  # type: ignore[arg-type]
+    for k, estimate in enumerate(estimates):
+        if estimate is None or not out[k, 1]:
+            continue
+        where = np.searchsorted(estimate.ids, token)  # type: ignore[attr-defined]
+        if where < len(estimate.ids) and estimate.ids[where] == token:  # type: ignore[attr-defined]
+            out[k, 0] = estimate.probs[where]  # type: ignore[attr-defined]
+    return out
 
 
 def best_weight(p_memory: np.ndarray, p_model: np.ndarray) -> float:
@@ -181,14 +226,48 @@ def fit(scores: Scores, source: str) -> Interpolation:
                     table[li][ci][si] = best_weight(p_memory[cell], p_model[cell])
                 elif row_weight is not None:
                     table[li][ci][si] = row_weight
-    return Interpolation(table, source)
+    return Interpolation(table, source, fit_gate(scores) if scores.levels else None)
+
+
+def fit_gate(scores: Scores, iterations: int = 500) -> LevelGate:
+    """The :class:`LevelGate` maximising the held-out log-likelihood of its mixture over ``scores``
+    (L-BFGS in torch, the same formula as ``LevelGate.weights``; a little L2 on the weights)."""
+    import torch
+
+    model_top, probs, features = scores.level_arrays()
+    p_model = torch.tensor(np.maximum(np.asarray(scores.model), 1e-12))
+    probs_t = torch.tensor(probs)
+    present = torch.tensor(features[..., 0] > 0)
+    inputs = torch.stack([torch.ones(probs_t.shape), torch.tensor(np.log1p(features[..., 0])),
+                          torch.tensor(np.log1p(features[..., 1])), torch.tensor(features[..., 2])], dim=-1)
+    top = torch.tensor(model_top)
+    memory = torch.zeros(COMPONENTS, 4, dtype=torch.float64, requires_grad=True)
+    model = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([memory, model], max_iter=iterations, line_search_fn="strong_wolfe")
+
+    def loss_fn() -> torch.Tensor:
+        optimizer.zero_grad()
+        scores_ = (inputs * memory).sum(-1).masked_fill(~present, float("-inf"))
+        logits = torch.cat([(model[0] + model[1] * top)[:, None], scores_], dim=1)
+        weights = torch.softmax(logits, dim=1)
+        mixed = weights[:, 0] * p_model + (weights[:, 1:] * probs_t).sum(1)
+        loss = -torch.log(mixed).mean() + 1e-5 * ((memory ** 2).sum() + (model ** 2).sum())
+        loss.backward()
+        return loss
+
+    optimizer.step(loss_fn)
+    return LevelGate(memory.detach().numpy().copy(), model.detach().numpy().copy())
 
 
 def perplexity(scores: Scores, interpolation: Interpolation | None) -> float:
     """exp of the mean negative log-likelihood, of the model alone or mixed with the memory."""
     p_model, p_memory, cells = scores.arrays()
     p = np.maximum(p_model, 1e-12)
-    if interpolation is not None:
+    if interpolation is not None and interpolation.gate is not None and scores.levels:
+        model_top, probs, features = scores.level_arrays()
+        weights = interpolation.gate.weights(features, model_top)
+        p = weights[:, 0] * p + (weights[:, 1:] * probs).sum(1)
+    elif interpolation is not None:
         lam = np.zeros(len(p))
         has = cells[:, 0] >= 0
         table = np.asarray(interpolation.table)
@@ -223,6 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=30_000, help="scored tokens per package")
     parser.add_argument("--model", default=None)
     parser.add_argument("--out", type=Path, default=TABLE_FILE)
+    parser.add_argument("--above", action=argparse.BooleanOptionalAction, default=False,
+                        help="the file's own text above each token in the memory, as the editor's is (lower "
+                             "perplexity, but on FIT one more wrong line shown: BENCHMARKS.md, 'Shorter suffixes')")
     args = parser.parse_args(argv)
     reported = sorted(set(args.packages) & set(BENCHMARK_REPORT))
     if reported:
@@ -231,11 +313,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = Scores()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.packages:
-            total.extend(score_package(name, model, tokenizer, Path(tmp), window, args.max_tokens))
-    table = fit(total, f"fitted on {', '.join(args.packages)} ({len(total.model)} tokens)")
-    before, prior, after = perplexity(total, None), perplexity(total, Interpolation.prior()), perplexity(total, table)
-    table.save(args.out, perplexity={"model": round(before, 3), "prior": round(prior, 3), "fitted": round(after, 3)})
-    print(f"perplexity on the fitting data: model {before:.2f}, prior table {prior:.2f}, fitted {after:.2f}")
+            total.extend(score_package(name, model, tokenizer, Path(tmp), window, args.max_tokens,
+                                       above=args.above))
+    above = ", the file above in the memory" if args.above else ""
+    fitted = fit(total, f"fitted on {', '.join(args.packages)} ({len(total.model)} tokens{above})")
+    table_only = Interpolation(fitted.table, fitted.source)
+    before, prior = perplexity(total, None), perplexity(total, Interpolation.prior())
+    after_table, after = perplexity(total, table_only), perplexity(total, fitted)
+    fitted.save(args.out, perplexity={"model": round(before, 3), "prior": round(prior, 3),
+                                      "table": round(after_table, 3), "fitted": round(after, 3)})
+    print(f"perplexity on the fitting data: model {before:.2f}, prior table {prior:.2f}, fitted table "
+          f"{after_table:.2f}, with the level gate {after:.2f}")
     print(f"wrote {args.out}")
     return 0
 

@@ -5,7 +5,12 @@ At each step the longest suffix of the context found in the memory gives what fo
 interpolated, ``p = lam * p_memory + (1 - lam) * p_model``, with ``lam`` read from a table over the
 match's length, its number of occurrences and how much of them agree on one next token
 (:class:`Interpolation`, fitted on held-out packages by ``glm5_lsp.memory.fit``, never on the
-packages the benchmarks report). The processor returns ``log p``.
+packages the benchmarks report). With ``memory.shorterSuffixes`` (off by default: lower held-out
+perplexity, the same one-line answers, slower) shorter suffixes' estimates are mixed in too (an
+n-gram model's lower orders: the longest match misses the next token about four times in ten on
+held-out code), each component's weight a softmax over its match's length, occurrences and top
+share, the model's over its own top probability (:class:`LevelGate`, fitted with the table). The
+processor returns ``log p``.
 
 Order with the other processors (each sees what the one before returned): **mixing first**, on the
 model's own logits; then the decoding monitor (``then``), which masks invalid names with ``-inf``
@@ -20,6 +25,7 @@ long and agrees on its next token. The generator verifies it in one forward pass
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,8 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from glm5_lsp.memory.align import Estimate, TextMatcher
+from glm5_lsp.memory.align import SHORTER_SLOTS, Estimate, TextMatcher
 from glm5_lsp.memory.matcher import Matcher
+
+log = logging.getLogger(__name__)
 
 LENGTH_EDGES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)  # a bucket starts at each
 COUNT_EDGES = (1, 2, 4, 8, 32)
@@ -44,24 +52,81 @@ def _bucket(value: float, edges: Sequence[float]) -> int:
     return i
 
 
+COMPONENTS = 1 + SHORTER_SLOTS  # the memory's estimates a LevelGate weighs: the longest match's, then the shorter slots'
+
+
+def component_features(estimates: Sequence[Estimate | None]) -> np.ndarray:
+    """``(len(estimates), 3)``: each estimate's match length, occurrences and top share (zeros for none)."""
+    out = np.zeros((len(estimates), 3))
+    for k, estimate in enumerate(estimates):
+        if estimate is not None and not estimate.empty and estimate.match.length > 0:
+            out[k] = (estimate.match.length, estimate.match.total, estimate.top()[1])
+    return out
+
+
+@dataclass
+class LevelGate:
+    """Weights of the model and of the memory's estimates at each step: a softmax over one score per
+    component. The model's score is ``model @ [1, its top probability]``; the memory's estimate in
+    slot ``k`` (0 the longest match, then :data:`~glm5_lsp.memory.align.SHORTER_SLOTS` shorter
+    suffixes) scores ``memory[k] @ [1, log(1 + length), log(1 + occurrences), top share]``; an empty
+    slot gets no weight. Fitted by ``glm5_lsp.memory.fit`` (maximum likelihood on held-out tokens)."""
+
+    memory: np.ndarray  # (COMPONENTS, 4)
+    model: np.ndarray  # (2,)
+
+    @classmethod
+    def from_json(cls, data: Any) -> LevelGate:
+        memory, model = np.asarray(data["memory"], dtype=np.float64), np.asarray(data["model"], dtype=np.float64)
+        if memory.shape != (COMPONENTS, 4) or model.shape != (2,) or not (np.isfinite(memory).all()
+                                                                         and np.isfinite(model).all()):
+            raise ValueError(f"a level gate needs memory {(COMPONENTS, 4)} and model (2,), finite; "
+                             f"got {memory.shape} and {model.shape}")
+        return cls(memory, model)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"memory": np.round(self.memory, 5).tolist(), "model": np.round(self.model, 5).tolist()}
+
+    def weights(self, features: np.ndarray, model_top: np.ndarray) -> np.ndarray:
+        """``(n, 1 + COMPONENTS)`` weights (the model's first) for ``n`` steps: ``features`` ``(n,
+        COMPONENTS, 3)`` as :func:`component_features` gives them, ``model_top`` ``(n,)``."""
+        length, total, share = features[..., 0], features[..., 1], features[..., 2]
+        present = length > 0
+        scores = (self.memory[:, 0] + self.memory[:, 1] * np.log1p(length) + self.memory[:, 2] * np.log1p(total)
+                  + self.memory[:, 3] * share)
+        scores = np.where(present, scores, -np.inf)
+        model = (self.model[0] + self.model[1] * model_top)[:, None]
+        scores = np.concatenate([model, scores], axis=1)
+        scores -= scores.max(axis=1, keepdims=True)
+        weights = np.exp(scores)
+        return weights / weights.sum(axis=1, keepdims=True)
+
+
 @dataclass
 class Interpolation:
-    """The memory's weight per (match length, occurrences, top share) bucket."""
+    """The memory's weight per (match length, occurrences, top share) bucket; where ``gate`` is set,
+    the weights of the longest match's and the shorter suffixes' estimates come from it instead."""
 
     table: list[list[list[float]]]  # [length][count][share]
     source: str = ""  # what it was fitted on
+    gate: LevelGate | None = None
 
     @classmethod
-    def default(cls) -> Interpolation:
-        """The shipped table (``interpolation.json``), else a conservative hand-set one."""
+    def default(cls, levels: bool = False) -> Interpolation:
+        """The shipped table (``interpolation.json``), with its level gate where ``levels``
+        (``memory.shorterSuffixes``), else a conservative hand-set table. A file that cannot be
+        read, or a table or gate of the wrong shape, is logged and the hand-set table used."""
         try:
             data = json.loads(TABLE_FILE.read_text(encoding="utf-8"))
             table = data["table"]
-            if (len(table) == len(LENGTH_EDGES) and all(len(row) == len(COUNT_EDGES) for row in table)
+            if not (len(table) == len(LENGTH_EDGES) and all(len(row) == len(COUNT_EDGES) for row in table)
                     and all(len(cell) == len(SHARE_EDGES) for row in table for cell in row)):
-                return cls(table, data.get("source", ""))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+                raise ValueError("the table's shape is not the edges'")
+            gate = LevelGate.from_json(data["gate"]) if levels and data.get("gate") is not None else None
+            return cls(table, data.get("source", ""), gate)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log.warning("the memory's interpolation file %s could not be used (%s): the hand-set table instead",
+                        TABLE_FILE, error)
         return cls.prior()
 
     @classmethod
@@ -86,9 +151,10 @@ class Interpolation:
         return self.table[length][count][share]
 
     def save(self, path: Path = TABLE_FILE, **extra: Any) -> None:
+        gate = self.gate.to_json() if self.gate is not None else None
         path.write_text(json.dumps({"source": self.source, "length_edges": LENGTH_EDGES, "count_edges": COUNT_EDGES,
-                                    "share_edges": SHARE_EDGES, "table": self.table, **extra}, indent=1) + "\n",
-                        encoding="utf-8")
+                                    "share_edges": SHARE_EDGES, "table": self.table, "gate": gate, **extra},
+                                   indent=1) + "\n", encoding="utf-8")
 
 
 def _share_bucket(share: float) -> int:
@@ -126,6 +192,26 @@ def mix(logits: Any, estimate: Estimate, lam: float) -> Any:
     p = torch.softmax(logits.float(), dim=-1).mul_(1 - lam)
     p[ids_t[keep]] += torch.as_tensor(probs, dtype=torch.float32)[keep] * lam
     return torch.log(p)
+
+
+def mix_levels(logits: Any, estimates: Sequence[Estimate | None], gate: LevelGate) -> tuple[Any, bool]:
+    """``log(w_model * softmax(logits) + sum_k w_k * p_k)`` with the gate's weights for the memory's
+    ``estimates`` (the longest match's, then the shorter slots'); and whether the memory had any weight."""
+    import torch
+
+    p = torch.softmax(logits.float(), dim=-1)
+    weights = gate.weights(component_features(estimates)[None], np.asarray([float(p.max())]))[0]
+    if weights[0] >= 1.0:
+        return logits, False
+    p.mul_(float(weights[0]))
+    size = logits.shape[-1]
+    for weight, estimate in zip(weights[1:], estimates):
+        if weight <= 0 or estimate is None:
+            continue
+        keep = estimate.ids < size
+        p[torch.as_tensor(estimate.ids[keep], dtype=torch.long)] += torch.as_tensor(
+            estimate.probs[keep] * weight, dtype=torch.float32)
+    return torch.log(p), True
 
 
 class MemoryProcessor:
@@ -168,21 +254,30 @@ class MemoryProcessor:
         self.text.bind(code)
         self.bound = True
 
-    def estimate(self, generated_ids: Sequence[int]) -> Estimate | None:
+    def _written(self, generated_ids: Sequence[int]) -> str | None:
         if not self.bound:
             self.bind_text("")
         written = self.tokenizer.decode(list(generated_ids))
-        if written.endswith("\ufffd"):
-            return None  # inside a character's bytes: no text to match yet
-        return self.text.estimate(written, within_piece=True)
+        return None if written.endswith("\ufffd") else written  # inside a character's bytes: no text yet
+
+    def estimate(self, generated_ids: Sequence[int]) -> Estimate | None:
+        written = self._written(generated_ids)
+        return None if written is None else self.text.estimate(written, within_piece=True)
 
     def __call__(self, generated_ids: Sequence[int], logits: Any) -> Any:
         self.steps += 1
-        estimate = self.estimate(generated_ids)
-        lam = self.interpolation.weight(estimate) if estimate is not None else 0.0
-        if lam > 0:
-            self.mixed_steps += 1
-            logits = mix(logits, estimate, lam)
+        gate = self.interpolation.gate
+        written = self._written(generated_ids)
+        if written is not None and gate is not None:
+            estimates = [self.text.estimate(written, within_piece=True), *self.text.shorter(written)]
+            logits, mixed = mix_levels(logits, estimates, gate)
+            self.mixed_steps += mixed
+        elif written is not None:
+            estimate = self.text.estimate(written, within_piece=True)
+            lam = self.interpolation.weight(estimate)
+            if lam > 0:
+                self.mixed_steps += 1
+                logits = mix(logits, estimate, lam)
         if self.then is not None:
             logits = self.then(generated_ids, logits)
         return logits

@@ -62,6 +62,7 @@ class MemorySettings:
     max_file_bytes: int = 1_000_000  # a workspace file larger than this is left out
     library_file_bytes: int = 200_000
     max_library_tokens: int = 16_000_000  # ids of library code (about 100 MB with its suffix array)
+    shorter_suffixes: bool = False  # decode with the level gate: shorter suffixes' estimates mixed in too
     recent_tokens: int = 400_000  # ``recent`` past this is frozen and a new one begins
     max_match: int = MAX_MATCH
     suffixes: tuple[str, ...] = SOURCE_SUFFIXES

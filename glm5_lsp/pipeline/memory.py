@@ -28,6 +28,7 @@ from typing import Any
 
 from glm5_lsp.memory import (
     DraftSettings,
+    Interpolation,
     MemorySettings,
     ProcessorFactory,
     WorkspaceMemory,
@@ -59,7 +60,8 @@ class SessionMemory:
         self.settings = settings or MemorySettings()
         self.tokenizer = tokenizer
         self.memory = WorkspaceMemory(tokenizer, self.settings, cache_dir=cache_dir)
-        self.factory = ProcessorFactory(self.memory, tokenizer, drafts=DraftSettings(enabled=drafts))
+        self.factory = ProcessorFactory(self.memory, tokenizer, Interpolation.default(self.settings.shorter_suffixes),
+                                        drafts=DraftSettings(enabled=drafts))
         self.root: str | None = None
         self.indexed = False  # the first build of ``root`` has finished
         self._builds = 0  # each ``index`` call's number: an older one still running stops

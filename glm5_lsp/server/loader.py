@@ -154,7 +154,8 @@ def memory_settings(settings: Settings) -> MemorySettings:
     """The workspace memory's settings (``memory.*``) in the pipeline's terms."""
     memory = settings.memory
     return MemorySettings(enabled=memory.enabled, libraries=memory.libraries, stdlib=memory.stdlib,
-                          max_files=memory.max_files, max_library_tokens=memory.max_library_tokens)
+                          max_files=memory.max_files, max_library_tokens=memory.max_library_tokens,
+                          shorter_suffixes=memory.shorter_suffixes)
 
 
 def min_quality(settings: Settings) -> float | None:

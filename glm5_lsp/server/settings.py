@@ -173,6 +173,9 @@ class MemorySettings:
     max_library_tokens: int = field(default=16_000_000, metadata=_range(0, 500_000_000))
     # the memory's long, confident continuations verified by the model in one pass (the same text, sooner)
     drafts: bool = True
+    # what followed shorter suffixes of the context mixed into decoding beside the longest match's (lower
+    # held-out perplexity, the same one-line answers, slower: BENCHMARKS.md, "Shorter suffixes")
+    shorter_suffixes: bool = False
 
 
 @dataclass
