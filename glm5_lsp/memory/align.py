@@ -29,6 +29,7 @@ from glm5_lsp.memory.tokens import last_chunk_start
 MAX_DEPTH = 4  # levels of pending text followed through the memory's own tokens (the slow way)
 BACKOFF_TRIES = 4
 RECENT = 64  # estimates remembered by the text they follow
+BIND_WINDOW = 4096  # characters of code before the cursor encoded at first (more while too few ids)
 # The shorter suffixes whose estimates are mixed beside the longest match's (``TextMatcher.shorter``),
 # one slot each: the longest's length less one, less two, half of it, then 4, 2 and 1 ids. A slot is
 # empty where its length is not shorter than the longest match or an earlier slot has it already.
@@ -44,7 +45,6 @@ def shorter_lengths(length: int) -> list[int]:
         out.append(wanted if ok else 0)
         taken.add(wanted)
     return out
-BIND_WINDOW = 4096  # characters of code before the cursor encoded at first (more while too few ids)
 
 
 @dataclass
