@@ -14,10 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from glm5_lsp.memory.align import Estimate, TextMatcher, shorter_lengths
+from glm5_lsp.memory.align import TextMatcher, shorter_lengths
 from glm5_lsp.memory.fit import Scores, fit, fit_gate, perplexity
-from glm5_lsp.memory.index import Counts
-from glm5_lsp.memory.matcher import Match
 from glm5_lsp.memory.mixing import (
     COMPONENTS,
     COUNT_EDGES,
@@ -32,13 +30,9 @@ from glm5_lsp.memory.mixing import (
 from glm5_lsp.memory.workspace import MemorySettings, WorkspaceMemory
 from glm5_lsp.model import load_tokenizer
 from glm5_lsp.pipeline.memory import SessionMemory
+from tests.test_memory_mixing import estimate
 
 CODE = "".join(f"def f{i}(a, b):\n    total = a + b * {i}\n    return total - {i % 3}\n\n" for i in range(12))
-
-
-def estimate(ids: list[int], counts: list[int], length: int) -> Estimate:
-    c = np.asarray(counts, dtype=np.float64)
-    return Estimate(np.asarray(ids), c / c.sum(), Match(length, Counts(np.asarray(ids), np.asarray(counts), int(c.sum()))))
 
 
 def test_the_shorter_slots_are_distinct_lengths_under_the_longest() -> None:

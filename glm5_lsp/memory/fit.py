@@ -170,15 +170,10 @@ def score_package(name: str, model: object, tokenizer: object, workdir: Path, wi
             estimate = matcher.estimate(written, within_piece=True)  # as the mixing asks
             scores.model.append(float(p_model[t]))
             scores.model_top.append(float(p_top[t]))
-            scores.levels.append(_levels([estimate, *matcher.shorter(written)], ids[t]))
-            if estimate.empty or estimate.match.length <= 0:
-                scores.memory.append(0.0)
-                scores.cells.append((-1, -1, -1))
-                continue
-            where = np.searchsorted(estimate.ids, ids[t])
-            hit = where < len(estimate.ids) and estimate.ids[where] == ids[t]
-            scores.memory.append(float(estimate.probs[where]) if hit else 0.0)
-            scores.cells.append(buckets(estimate))
+            levels = _levels([estimate, *matcher.shorter(written)], ids[t])
+            scores.levels.append(levels)
+            scores.memory.append(float(levels[0, 0]))  # the longest match's: what the table mixes
+            scores.cells.append(buckets(estimate) if levels[0, 1] else (-1, -1, -1))
         scores.seconds_memory += time.perf_counter() - started
         scores.files += 1
     log(f"{name}: {scores.files} files, {len(scores.model)} tokens "

@@ -260,24 +260,20 @@ class MemoryProcessor:
         written = self.tokenizer.decode(list(generated_ids))
         return None if written.endswith("\ufffd") else written  # inside a character's bytes: no text yet
 
-    def estimate(self, generated_ids: Sequence[int]) -> Estimate | None:
-        written = self._written(generated_ids)
-        return None if written is None else self.text.estimate(written, within_piece=True)
-
     def __call__(self, generated_ids: Sequence[int], logits: Any) -> Any:
         self.steps += 1
-        gate = self.interpolation.gate
         written = self._written(generated_ids)
-        if written is not None and gate is not None:
-            estimates = [self.text.estimate(written, within_piece=True), *self.text.shorter(written)]
-            logits, mixed = mix_levels(logits, estimates, gate)
-            self.mixed_steps += mixed
-        elif written is not None:
+        if written is not None:
             estimate = self.text.estimate(written, within_piece=True)
-            lam = self.interpolation.weight(estimate)
-            if lam > 0:
-                self.mixed_steps += 1
-                logits = mix(logits, estimate, lam)
+            gate = self.interpolation.gate
+            if gate is not None:
+                logits, mixed = mix_levels(logits, [estimate, *self.text.shorter(written)], gate)
+                self.mixed_steps += mixed
+            else:
+                lam = self.interpolation.weight(estimate)
+                if lam > 0:
+                    self.mixed_steps += 1
+                    logits = mix(logits, estimate, lam)
         if self.then is not None:
             logits = self.then(generated_ids, logits)
         return logits
