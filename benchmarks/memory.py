@@ -2,6 +2,7 @@
 drafts, and what updates and a large workspace cost.
 
     python benchmarks/memory.py perplexity [--packages ...] [--max-tokens 8000]
+    python benchmarks/memory.py neighbours [--packages ...] [--max-tokens 4000] [--max-keys 200000]
     python benchmarks/memory.py drafts [--requests 12] [--max-new-tokens 64] [--prompt-tokens N]
     python benchmarks/memory.py updates [--edits 300]
     python benchmarks/memory.py workspace [--files 2000]
@@ -13,7 +14,9 @@ positions excluded), and with the file's own text above each token in the memory
 editor's memory holds the document being edited; ``memory.fit.score_package(above=True)``), with
 the shipped interpolation (``glm5_lsp/memory/interpolation.json``, fitted on ``BENCHMARK_FIT``
 only): its table (the longest match: what ships) and its level gate (the shorter suffixes' estimates
-too: ``memory.shorterSuffixes``). ``drafts``: greedy decoding with the mixture, the same requests
+too: ``memory.shorterSuffixes``). ``neighbours``: kNN-LM over the model's hidden states mixed on top of
+what ships, on ``BENCHMARK_FIT`` packages only (its weights are fitted on them, one left out at a time):
+whether it is worth building. ``drafts``: greedy decoding with the mixture, the same requests
 with and without drafts, on a file with repeated structure (pycparser's ``c_ast.py``, the memory
 holding its workspace and libraries), on tqdm's ``std.py`` with the same memory (the file above the
 cursor included), with a memory of tqdm's other files only, and with an empty memory (no draft is
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import shutil
 import statistics
@@ -256,8 +260,197 @@ def workspace(args: argparse.Namespace) -> None:
     _ = json
 
 
-def main(argv: list[str] | None = None) -> int:
+NEIGHBOURS = 64  # nearest keys a query weighs
+SHORTLIST = 32  # the mixture's likeliest ids kept per token (with its probabilities at the neighbours' ids)
+
+
+def neighbours(args: argparse.Namespace) -> None:
+    """kNN-LM (Khandelwal et al., 2020; kNM-LM for a repository): the model's last hidden state at each
+    token (after the final norm, what ``lm_head`` reads) is a key, the token after it the value; a
+    query's nearest keys vote for their values by ``exp(-distance / T)``, and that distribution is mixed
+    into the shipped mixture (the table, the file above in the memory) with a weight by the nearest
+    distance's decile, fitted on the other packages (leave one package out). Two datastores: the file
+    above the token only (a neural cache of the document: its hidden states come with the prompt), and
+    the whole package (every file's hidden states computed ahead: a forward pass over the workspace;
+    ``--max-keys`` of them at most).
+    Reported: perplexity, next-token accuracy and the rest of the line exact under teacher-forced greedy
+    decoding (from each mid-line token, every token through the next one holding a newline is the
+    argmax): a proxy for ``lines.py``'s exact share that needs no server."""
+    import numpy as np
+    import torch
+
+    from glm5_lsp.memory.fit import best_weight, load_runtime, score_package
+    from glm5_lsp.memory.mixing import Interpolation
+    from glm5_lsp.memory.workspace import MemorySettings, WorkspaceMemory
     from glm5_lsp.train.corpus import BENCHMARK_REPORT
+
+    reported = sorted(set(args.packages) & set(BENCHMARK_REPORT))
+    if reported:  # the weights below are fitted on the packages themselves (leave one out)
+        sys.exit(f"neighbours fits its weights on the packages it reads; not on BENCHMARK_REPORT ({', '.join(reported)})")
+    model, tokenizer, window = load_runtime(None)
+    table = np.asarray(Interpolation.default(levels=False).table)
+    head = model.lm_head.weight.detach().float()  # type: ignore[attr-defined]
+    newline = np.array(["\n" in tokenizer.decode([i]) for i in range(head.shape[0])])
+    print(f"weights from commit {weights_commit()}; {NEIGHBOURS} neighbours; packages: {', '.join(args.packages)}")
+    packages = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.packages:
+            started = time.perf_counter()
+            scores = score_package(name, model, tokenizer, Path(tmp) / name, window, args.max_tokens,
+                                   log=lambda _: None, above=True, details=True)
+            memory = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False))
+            memory.index_folder(Path(tmp) / name / name)  # where score_package copied the package
+            assert memory.base is not None
+            scored_len: dict[str, int] = {}  # each scored file's tokens as score_package cut them
+            for key, t in scores.positions:
+                scored_len[key] = max(scored_len.get(key, 0), t + 1)
+            files = sorted(set(memory.base.live_keys()) | set(scored_len))
+            keys, values, owners, where = [], [], [], []
+            hidden_of, ids_of = {}, {}
+            kept = 0
+            for number, key in enumerate(files):
+                if key not in scored_len and kept >= args.max_keys:
+                    continue  # a large package: its first files' keys only
+                ids = tokenizer.encode(Path(key).read_text(encoding="utf-8"))
+                ids = ids[:scored_len[key]] if key in scored_len else ids
+                if len(ids) < 2:
+                    continue
+                hidden_of[key], ids_of[key] = last_hidden(model, ids, window), ids
+                keys.append(hidden_of[key][:-1])  # the state at a token predicts the next one
+                values.append(np.asarray(ids[1:]))
+                owners.append(np.full(len(ids) - 1, number))
+                where.append(np.arange(len(ids) - 1))
+                kept += len(ids) - 1
+            store = np.concatenate(keys)
+            store_norm = (store * store).sum(1)
+            value, owner, position = np.concatenate(values), np.concatenate(owners), np.concatenate(where)
+            query = np.stack([hidden_of[key][t - 1] for key, t in scores.positions])
+            target = np.array([ids_of[key][t] for key, t in scores.positions])
+            number_of = {key: number for number, key in enumerate(files)}
+            q_owner = np.array([number_of[key] for key, _ in scores.positions])
+            q_before = np.array([t - 1 for _, t in scores.positions])  # the file's keys before this are above the token
+            p_model = torch.softmax(torch.from_numpy(query) @ head.T, dim=-1).numpy()
+            _, _, cells = scores.arrays()
+            lam = np.zeros(len(target))
+            has = cells[:, 0] >= 0
+            lam[has] = table[cells[has, 0], cells[has, 1], cells[has, 2]]
+            mixture = (1 - lam)[:, None] * p_model
+            for i, estimate in enumerate(scores.estimates):
+                if estimate is not None:
+                    mixture[i, estimate[0]] += lam[i] * estimate[1]
+            found = {}
+            for store_name in ("file above", "package"):
+                dist = np.empty((len(target), NEIGHBOURS), np.float32)
+                voters = np.empty((len(target), NEIGHBOURS), np.int64)
+                for s in range(0, len(target), 256):
+                    q = query[s:s + 256]
+                    d = store_norm[None, :] - 2 * q @ store.T + (q * q).sum(1)[:, None]
+                    same = owner[None, :] == q_owner[s:s + 256, None]
+                    hide = same & (position[None, :] >= q_before[s:s + 256, None])  # the token itself and below
+                    if store_name == "file above":
+                        hide |= ~same
+                    d[hide] = np.inf
+                    nearest = np.argpartition(d, NEIGHBOURS, axis=1)[:, :NEIGHBOURS]
+                    dist[s:s + 256] = np.take_along_axis(d, nearest, 1)
+                    voters[s:s + 256] = value[nearest]
+                found[store_name] = (dist, voters)
+            shortlist = np.argpartition(-mixture, SHORTLIST, axis=1)[:, :SHORTLIST]
+            rows = np.arange(len(target))[:, None]
+            packages.append({
+                "name": name, "target": target, "newline": newline[target],
+                "model": p_model[np.arange(len(target)), target], "model_ok": p_model.argmax(1) == target,
+                "mixture": mixture[np.arange(len(target)), target], "mixture_ok": mixture.argmax(1) == target,
+                "short_ids": shortlist, "short_p": mixture[rows, shortlist],
+                "found": {k: (dist, voters, mixture[rows, voters]) for k, (dist, voters) in found.items()},
+            })
+            print(f"  {name}: {len(target)} tokens, {len(store)} keys ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    def vote(dist: np.ndarray, voters: np.ndarray, temperature: float, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each neighbour's weight (rows summing to 1, or 0 with no key) and the vote for the target."""
+        finite = np.isfinite(dist)
+        logits = -np.where(finite, dist, 1e30) / temperature
+        weights = np.exp(logits - logits.max(1, keepdims=True)) * finite
+        weights /= np.maximum(weights.sum(1, keepdims=True), 1e-30)
+        return weights, (weights * (voters == target[:, None])).sum(1)
+
+    print("| | perplexity | ratio to the model | next token right | rest of the line exact (teacher-forced) |")
+    print("|---|---|---|---|---|")
+    n = sum(len(p["target"]) for p in packages)
+    model_nll = -sum(np.log(np.maximum(p["model"], 1e-12)).sum() for p in packages) / n
+    rows_out = [("model alone", model_nll, [p["model_ok"] for p in packages]),
+                ("+ memory (table, file above): what ships",
+                 -sum(np.log(p["mixture"]).sum() for p in packages) / n, [p["mixture_ok"] for p in packages])]
+    for store_name in ("file above", "package"):
+        nll, right = 0.0, []
+        for held in packages:
+            others = [p for p in packages if p is not held] or [held]
+            nearest = np.concatenate([p["found"][store_name][0][:, 0] for p in others])
+            temperature = float(np.median(nearest[np.isfinite(nearest)])) / 2
+            edges = np.quantile(nearest[np.isfinite(nearest)], np.linspace(0, 1, 11)[1:-1])
+            p_vote = np.concatenate([vote(*p["found"][store_name][:2], temperature, p["target"])[1] for p in others])
+            p_mix = np.concatenate([p["mixture"] for p in others])
+            decile = np.searchsorted(edges, nearest)
+            weight_of = [best_weight(p_vote[decile == k], p_mix[decile == k]) if (decile == k).any() else 0.0
+                         for k in range(len(edges) + 1)]
+            dist, voters, mix_at = held["found"][store_name]
+            weights, p_target = vote(dist, voters, temperature, held["target"])
+            g = np.where(np.isfinite(dist[:, 0]), np.asarray(weight_of)[np.searchsorted(edges, dist[:, 0])], 0.0)
+            nll -= np.log((1 - g) * held["mixture"] + g * p_target).sum()
+            # the argmax of the mix: among the mixture's shortlist and the neighbours' ids
+            candidates = np.concatenate([held["short_ids"], voters], axis=1)
+            base = np.concatenate([held["short_p"], mix_at], axis=1)
+            votes = np.stack([(weights * (voters == candidates[:, [c]])).sum(1) for c in range(candidates.shape[1])], 1)
+            best = candidates[np.arange(len(voters)), ((1 - g)[:, None] * base + g[:, None] * votes).argmax(1)]
+            right.append(best == held["target"])
+        rows_out.append((f"+ neighbours in the {store_name} (kNN-LM)", nll / n, right))
+    for label, nll, right in rows_out:
+        exact = [line_exact(ok, p["newline"]) for ok, p in zip(right, packages)]
+        share = sum(e for e, _ in exact) / max(1, sum(c for _, c in exact))
+        print(f"| {label} | {math.exp(nll):.2f} | {math.exp(nll - model_nll):.3f} | "
+              f"{np.concatenate(right).mean():.1%} | {share:.1%} |")
+    print(f"({sum(c for _, c in (line_exact(p['model_ok'], p['newline']) for p in packages))} mid-line cursors, {n} tokens)")
+
+
+def last_hidden(model, ids, window: int):
+    """The model's last hidden state after the final norm at each of ``ids``' positions (windows as
+    ``fit.model_probabilities`` steps them: each token sees at least half a window before it)."""
+    import numpy as np
+    import torch
+
+    captured = []
+    hook = model.model.norm.register_forward_hook(lambda _m, _i, out: captured.append(out[0]))
+    out = np.zeros((len(ids), model.config.hidden_size), np.float32)
+    half, start = max(1, window // 2), 0
+    try:
+        with torch.inference_mode():
+            while True:
+                captured.clear()
+                chunk = torch.tensor([list(ids[start:start + window])], dtype=torch.long)
+                model(chunk)
+                first = 0 if start == 0 else half
+                out[start + first:start + chunk.shape[1]] = captured[-1][first:].float().numpy()
+                if start + window >= len(ids):
+                    break
+                start += half
+    finally:
+        hook.remove()
+    return out
+
+
+def line_exact(right, newline) -> tuple[int, int]:
+    """Of the mid-line tokens (neither it nor the one before holds a newline), how many begin a run of
+    right tokens through the line's end (the next token holding a newline, that one included)."""
+    exact, cursors, run = 0, 0, True
+    for i in range(len(right) - 1, -1, -1):
+        run = bool(right[i]) if newline[i] else (run and bool(right[i]))
+        if i and not newline[i] and not newline[i - 1]:
+            cursors += 1
+            exact += run
+    return exact, cursors
+
+
+def main(argv: list[str] | None = None) -> int:
+    from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_REPORT
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -268,12 +461,16 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--requests", type=int, default=12)
     d.add_argument("--max-new-tokens", type=int, default=64)
     d.add_argument("--prompt-tokens", type=int, default=0, help="keep the prompt's last N tokens (0: all)")
+    k = sub.add_parser("neighbours")
+    k.add_argument("--packages", nargs="+", default=list(BENCHMARK_FIT))
+    k.add_argument("--max-tokens", type=int, default=4000)
+    k.add_argument("--max-keys", type=int, default=200_000, help="a package's keys, at most (its scored files' always)")
     u = sub.add_parser("updates")
     u.add_argument("--edits", type=int, default=300)
     w = sub.add_parser("workspace")
     w.add_argument("--files", type=int, default=2000)
     args = parser.parse_args(argv)
-    {"perplexity": perplexity, "drafts": drafts, "updates": updates, "workspace": workspace}[args.what](args)
+    {"perplexity": perplexity, "neighbours": neighbours, "drafts": drafts, "updates": updates, "workspace": workspace}[args.what](args)
     return 0
 
 

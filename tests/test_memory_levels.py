@@ -192,3 +192,28 @@ def test_the_setting_gives_the_processor_the_gate(tiny_checkpoint: Path) -> None
 def test_the_shipped_file_loads(levels: bool) -> None:
     loaded = Interpolation.default(levels=levels)
     assert loaded.source.startswith("fitted on") and (loaded.gate is not None) == levels
+
+
+def test_score_package_details_name_each_token_and_its_estimate(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """``details``: each scored token's file and index, and the longest match's whole estimate, line up
+    with the probabilities scored (``benchmarks/memory.py neighbours`` reads them so)."""
+    from glm5_lsp.memory.fit import score_package
+    from glm5_lsp.model import load_model
+
+    pytest.importorskip("iniconfig")  # installed with pytest: a small real package to copy
+    tokenizer = load_tokenizer(tiny_checkpoint)
+    model = load_model(tiny_checkpoint).eval()
+    scores = score_package("iniconfig", model, tokenizer, tmp_path, 64, 400, libraries=False,
+                           log=lambda _: None, above=True, details=True)
+    assert len(scores.model) == len(scores.positions) == len(scores.estimates) > 300
+    ids_of: dict[str, list[int]] = {}
+    matched = 0
+    for (key, t), kept, p_memory in zip(scores.positions, scores.estimates, scores.memory):
+        ids = ids_of.setdefault(key, tokenizer.encode(Path(key).read_text(encoding="utf-8")))
+        if kept is None:
+            assert p_memory == 0.0
+            continue
+        found = dict(zip(kept[0].tolist(), kept[1].tolist()))
+        assert math.isclose(found.get(ids[t], 0.0), p_memory)
+        matched += p_memory > 0
+    assert matched > 20

@@ -60,6 +60,10 @@ class Scores:
     cells: list[tuple[int, int, int]] = field(default_factory=list)
     model_top: list[float] = field(default_factory=list)
     levels: list[np.ndarray] = field(default_factory=list)  # each (COMPONENTS, 4): p, length, occurrences, share
+    # with ``score_package(details=True)``: each token's file and index in it, and the longest match's
+    # whole estimate (its ids and probabilities; None where it had none)
+    positions: list[tuple[str, int]] = field(default_factory=list)
+    estimates: list[tuple[np.ndarray, np.ndarray] | None] = field(default_factory=list)
     files: int = 0
     seconds_model: float = 0.0
     seconds_memory: float = 0.0
@@ -70,6 +74,8 @@ class Scores:
         self.cells += other.cells
         self.model_top += other.model_top
         self.levels += other.levels
+        self.positions += other.positions
+        self.estimates += other.estimates
         self.files += other.files
         self.seconds_model += other.seconds_model
         self.seconds_memory += other.seconds_memory
@@ -116,7 +122,7 @@ ABOVE_CHUNK = 16  # tokens scored per binding when the file's own text above cou
 
 def score_package(name: str, model: object, tokenizer: object, workdir: Path, window: int,
                   max_tokens: int, libraries: bool = True, log: Callable[[str], None] = print,
-                  above: bool = False, model_cache: dict | None = None) -> Scores:
+                  above: bool = False, model_cache: dict | None = None, details: bool = False) -> Scores:
     """Model and memory probabilities over one package's files (at most ``max_tokens`` scored).
 
     The memory holds the rest of the package and the libraries; the file being scored is left out,
@@ -124,7 +130,9 @@ def score_package(name: str, model: object, tokenizer: object, workdir: Path, wi
     decides: ``Source.own``) up to the token being scored: every ``ABOVE_CHUNK`` tokens the matcher
     is made again with the file from that token on excluded, so no token sees itself or what follows
     (nor the earlier tokens of its own chunk). ``model_cache``: the model's probabilities by file
-    and length, kept across calls (the same package scored both ways computes them once)."""
+    and length, kept across calls (the same package scored both ways computes them once). ``details``:
+    keep each token's file and position and the longest match's whole estimate (``Scores.positions``,
+    ``Scores.estimates``)."""
     root = copy_package(name, workdir)
     memory = WorkspaceMemory(tokenizer)  # type: ignore[arg-type]
     memory.index_folder(root, libraries=libraries)
@@ -174,6 +182,9 @@ def score_package(name: str, model: object, tokenizer: object, workdir: Path, wi
             scores.levels.append(levels)
             scores.memory.append(float(levels[0, 0]))  # the longest match's: what the table mixes
             scores.cells.append(buckets(estimate) if levels[0, 1] else (-1, -1, -1))
+            if details:
+                scores.positions.append((key, t))
+                scores.estimates.append((estimate.ids.copy(), estimate.probs.copy()) if levels[0, 1] else None)
         scores.seconds_memory += time.perf_counter() - started
         scores.files += 1
     log(f"{name}: {scores.files} files, {len(scores.model)} tokens "
