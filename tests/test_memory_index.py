@@ -89,6 +89,33 @@ def test_the_suffix_array_cut_to_whole_tokens_a_chunk_at_a_time_is_pydivsufsorts
     sa = suffix_array(tokens)
     assert sa.dtype == np.int32 and np.array_equal(sa, divsufsort(tokens))
     assert np.array_equal(sa, _suffix_array_numpy(tokens))
+    kept = tokens.copy()
+    in_place = suffix_array(tokens, in_place=True)  # the ids byte-swapped under it, and back
+    assert np.array_equal(in_place, sa) and np.array_equal(tokens, kept)
+    assert in_place.flags.owndata and in_place.base is None  # the byte positions' array, shrunk to the tokens'
+    frozen = kept.copy()
+    frozen.flags.writeable = False
+    assert np.array_equal(suffix_array(frozen, in_place=True), sa)  # read-only: copied, not swapped
+    monkeypatch.setattr(index_module, "_divsufsort_into", lambda data: None)  # pydivsufsort's own way
+    assert np.array_equal(suffix_array(tokens), sa)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_where_each_first_id_starts_is_counted_without_gathering_the_ids(dtype) -> None:
+    rng = np.random.default_rng(5)
+    docs = [(str(i), rng.integers(0, 40, size=int(rng.integers(1, 300))).astype(dtype)) for i in range(20)]
+    index = SuffixIndex.build(docs, np.dtype(dtype))
+    expected = np.searchsorted(index.tokens[index.sa], np.arange(index.sep + 2), side="left")
+    assert index.first is not None and np.array_equal(index.first, expected)
+
+
+def test_a_consumed_build_empties_the_callers_list_and_indexes_the_same() -> None:
+    docs = [("a", np.array([1, 2, 3], dtype=np.uint16)), ("b", np.array([2, 3], dtype=np.uint16))]
+    kept = SuffixIndex.build(list(docs), np.dtype(np.uint16))
+    consumed = list(docs)
+    index = SuffixIndex.build(consumed, np.dtype(np.uint16), consume=True)
+    assert consumed == [] and index.keys == kept.keys
+    assert np.array_equal(index.tokens, kept.tokens) and np.array_equal(index.sa, kept.sa)
 
 
 def brute_count(tokens: np.ndarray, pattern: list[int]) -> int:

@@ -53,14 +53,17 @@ def release_freed_memory() -> None:
 ALIGN_CHUNK = 1 << 20  # byte positions read at a time when the byte-level array is cut to whole tokens
 
 
-def suffix_array(tokens: np.ndarray) -> np.ndarray:
+def suffix_array(tokens: np.ndarray, in_place: bool = False) -> np.ndarray:
     """The suffix array of ``tokens`` (int32 positions, or int64 past 2**31 tokens).
 
     libdivsufsort sorts bytes: wider ids are written big-endian (so byte order is numeric order),
     the suffixes of every byte position sorted, and those at whole-token positions kept, in order.
-    That is what ``pydivsufsort`` does for such an array too, but there every step of the cut makes
-    a whole-array temporary (about 14 bytes a token on top of the sort's own 4 a byte: 450 MB for the
-    libraries' 16M tokens); here the cut goes a chunk at a time into the result."""
+    ``pydivsufsort`` does that for such an array too, but with a whole-array temporary at every step
+    of the cut (about 14 bytes a token on top of the sort's own 4 a byte: 450 MB for the libraries'
+    16M tokens). Here libdivsufsort writes into an array of ours, the whole-token positions are moved
+    to its front a chunk at a time, and the array is shrunk in place to them: 4 bytes a byte at the
+    most, then 4 a token. ``in_place``: the ids may be byte-swapped in place meanwhile (and are
+    swapped back), instead of copied (the caller's own array, that no one reads until this returns)."""
     if len(tokens) == 0:
         return np.zeros(0, dtype=np.int32)
     try:
@@ -72,18 +75,66 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
     width = tokens.dtype.itemsize
     if width == 1:
         return np.ascontiguousarray(divsufsort(np.ascontiguousarray(tokens)))
-    wide = tokens.astype(f">u{width}")
-    by_byte = divsufsort(wide.view(np.uint8))
-    del wide
-    out = np.empty(len(tokens), dtype=np.int32 if len(tokens) < 2**31 else np.int64)
+    swap = in_place and tokens.flags.writeable and tokens.flags.c_contiguous and tokens.dtype.byteorder in "=<"
+    if swap and np.little_endian:
+        tokens.byteswap(inplace=True)  # now big-endian bytes under the same dtype
+        data = tokens.view(np.uint8)
+    else:
+        swap = False
+        data = tokens.astype(f">u{width}").view(np.uint8)
+    try:
+        by_byte = _divsufsort_into(data)
+        if by_byte is None:  # pydivsufsort's library out of reach: its own (costlier) way
+            by_byte = divsufsort(data)
+    finally:
+        if swap:
+            tokens.byteswap(inplace=True)
+    del data
+    out = by_byte if by_byte.flags.owndata and by_byte.dtype == np.int32 else None
+    if out is None:
+        out = np.empty(len(tokens), dtype=np.int32 if len(tokens) < 2**31 else np.int64)
     at = 0
     for start in range(0, len(by_byte), ALIGN_CHUNK):
         part = by_byte[start:start + ALIGN_CHUNK]
-        whole = part[part % width == 0] // width
+        whole = part[part % width == 0] // width  # a copy: writing it at ``at <= start`` below is safe
         out[at:at + len(whole)] = whole
         at += len(whole)
-    if at != len(out):  # every token position is one byte position: this cannot happen
-        raise RuntimeError(f"suffix array: {at} whole-token positions for {len(out)} tokens")
+    if at != len(tokens):  # every token position is one byte position: this cannot happen
+        raise RuntimeError(f"suffix array: {at} whole-token positions for {len(tokens)} tokens")
+    if out is by_byte:
+        del part, whole
+        out.resize(len(tokens), refcheck=False)  # realloc: the byte positions' tail goes back to the system
+    return out
+
+
+def id_counts(tokens: np.ndarray, size: int) -> np.ndarray:
+    """How many times each id below ``size`` occurs in ``tokens``, a chunk at a time (``bincount``
+    widens its input to 8 bytes an id)."""
+    counts = np.zeros(size, dtype=np.int64)
+    for start in range(0, len(tokens), ALIGN_CHUNK):
+        counts += np.bincount(tokens[start:start + ALIGN_CHUNK], minlength=size)[:size]
+    return counts
+
+
+def _divsufsort_into(data: np.ndarray) -> np.ndarray | None:
+    """libdivsufsort over the bytes ``data``, into an int32 array this module owns (so that it can be
+    shrunk in place); None where ``pydivsufsort``'s library cannot be reached or the text is too long
+    for 32-bit positions."""
+    import ctypes
+    import importlib
+
+    try:
+        library = importlib.import_module("pydivsufsort.divsufsort").libdivsufsort
+    except (ImportError, AttributeError):
+        return None
+    n = len(data)
+    if n > np.iinfo(np.int32).max:
+        return None
+    out = np.empty(n, dtype=np.int32)
+    result = library.divsufsort(ctypes.c_void_p(data.ctypes.data), ctypes.c_void_p(out.ctypes.data),
+                                ctypes.c_int32(n))
+    if result:
+        raise RuntimeError(f"libdivsufsort failed ({result}) on {n} bytes")
     return out
 
 
@@ -150,14 +201,18 @@ class SuffixIndex:
         # real id: where the separators' suffixes start).
         self.first: np.ndarray | None = first
         if first is None and self.sep <= np.iinfo(np.uint16).max:
-            self.first = np.searchsorted(tokens[sa], np.arange(self.sep + 2), side="left")
+            # the array is sorted by first id: the suffixes that begin below t are those of the ids below t
+            self.first = np.concatenate(([0], np.cumsum(id_counts(tokens, self.sep + 1))))
         self._shard = _c_shard(tokens, sa)  # the arrays' addresses for the C searches (None: numpy)
 
     # ---- building -------------------------------------------------------------------------
 
     @classmethod
-    def build(cls, docs: Sequence[tuple[str, np.ndarray]], dtype: np.dtype) -> SuffixIndex:
-        """An index over ``(key, ids)`` documents."""
+    def build(cls, docs: Sequence[tuple[str, np.ndarray]] | list[tuple[str, np.ndarray]], dtype: np.dtype,
+              *, consume: bool = False) -> SuffixIndex:
+        """An index over ``(key, ids)`` documents. ``consume``: ``docs`` (a list) is emptied once its
+        ids are laid end to end, so that they are not held under the suffix array (the caller's own
+        list of a large build)."""
         sep = separator(dtype)
         lengths = np.asarray([len(ids) + 1 for _, ids in docs], dtype=np.int64)
         starts = np.zeros(len(docs) + 1, dtype=np.int64)
@@ -165,7 +220,10 @@ class SuffixIndex:
         tokens = np.full(int(starts[-1]), sep, dtype=dtype)
         for (_, ids), start in zip(docs, starts[:-1]):
             tokens[start:start + len(ids)] = ids
-        return cls(tokens, suffix_array(tokens), starts, [key for key, _ in docs])
+        keys = [key for key, _ in docs]
+        if consume:
+            docs.clear()  # type: ignore[union-attr]
+        return cls(tokens, suffix_array(tokens, in_place=True), starts, keys)
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -217,8 +217,7 @@ class LibraryCache:
                 if progress is not None:
                     progress("indexing libraries", 0.95)
                 release_freed_memory()  # the tokenizer's batches, under the suffix array built next
-                index = SuffixIndex.build(docs, self.dtype)
-                del docs
+                index = SuffixIndex.build(docs, self.dtype, consume=True)
                 try:
                     index.save(folder)
                 except OSError as error:

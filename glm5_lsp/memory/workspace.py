@@ -153,7 +153,7 @@ class WorkspaceMemory:
                 progress(f"reading {done}/{len(paths)} files", 0.6 * done / max(len(paths), 1))
         if progress is not None:
             progress("indexing the workspace", 0.6)
-        base = SuffixIndex.build(docs, self.dtype)
+        base = SuffixIndex.build(docs, self.dtype, consume=True)
         self._rebase(root, base, lines)
         self.stats.build_seconds = round(time.perf_counter() - started, 3)
         use_libraries = self.settings.libraries if libraries is None else libraries
