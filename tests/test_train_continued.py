@@ -105,7 +105,7 @@ def test_a_run_resumed_in_pieces_reaches_the_same_weights(tmp_path: Path, init_m
     assert state.run_step == 9
     _assert_same(_weights(whole), _weights(pieces))
     assert read_state(whole / "checkpoint").position == state.position
-    for name in ("ema.safetensors", "optimizer.safetensors"):
+    for name in ("ema.safetensors", "ema_slow.safetensors", "optimizer.safetensors"):
         _assert_same(load_file(str(whole / "checkpoint" / name)), load_file(str(pieces / "checkpoint" / name)))
     steps = [r for r in map(json.loads, (pieces / "train_log.jsonl").read_text().splitlines()) if r["kind"] == "step"]
     assert [r["step"] for r in steps] == list(range(1, 10)), "the log continues across resumes"
@@ -222,7 +222,9 @@ def test_promotion_ships_better_weights_and_the_next_run_reads_on(
     train(run, RunLimits(steps=30, log_every=1), stop_on_signals=False)
     result = promote(run, target)
     assert result.promoted, result.message
-    assert result.candidates[0].ppl_64 < result.shipped.ppl_64 or result.candidates[1].ppl_64 < result.shipped.ppl_64
+    assert [c.label for c in result.candidates] == [
+        "weights", "moving average", "slow moving average", "shipped weights and moving average, half each"]
+    assert min(c.ppl_64 for c in result.candidates) < result.shipped.ppl_64
     written = json.loads((target / "metrics.json").read_text())
     state = read_state(run / "checkpoint")
     assert written["tokens_seen"] == state.tokens_total == metrics["tokens_seen"] + 30 * 2 * 32
@@ -234,7 +236,8 @@ def test_promotion_ships_better_weights_and_the_next_run_reads_on(
     assert f"{state.tokens_total:,}" in card and "Promotions" in card
     log_steps = [json.loads(line) for line in (target / "train_log.jsonl").read_text().splitlines()]
     assert log_steps[0]["tokens"] == 10 and any(r.get("stage") == "continued" for r in log_steps)
-    assert promote(run, target).promoted is False  # the same weights again: nothing to gain
+    again = promote(run, target)  # the same run again: at most the average across promotions moves on
+    assert not again.promoted or again.chosen == "shipped weights and moving average, half each", again.message
 
     args = argparse.Namespace(
         continue_from=target, out=tmp_path / "next", guard_file=None,
@@ -247,3 +250,28 @@ def test_promotion_ships_better_weights_and_the_next_run_reads_on(
     assert config["start_position"] == state.position and config["start_tokens"] == state.tokens_total
     assert config["start_schedule_step"] == state.schedule_step
     assert os.path.samefile(config["init"], target)
+
+
+def test_the_slow_average_is_kept_started_from_the_short_one_and_averaged_across_promotions(
+    tmp_path: Path, init_model: Path, corpus: Corpus
+) -> None:
+    from glm5_lsp.train.continued import SLOW_EMA
+    from glm5_lsp.train.promote import halfway
+
+    run = _new_run(tmp_path, "run", init_model, corpus, slow_ema_decay=0.5)
+    train(run, RunLimits(steps=3), stop_on_signals=False)
+    ckpt = run / "checkpoint"
+    slow, short = load_file(str(ckpt / SLOW_EMA)), load_file(str(ckpt / "ema.safetensors"))
+    weights = _weights(run)
+    name = next(n for n in weights if not torch.equal(weights[n], short[n]))
+    assert not torch.equal(slow[name], short[name])  # its own average (decay 0.5 against 0.9)
+    (ckpt / SLOW_EMA).unlink()  # a checkpoint from before the slow average
+    train(run, RunLimits(steps=1), stop_on_signals=False)
+    assert (ckpt / SLOW_EMA).is_file()
+
+    a, b = load_model(init_model), load_model(ckpt)
+    mean = halfway(a, b)
+    assert mean is not None
+    for (n, p), q, r in zip(mean.named_parameters(), a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, (q + r) / 2, msg=n)
+    assert halfway(tiny_model(seed=1, hidden_size=32), b) is None  # other shapes: no average

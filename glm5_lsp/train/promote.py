@@ -1,10 +1,12 @@
 """Promotion: measure a continued run against the shipped model and ship it only where it is better.
 
-Both the run's weights and their moving average are measured on the same held-out rows as the model
-in the package, in one process: the held-out packages of the first run (whole packages the corpus
-never trains on), cut into 512-token rows. The decision uses 64 rows (32k tokens: the first 8 alone,
-the model card's figure since the first run, move by a few percent between checkpoints of the same
-quality); the card reports both. When the better of the two beats the shipped model by
+The candidates, the run's weights, their moving averages (the short one and, where the checkpoint
+has it, the slow one) and the shipped weights averaged half and half with the short moving average
+(the weights averaged across promotions: they measured better than either), are measured on the same
+held-out rows as the model in the package, in one process: the held-out packages of the first run
+(whole packages the corpus never trains on), cut into 512-token rows. The decision uses 64 rows (32k
+tokens: the first 8 alone, the model card's figure since the first run, move by a few percent between
+checkpoints of the same quality); the card reports both. When the best of them beats the shipped model by
 ``min_gain``, it replaces the package's weights (same shape and tokenizer, so everything that loads
 the embedded model keeps working), and the model card, metrics, log and loss curve say what it has
 seen, with one history row per promotion. ``metrics.json``'s ``continued`` block records where the
@@ -13,6 +15,7 @@ stream stands, so the next session's run reads on from there.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import platform
@@ -27,7 +30,7 @@ import numpy as np
 import torch
 
 from glm5_lsp.model import GlmMoeDsaForCausalLM, load_model, load_tokenizer, save_model
-from glm5_lsp.train.continued import CHECKPOINT, ContinueConfig, _load_ema, read_state
+from glm5_lsp.train.continued import CHECKPOINT, SLOW_EMA, ContinueConfig, _load_ema, read_state
 from glm5_lsp.train.data import encode_documents, pack
 from glm5_lsp.train.fim import FimConfig
 from glm5_lsp.train.metrics import perplexity
@@ -66,14 +69,28 @@ def measure(model: GlmMoeDsaForCausalLM, rows: np.ndarray, label: str) -> Measur
                     perplexity(model, rows[:8], dense=False))
 
 
-def with_ema(model: GlmMoeDsaForCausalLM, checkpoint: Path) -> GlmMoeDsaForCausalLM:
-    """A copy of ``model`` whose parameters are the checkpoint's moving average (buffers as they are)."""
-    ema = _load_ema(model, checkpoint / "ema.safetensors")
+def with_ema(model: GlmMoeDsaForCausalLM, checkpoint: Path, file: str = "ema.safetensors") -> GlmMoeDsaForCausalLM:
+    """A copy of ``model`` whose parameters are the checkpoint's moving average ``file`` (buffers as they are)."""
+    ema = _load_ema(model, checkpoint / file)
     averaged = load_model(checkpoint)
     with torch.no_grad():
         for name, param in averaged.named_parameters():
             param.copy_(ema[name])
     return averaged.eval()
+
+
+def halfway(shipped: GlmMoeDsaForCausalLM, averaged: GlmMoeDsaForCausalLM) -> GlmMoeDsaForCausalLM | None:
+    """A copy of ``averaged`` whose parameters are the mean of its and ``shipped``'s: the weights
+    averaged across promotions; None where the two do not have the same parameters."""
+    theirs = dict(shipped.named_parameters())
+    ours = dict(averaged.named_parameters())
+    if theirs.keys() != ours.keys() or any(theirs[n].shape != p.shape for n, p in ours.items()):
+        return None
+    out = copy.deepcopy(averaged)
+    with torch.no_grad():
+        for name, param in out.named_parameters():
+            param.add_(theirs[name].to(param)).mul_(0.5)
+    return out.eval()
 
 
 @dataclass
@@ -101,7 +118,13 @@ def promote(run: Path, target: Path, *, min_gain: float = 0.0, dry_run: bool = F
     shipped = measure(shipped_model, rows, "shipped")
     raw = load_model(checkpoint)
     averaged = with_ema(raw, checkpoint)
-    candidates = [measure(raw, rows, "weights"), measure(averaged, rows, "moving average")]
+    models = {"weights": raw, "moving average": averaged}
+    if (checkpoint / SLOW_EMA).is_file():
+        models["slow moving average"] = with_ema(raw, checkpoint, SLOW_EMA)
+    across = halfway(shipped_model, averaged)
+    if across is not None:
+        models["shipped weights and moving average, half each"] = across
+    candidates = [measure(model, rows, label) for label, model in models.items()]
     best = min(candidates, key=lambda m: m.ppl_64)
     gain = 1.0 - best.ppl_64 / shipped.ppl_64
     if gain <= min_gain:
@@ -111,8 +134,7 @@ def promote(run: Path, target: Path, *, min_gain: float = 0.0, dry_run: bool = F
     if dry_run:
         return Promotion(False, shipped, candidates, best.label, state.tokens_total,
                          f"would promote the {best.label}: {shipped.ppl_64:.3f} -> {best.ppl_64:.3f}")
-    model = averaged if best is candidates[1] else raw
-    _write(run, target, model, best, shipped, state, config)
+    _write(run, target, models[best.label], best, shipped, state, config)
     return Promotion(True, shipped, candidates, best.label, state.tokens_total,
                      f"promoted the {best.label}: held-out perplexity {shipped.ppl_64:.3f} -> {best.ppl_64:.3f} "
                      f"({DECISION_ROWS} rows; {shipped.ppl_8:.3f} -> {best.ppl_8:.3f} on the card's 8)")
