@@ -212,7 +212,8 @@ def _continued(info: dict[str, Any]) -> list[str]:
             f"background (`scripts/cpu_train.sh`): batch {cont.get('batch_size')} x {cont.get('seq_len')} tokens, "
             f"AdamW at {cont.get('lr')} with a warm-up per run and an inverse-square-root decay, every "
             f"{cont.get('sparse_every')}th step through DSA's top-k with the indexers' KL, the other steps dense; "
-            f"a moving average of the weights (decay {cont.get('ema_decay')}) kept beside them. Runs resume from "
+            f"{_averages(cont)} kept beside them; a promotion ships the best on held-out "
+            f"perplexity of the weights, the averages and the shipped weights averaged with the run's. Runs resume from "
             f"checkpoints; each session reads on from the position recorded in `metrics.json` ({cont.get('position')})."
         ),
         "",
@@ -270,3 +271,11 @@ def refresh_card(folder: Path, report_paths: list[Path]) -> Path:
     card = folder / "MODEL_CARD.md"
     card.write_text(model_card(summary, samples), encoding="utf-8")
     return card
+
+
+def _averages(cont: dict) -> str:
+    """The continued run's moving averages of the weights, as the card names them."""
+    if cont.get("slow_ema_decay") is not None:
+        return (f"two moving averages of the weights (decay {cont.get('ema_decay')}, and a slow one at "
+                f"{cont['slow_ema_decay']})")
+    return f"a moving average of the weights (decay {cont.get('ema_decay')})"
