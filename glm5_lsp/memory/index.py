@@ -208,8 +208,7 @@ class SuffixIndex:
     # ---- building -------------------------------------------------------------------------
 
     @classmethod
-    def build(cls, docs: Sequence[tuple[str, np.ndarray]] | list[tuple[str, np.ndarray]], dtype: np.dtype,
-              *, consume: bool = False) -> SuffixIndex:
+    def build(cls, docs: Sequence[tuple[str, np.ndarray]], dtype: np.dtype, *, consume: bool = False) -> SuffixIndex:
         """An index over ``(key, ids)`` documents. ``consume``: ``docs`` (a list) is emptied once its
         ids are laid end to end, so that they are not held under the suffix array (the caller's own
         list of a large build)."""
