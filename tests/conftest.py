@@ -11,7 +11,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# One thread, as every front end runs the model (glm5_lsp/threads.py): with two, a test run beside the
+# background training (which holds a core) stalled: the promotion test took 290 s alone, 5 s on one.
+torch.set_num_threads(1)
 # The servers the tests start keep an acceptance log in the user's data folder (on by default): not the
 # user's own. Set before any server starts, so the ones started as subprocesses inherit it too.
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="glm5-tests-data-")
