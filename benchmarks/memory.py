@@ -279,16 +279,17 @@ def neighbours(args: argparse.Namespace) -> None:
     import numpy as np
     import torch
 
-    from glm5_lsp.memory.fit import best_weight, load_runtime, score_package
+    from glm5_lsp.memory.fit import best_weight, load_runtime, score_package, table_weights
     from glm5_lsp.memory.mixing import Interpolation
-    from glm5_lsp.memory.workspace import MemorySettings, WorkspaceMemory
+    from glm5_lsp.memory.workspace import MemorySettings, source_files
     from glm5_lsp.train.corpus import BENCHMARK_REPORT
 
     reported = sorted(set(args.packages) & set(BENCHMARK_REPORT))
     if reported:  # the weights below are fitted on the packages themselves (leave one out)
         sys.exit(f"neighbours fits its weights on the packages it reads; not on BENCHMARK_REPORT ({', '.join(reported)})")
     model, tokenizer, window = load_runtime(None)
-    table = np.asarray(Interpolation.default(levels=False).table)
+    table = Interpolation.default(levels=False)
+    settings = MemorySettings()
     head = model.lm_head.weight.detach().float()  # type: ignore[attr-defined]
     newline = np.array(["\n" in tokenizer.decode([i]) for i in range(head.shape[0])])
     print(f"weights from commit {weights_commit()}; {NEIGHBOURS} neighbours; packages: {', '.join(args.packages)}")
@@ -298,13 +299,12 @@ def neighbours(args: argparse.Namespace) -> None:
             started = time.perf_counter()
             scores = score_package(name, model, tokenizer, Path(tmp) / name, window, args.max_tokens,
                                    log=lambda _: None, above=True, details=True)
-            memory = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False))
-            memory.index_folder(Path(tmp) / name / name)  # where score_package copied the package
-            assert memory.base is not None
             scored_len: dict[str, int] = {}  # each scored file's tokens as score_package cut them
             for key, t in scores.positions:
                 scored_len[key] = max(scored_len.get(key, 0), t + 1)
-            files = sorted(set(memory.base.live_keys()) | set(scored_len))
+            root = (Path(tmp) / name / name).resolve()  # where score_package copied the package
+            indexed = {str(p) for p in source_files(root, settings) if p.stat().st_size <= settings.max_file_bytes}
+            files = sorted(indexed | set(scored_len))
             keys, values, owners, where = [], [], [], []
             hidden_of, ids_of = {}, {}
             kept = 0
@@ -330,10 +330,7 @@ def neighbours(args: argparse.Namespace) -> None:
             q_owner = np.array([number_of[key] for key, _ in scores.positions])
             q_before = np.array([t - 1 for _, t in scores.positions])  # the file's keys before this are above the token
             p_model = torch.softmax(torch.from_numpy(query) @ head.T, dim=-1).numpy()
-            _, _, cells = scores.arrays()
-            lam = np.zeros(len(target))
-            has = cells[:, 0] >= 0
-            lam[has] = table[cells[has, 0], cells[has, 1], cells[has, 2]]
+            lam = table_weights(scores.arrays()[2], table)
             mixture = (1 - lam)[:, None] * p_model
             for i, estimate in enumerate(scores.estimates):
                 if estimate is not None:
@@ -412,26 +409,22 @@ def neighbours(args: argparse.Namespace) -> None:
 
 
 def last_hidden(model, ids, window: int):
-    """The model's last hidden state after the final norm at each of ``ids``' positions (windows as
-    ``fit.model_probabilities`` steps them: each token sees at least half a window before it)."""
+    """The model's last hidden state after the final norm at each of ``ids``' positions, each from the
+    window that owns it (``fit.windows``, as ``fit.model_probabilities`` reads them)."""
     import numpy as np
     import torch
+
+    from glm5_lsp.memory.fit import windows
 
     captured = []
     hook = model.model.norm.register_forward_hook(lambda _m, _i, out: captured.append(out[0]))
     out = np.zeros((len(ids), model.config.hidden_size), np.float32)
-    half, start = max(1, window // 2), 0
     try:
         with torch.inference_mode():
-            while True:
+            for start, stop, first in windows(len(ids), window):
                 captured.clear()
-                chunk = torch.tensor([list(ids[start:start + window])], dtype=torch.long)
-                model(chunk)
-                first = 0 if start == 0 else half
-                out[start + first:start + chunk.shape[1]] = captured[-1][first:].float().numpy()
-                if start + window >= len(ids):
-                    break
-                start += half
+                model(torch.tensor([list(ids[start:stop])], dtype=torch.long))
+                out[start + first:stop] = captured[-1][first:].float().numpy()
     finally:
         hook.remove()
     return out

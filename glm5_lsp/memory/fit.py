@@ -23,7 +23,7 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,29 +91,36 @@ class Scores:
         return np.asarray(self.model_top, dtype=np.float64), levels[..., 0], levels[..., 1:]
 
 
+def windows(n: int, window: int) -> Iterator[tuple[int, int, int]]:
+    """How the model reads a sequence of ``n`` tokens: ``(start, stop, first)`` for windows of
+    ``window`` tokens stepping by half of one; positions ``start + first`` up to ``stop`` are the
+    window's own (its second half, the first window all of it), so each is read with at least half a
+    window before it."""
+    half = max(1, window // 2)
+    start = 0
+    while True:
+        yield start, min(n, start + window), 0 if start == 0 else half
+        if start + window >= n:
+            return
+        start += half
+
+
 def model_probabilities(model: object, ids: Sequence[int], window: int) -> tuple[np.ndarray, np.ndarray]:
-    """``p(ids[t] | ids[max(0, ...):t])`` for t >= 1 by the model, and its top probability there:
-    windows of ``window`` tokens stepping by half of one, each scoring its second half (the first
-    window all of it)."""
+    """``p(ids[t] | ids[max(0, ...):t])`` for t >= 1 by the model, and its top probability there, each
+    position scored in the window that owns it (:func:`windows`)."""
     import torch
 
     n = len(ids)
     out = np.full(n, np.nan)
     top = np.full(n, np.nan)
-    half = max(1, window // 2)
-    start = 0
     with torch.inference_mode():
-        while True:
-            chunk = torch.tensor([list(ids[start:start + window])], dtype=torch.long)
+        for start, stop, first in windows(n, window):
+            chunk = torch.tensor([list(ids[start:stop])], dtype=torch.long)
             logp = torch.log_softmax(model(chunk)[0].float(), dim=-1)  # type: ignore[operator]
             best = logp.max(dim=-1).values.exp()
-            first = 1 if start == 0 else half
-            for i in range(first, chunk.shape[1]):
+            for i in range(max(first, 1), chunk.shape[1]):
                 out[start + i] = math.exp(float(logp[i - 1, chunk[0, i]]))
                 top[start + i] = float(best[i - 1])
-            if start + window >= n:
-                break
-            start += half
     return out, top
 
 
@@ -274,12 +281,19 @@ def perplexity(scores: Scores, interpolation: Interpolation | None) -> float:
         weights = interpolation.gate.weights(features, model_top)
         p = weights[:, 0] * p + (weights[:, 1:] * probs).sum(1)
     elif interpolation is not None:
-        lam = np.zeros(len(p))
-        has = cells[:, 0] >= 0
-        table = np.asarray(interpolation.table)
-        lam[has] = table[cells[has, 0], cells[has, 1], cells[has, 2]]
+        lam = table_weights(cells, interpolation)
         p = lam * p_memory + (1 - lam) * p
     return float(np.exp(-np.mean(np.log(np.maximum(p, 1e-12)))))
+
+
+def table_weights(cells: np.ndarray, interpolation: Interpolation) -> np.ndarray:
+    """Each scored token's weight of the longest match by ``interpolation``'s table, from its cell
+    (``Scores.cells``; 0 where the memory had no estimate)."""
+    lam = np.zeros(len(cells))
+    has = cells[:, 0] >= 0
+    table = np.asarray(interpolation.table)
+    lam[has] = table[cells[has, 0], cells[has, 1], cells[has, 2]]
+    return lam
 
 
 def load_runtime(model_path: str | None) -> tuple[object, object, int]:
