@@ -281,7 +281,7 @@ def neighbours(args: argparse.Namespace) -> None:
 
     from glm5_lsp.memory.fit import best_weight, load_runtime, score_package, table_weights
     from glm5_lsp.memory.mixing import Interpolation
-    from glm5_lsp.memory.workspace import MemorySettings, source_files
+    from glm5_lsp.memory.workspace import MemorySettings, source_files, workspace_text
     from glm5_lsp.train.corpus import BENCHMARK_REPORT
 
     reported = sorted(set(args.packages) & set(BENCHMARK_REPORT))
@@ -303,7 +303,7 @@ def neighbours(args: argparse.Namespace) -> None:
             for key, t in scores.positions:
                 scored_len[key] = max(scored_len.get(key, 0), t + 1)
             root = (Path(tmp) / name / name).resolve()  # where score_package copied the package
-            indexed = {str(p) for p in source_files(root, settings) if p.stat().st_size <= settings.max_file_bytes}
+            indexed = {str(p) for p in source_files(root, settings) if workspace_text(p, settings) is not None}
             files = sorted(indexed | set(scored_len))
             keys, values, owners, where = [], [], [], []
             hidden_of, ids_of = {}, {}

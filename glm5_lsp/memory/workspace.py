@@ -136,10 +136,7 @@ class WorkspaceMemory:
         for start in range(0, len(paths), batch):
             part = []
             for path in paths[start:start + batch]:
-                try:
-                    text = read_source(path) if path.stat().st_size <= self.settings.max_file_bytes else None
-                except OSError:  # gone since the folder was listed
-                    text = None
+                text = workspace_text(path, self.settings)
                 if text is not None:
                     part.append((str(path), text))
             imports |= imported_modules(t for _, t in part)
@@ -419,6 +416,16 @@ def source_files(root: Path, settings: MemorySettings, recursive: bool = True) -
                 found.append(Path(folder) / name)
     found.sort()
     return found[: settings.max_files]
+
+
+def workspace_text(path: Path, settings: MemorySettings) -> str | None:
+    """A workspace file's text as the first build reads it: None for a file over
+    ``settings.max_file_bytes``, one gone since it was listed, or one that is not UTF-8 source
+    (``libraries.read_source``)."""
+    try:
+        return read_source(path) if path.stat().st_size <= settings.max_file_bytes else None
+    except OSError:
+        return None
 
 
 def as_key(path: str | os.PathLike[str] | None) -> str:
