@@ -111,6 +111,21 @@ def test_a_change_on_disk_is_read_again(tokenizer, workspace: Path) -> None:
     assert not memory.refresh(as_key(path))  # no change the second time
 
 
+def test_a_file_grown_past_the_size_limit_on_disk_leaves_the_memory(tokenizer, workspace: Path) -> None:
+    # refresh reads as the first build does: a file the build would leave out is not indexed on refresh
+    memory = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False, max_file_bytes=2_000))
+    memory.index_folder(workspace)
+    path = workspace / "shapes" / "helper.py"
+    assert as_key(path) in memory
+    path.write_text(HELPER.replace("scaled", "from_disk") + "# padding\n" * 300, encoding="utf-8")
+    assert memory.refresh(as_key(path))
+    assert as_key(path) not in memory
+    assert "from_disk" not in memory_says(memory, tokenizer, "point.y * factor, la")
+    fresh = WorkspaceMemory(tokenizer, MemorySettings(libraries=False, stdlib=False, max_file_bytes=2_000))
+    fresh.index_folder(workspace)
+    assert fresh.documents() == memory.documents()
+
+
 def test_compact_keeps_every_live_document(tokenizer, workspace: Path) -> None:
     memory = memory_for(tokenizer, workspace)
     key = as_key(workspace / "shapes" / "helper.py")

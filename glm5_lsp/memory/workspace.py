@@ -268,8 +268,9 @@ class WorkspaceMemory:
                 self.update(new, text)
 
     def refresh(self, key: str) -> bool:
-        """Read ``key`` from disk again (changed outside the editor, or deleted: then removed)."""
-        text = read_source(Path(key)) if Path(key).is_file() else None
+        """Read ``key`` from disk again (changed outside the editor, or deleted: then removed), as
+        the first build reads it (``workspace_text``): a file it would leave out is removed."""
+        text = workspace_text(Path(key), self.settings) if Path(key).is_file() else None
         if text is None:
             return self.remove(key)
         return self.update(key, text)
