@@ -46,6 +46,15 @@ def fixes(code: str, path: str = "case.py"):
     ("class A:\n    def __init__(self):\n        self.value = 1\n\n    def get(self):\n        return self.valeu\n",
      "class A:\n    def __init__(self):\n        self.value = 1\n\n    def get(self):\n        return self.value\n",
      "Replace 'valeu' with 'value'"),
+    # a method that does not take the receiver it uses
+    ("class A:\n    def __init__(self, v):\n        self.v = v\n\n    def get():\n        return self.v\n",
+     "class A:\n    def __init__(self, v):\n        self.v = v\n\n    def get(self):\n        return self.v\n",
+     "Add 'self' as the first parameter of 'get'"),
+    ("class A:\n    v = 1\n\n    async def add(other, *, scale=1):\n        return self.v + other * scale\n",
+     "class A:\n    v = 1\n\n    async def add(self, other, *, scale=1):\n        return self.v + other * scale\n",
+     "Add 'self' as the first parameter of 'add'"),
+    ("class A:\n    @classmethod\n    def make():\n        return cls()\n",
+     "class A:\n    @classmethod\n    def make(cls):\n        return cls()\n", "Add 'cls' as the first parameter of 'make'"),
     # ruff's own fix
     ("import os\n\n\ndef f(x):\n    return x\n", "\n\ndef f(x):\n    return x\n", "Remove unused import: `os`"),
 ])
@@ -64,6 +73,16 @@ def test_several_spellings_are_offered_and_the_nearest_preferred() -> None:
 
 def test_a_name_nothing_is_close_to_gets_no_fix() -> None:
     assert fixes("def f(x):\n    return undefined_a\n") == []
+
+
+@pytest.mark.parametrize("code", [
+    "def get():\n    return self.v\n",  # not a method
+    "class A:\n    @staticmethod\n    def make():\n        return self\n",  # takes no receiver
+    "class A:\n    @classmethod\n    def make():\n        return self\n",  # takes cls, not self
+    "class A:\n    def get():\n        return cls\n",  # takes self, not cls
+])
+def test_a_receiver_is_added_only_where_the_method_takes_that_one(code: str) -> None:
+    assert not any("first parameter" in f.title for f in fixes(code))
 
 
 def test_a_distance_counts_a_swap_as_one_edit() -> None:

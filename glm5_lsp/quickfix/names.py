@@ -4,6 +4,8 @@
   the enclosing functions' locals and parameters, the module's names, the builtins) within a small
   edit distance of it ("Replace 'ojb' with 'obj'", a swapped pair of letters counting one), and
   the imports that would bind it as written (:mod:`glm5_lsp.quickfix.imports`: "Add 'import os'").
+  ``self`` or ``cls`` in a method that does not take it gets it as the first parameter ("Add 'self'
+  as the first parameter of 'get'"), where the method's kind (plain, ``classmethod``) asks for it.
 - **An attribute a module does not have** (``os.path.joni``, ``json.lods``): the checkers never
   see these, so :func:`attribute_problems` finds them. The module's attributes come from jedi (its
   completions after ``module.``, each module loaded once per process and bounded in time); a module
@@ -121,11 +123,57 @@ def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | No
             cost = distance + (NOT_LOCAL_COST if other in outer else 0.0)
             out.append(Candidate(f"Replace {name!r} with {other!r}", edits, "name", SOURCE, cost=cost,
                                  order=len(out), targets=lines))
+        if name in _RECEIVERS:
+            out += _receiver_candidates(code, name, first, lines)
         for rank, suggestion in enumerate(imports.suggestions(name, code, path)):
             cost = ADDED_LINE_COST if suggestion.strong else WEAK_IMPORT_COST
             out.append(Candidate(f"Add {suggestion.statement!r}", (imports.import_edit(code, suggestion),), "import",
                                  SOURCE, cost=cost + rank * 0.01, targets=lines))
     return out
+
+
+_RECEIVERS = {"self": "instance", "cls": "class"}  # the first parameter a method's kind names
+RECEIVER_COST = 0.5  # one missing parameter: likelier than any respelling or import
+
+
+def _receiver_candidates(code: str, name: str, at: int, lines: tuple[int, ...]) -> list[Candidate]:
+    """``self`` (or ``cls``) used in a method that does not take it (``def get():`` in a class
+    body): the parameter added first. Not for a ``staticmethod`` (it takes none), nor ``self`` in a
+    ``classmethod`` or ``cls`` in a plain method (the kind and the name disagree)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    index = LineIndex(code)
+    use_line = index.position(at)[0] + 1  # as ast counts
+    method = None
+    for node in ast.walk(tree):  # outer classes first: the innermost method holding the use wins
+        if isinstance(node, ast.ClassDef):
+            for child in node.body:
+                if (isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and child.lineno <= use_line <= (child.end_lineno or child.lineno)):
+                    method = child
+    if method is None:
+        return []
+    decorators = {d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else ""
+                  for d in method.decorator_list}
+    kind = "class" if "classmethod" in decorators else "static" if "staticmethod" in decorators else "instance"
+    if kind != _RECEIVERS[name]:
+        return []
+    arguments = method.args
+    if any(a.arg == name for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)):
+        return []
+    line = method.lineno - 1
+    def_at = index.offset(line, byte_col_to_char(code, line, method.col_offset))
+    named = re.compile(rf"def\s+{re.escape(method.name)}\s*(?:\[[^\]]*\]\s*)?\(").search(code, def_at)
+    if named is None:
+        return []
+    opening = named.end()
+    takes_any = bool(arguments.posonlyargs or arguments.args or arguments.vararg or arguments.kwonlyargs
+                     or arguments.kwarg)
+    text = f"{name}, " if takes_any else name
+    return [Candidate(f"Add {name!r} as the first parameter of {method.name!r}", (Edit(opening, opening, text),),
+                      "name", SOURCE, cost=RECEIVER_COST, targets=lines)]
 
 
 _FOR_TARGETS = re.compile(r"\bfor\s+([\w\s,()\[\]]+?)\s+in\b")
