@@ -7,7 +7,9 @@ Where a name may come from, the likeliest first:
    a conventional alias (``np`` for ``numpy``) when that module is installed;
 2. a module the file already imports from: a submodule of it (``from docutils import nodes`` next
    to ``from docutils import utils``) or a public name its source defines;
-3. the standard library's public names (:func:`stdlib_index`), a module the standard library itself
+3. how the file's own package and the packages it imports from import that name elsewhere, then
+   where they define it (:func:`project_suggestions`);
+4. the standard library's public names (:func:`stdlib_index`), a module the standard library itself
    imports that name from most often first (``Mapping``: ``collections.abc`` before ``typing``).
 
 The index is read from the standard library's own source files (names defined at the top of each
@@ -458,12 +460,12 @@ def suggestions(name: str, code: str, path: str | None = None, limit: int = 3) -
         out.append(Suggestion(name, "", f"import {name}", as_module))
     if name in ALIASES and is_module(ALIASES[name]):
         out.append(Suggestion(name, ALIASES[name], f"import {ALIASES[name]} as {name}", True))
-    # The project's own ``import a.b`` statements bind ``a`` too, but load ``a.b``: only when the code uses it.
-    out += [p for p in project_suggestions(name, code, path) if not re.fullmatch(r"import [\w.]+\.\w+", p.statement)
-            or re.search(rf"(?<![\w.]){re.escape(p.statement[len('import '):])}\b", code)]
     for module in imported_modules(code):
         if is_module(f"{module}.{name}") or name in _module_names(module) or name in index.members(module):
             out.append(Suggestion(name, module, f"from {module} import {name}", True))
+    # The project's own ``import a.b`` statements bind ``a`` too, but load ``a.b``: only when the code uses it.
+    out += [p for p in project_suggestions(name, code, path) if not re.fullmatch(r"import [\w.]+\.\w+", p.statement)
+            or re.search(rf"(?<![\w.]){re.escape(p.statement[len('import '):])}\b", code)]
     # A lowercase name the code neither calls nor reads attributes of reads as a variable (``sorted(time)``
     # with ``times`` in scope), so the standard library's ``time`` is a weak guess there.
     called = re.search(rf"(?<![\w.]){re.escape(name)}\s*\(", code) is not None
