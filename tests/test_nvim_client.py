@@ -111,6 +111,8 @@ FIX_CASES = [
     ("klass.py", _mutate('raise JSONDecodeError("Extra data", s, end)', 'raise JSONDecodeErorr("Extra data", s, end)'),
      'raise JSONDecodeErorr("Extra data", s, end)', "Replace 'JSONDecodeErorr' with 'JSONDecodeError'"),
     ("imports.py", _mutate("import re\n", ""), "FLAGS = re.VERBOSE", "Add 'import re'"),
+    ("receiver.py", _mutate("    def decode(self, s, _w=WHITESPACE.match):", "    def decode(s, _w=WHITESPACE.match):"),
+     "        obj, end = self", "Add 'self' as the first parameter of 'decode'"),
 ]
 
 
