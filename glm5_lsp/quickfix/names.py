@@ -141,8 +141,8 @@ def _receiver_candidates(code: str, name: str, at: int, lines: tuple[int, ...]) 
     body): the parameter added first. Not for a ``staticmethod`` (it takes none), nor ``self`` in a
     ``classmethod`` or ``cls`` in a plain method (the kind and the name disagree)."""
     try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+        tree = pyparse.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     index = LineIndex(code)
     use_line = index.position(at)[0] + 1  # as ast counts
