@@ -74,11 +74,35 @@ def test_a_token_takes_its_experts_from_one_group_and_the_copies_compute_what_th
     assert (picks >= 8).any() and (picks < 8).any()  # both groups take tokens
 
 
-def test_grouped_routing_and_a_zero_factor_are_refused() -> None:
-    with pytest.raises(ValueError, match="grouped"):
-        upcycle(tiny_model(), 2)  # the tiny model routes in 2 groups
+def test_a_zero_factor_is_refused() -> None:
     with pytest.raises(ValueError, match="factor"):
         upcycle(tiny_model(n_group=1, topk_group=1), 0)
+
+
+def test_a_grouped_model_is_upcycled_into_groups_of_copies_computing_what_it_did() -> None:
+    model = tiny_model()  # 8 experts in 2 groups of 4, a token's experts from one group
+    bigger = upcycle(model, 2, noise=0.0).eval()
+    assert (bigger.config.n_routed_experts, bigger.config.n_group, bigger.config.topk_group) == (16, 4, 1)
+    with torch.no_grad():
+        assert _same(model(_ids()), bigger(_ids()))
+        assert _same(model(_ids(), dense=True), bigger(_ids(), dense=True))
+    config = GenerationConfig(max_new_tokens=8, stop_at_eos=False)
+    prompt = _ids(12)[0].tolist()
+    assert (Generator(model.prepare_inference(), _NoText()).generate(prompt, config).token_ids
+            == Generator(bigger.prepare_inference(), _NoText()).generate(prompt, config).token_ids)
+    gates = [layer.mlp.gate for layer in bigger.model.layers if hasattr(layer.mlp, "gate")]
+    x = torch.randn(200, bigger.config.hidden_size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for gate in gates:
+            assert int(gate(x)[0].max()) < 8  # the originals' groups only, to start with
+            bias = gate.e_score_correction_bias[:8].clone()
+            gate.e_score_correction_bias[8:] = bias + torch.linspace(-0.03, 0.03, 8)  # the balancer's doing
+            picks = gate(x)[0]
+            group = picks // 4
+            assert (group == group[:, :1]).all()  # one group a token, as before
+            assert (picks >= 8).any() and (picks < 8).any()
+            # copy k of group g is group 2k + g: an expert e's copy is e + 8, never in e's group
+            assert not ((picks[:, :1] % 8 == picks[:, 1:] % 8) & (picks[:, :1] != picks[:, 1:])).any()
 
 
 def test_a_model_folder_is_upcycled_into_one_training_can_continue_from(tmp_path: Path) -> None:

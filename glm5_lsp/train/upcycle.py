@@ -10,7 +10,9 @@ part ways, their router rows the same as the original's.
 
 Each set of copies is a routing group of its own (``n_group`` = ``factor``, ``topk_group`` 1: the
 grouped routing GLM-5 and DeepSeek-V3 define): a token takes its experts from one group, the
-originals or one set of copies, never an expert and its own copy. The upcycled model computes
+originals or one set of copies, never an expert and its own copy. A model that already routes in
+``G`` groups keeps its ``topk_group``, and copy ``k`` of its group ``g`` is group ``k * G + g`` (the
+copies are laid after the originals, in their order). The upcycled model computes
 exactly what the original did: a copy scores as its original does, and its selection bias
 (``e_score_correction_bias``, which steers the choice only) starts below every original's choice value
 (a sigmoid score is under 1: the copies' bias is the original's less the biases' spread, less 1,
@@ -50,11 +52,11 @@ def upcycle(model: GlmMoeDsaForCausalLM, factor: int, *, noise: float = NOISE, m
         raise ValueError(f"factor must be at least 1, got {factor}")
     if margin <= 0 and factor > 1:
         raise ValueError("margin must be positive: the originals must win the router's ties")
-    if model.config.n_group > 1:
-        raise ValueError("grouped routing (n_group > 1) is not upcycled: the copies make the groups")
+    groups = model.config.n_group
     config = GlmMoeDsaConfig.from_dict({**model.config.to_dict(),
                                         "n_routed_experts": model.config.n_routed_experts * factor,
-                                        "n_group": factor, "topk_group": 1})
+                                        "n_group": groups * factor,
+                                        "topk_group": model.config.topk_group if groups > 1 else 1})
     generator = torch.Generator().manual_seed(seed)
     state: dict[str, torch.Tensor] = {}
     for name, tensor in model.state_dict().items():
