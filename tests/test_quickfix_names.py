@@ -129,19 +129,24 @@ def test_imports_come_from_the_standard_library_and_the_files_own_packages(tmp_p
     assert imports.suggestions("helper", "def g():\n    return helper()\n", edited) == []
 
 
-def test_a_module_the_file_imports_from_comes_before_the_projects_habit(tmp_path, monkeypatch) -> None:
+def test_a_module_the_file_imports_from_comes_before_the_habitprojects_habit(tmp_path, monkeypatch) -> None:
     # The package's files import ``reject`` from where it is defined; this file imports from the
     # package itself, which exports it: adding it there is what the file's author would write.
-    package = tmp_path / "proj"
+    package = tmp_path / "habitproj"
     package.mkdir()
-    (package / "__init__.py").write_text('from proj.control import reject\n__all__ = ["reject", "strategies"]\n')
+    (package / "__init__.py").write_text('from habitproj.control import reject\n__all__ = ["reject", "strategies"]\n')
     (package / "control.py").write_text("def reject():\n    return 1\n")
     (package / "strategies.py").write_text("")
-    (package / "a.py").write_text("from proj.control import reject\n")
+    (package / "a.py").write_text("from habitproj.control import reject\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    code = "from proj import strategies\n\n\ndef g():\n    return reject(strategies)\n"
+    caches = (imports.find_module, imports._module_names, imports._project_files)
+    for cache in caches:  # a module looked up before this folder was on the path
+        cache.cache_clear()
+    code = "from habitproj import strategies\n\n\ndef g():\n    return reject(strategies)\n"
     statements = [s.statement for s in imports.suggestions("reject", code, str(package / "b.py"))]
-    assert statements[:2] == ["from proj import reject", "from proj.control import reject"]
+    for cache in caches:  # nor the folder's modules after it
+        cache.cache_clear()
+    assert statements[:2] == ["from habitproj import reject", "from habitproj.control import reject"]
 
 
 def test_a_new_import_goes_after_the_docstring_and_the_other_imports() -> None:

@@ -24,19 +24,24 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and float((a - b).abs().max()) <= 1e-5
 
 
+def _computes_the_same(model, bigger) -> None:
+    """The same logits (sparse and dense attention), and the runtime's decoding, cached and step by
+    step, writes the same tokens."""
+    with torch.no_grad():
+        assert _same(model(_ids()), bigger(_ids()))
+        assert _same(model(_ids(), dense=True), bigger(_ids(), dense=True))
+    config = GenerationConfig(max_new_tokens=8, stop_at_eos=False)
+    prompt = _ids(12)[0].tolist()
+    assert (Generator(model.prepare_inference(), _NoText()).generate(prompt, config).token_ids
+            == Generator(bigger.prepare_inference(), _NoText()).generate(prompt, config).token_ids)
+
+
 @pytest.mark.parametrize("factor", [2, 3])
 def test_the_upcycled_model_computes_what_the_original_did(factor: int) -> None:
     model = tiny_model(n_group=1, topk_group=1)
     bigger = upcycle(model, factor).eval()
     assert bigger.config.n_routed_experts == 8 * factor
-    with torch.no_grad():
-        assert _same(model(_ids()), bigger(_ids()))
-        assert _same(model(_ids(), dense=True), bigger(_ids(), dense=True))
-    # the runtime's decoding, cached and step by step, writes the same tokens
-    config = GenerationConfig(max_new_tokens=8, stop_at_eos=False)
-    prompt = _ids(12)[0].tolist()
-    assert (Generator(model.prepare_inference(), _NoText()).generate(prompt, config).token_ids
-            == Generator(bigger.prepare_inference(), _NoText()).generate(prompt, config).token_ids)
+    _computes_the_same(model, bigger)
 
 
 def test_the_copies_differ_and_the_router_can_bring_them_in() -> None:
@@ -83,13 +88,7 @@ def test_a_grouped_model_is_upcycled_into_groups_of_copies_computing_what_it_did
     model = tiny_model()  # 8 experts in 2 groups of 4, a token's experts from one group
     bigger = upcycle(model, 2, noise=0.0).eval()
     assert (bigger.config.n_routed_experts, bigger.config.n_group, bigger.config.topk_group) == (16, 4, 1)
-    with torch.no_grad():
-        assert _same(model(_ids()), bigger(_ids()))
-        assert _same(model(_ids(), dense=True), bigger(_ids(), dense=True))
-    config = GenerationConfig(max_new_tokens=8, stop_at_eos=False)
-    prompt = _ids(12)[0].tolist()
-    assert (Generator(model.prepare_inference(), _NoText()).generate(prompt, config).token_ids
-            == Generator(bigger.prepare_inference(), _NoText()).generate(prompt, config).token_ids)
+    _computes_the_same(model, bigger)
     gates = [layer.mlp.gate for layer in bigger.model.layers if hasattr(layer.mlp, "gate")]
     x = torch.randn(200, bigger.config.hidden_size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
