@@ -55,6 +55,10 @@ def fixes(code: str, path: str = "case.py"):
      "Add 'self' as the first parameter of 'add'"),
     ("class A:\n    @classmethod\n    def make():\n        return cls()\n",
      "class A:\n    @classmethod\n    def make(cls):\n        return cls()\n", "Add 'cls' as the first parameter of 'make'"),
+    # an attribute of the instance used without its receiver, in that method only
+    ("class A:\n    def __init__(self):\n        self.count = 0\n\n    def inc(self):\n        count += 1\n        return count\n",
+     "class A:\n    def __init__(self):\n        self.count = 0\n\n    def inc(self):\n        self.count += 1\n        return self.count\n",
+     "Replace 'count' with 'self.count'"),
     # ruff's own fix
     ("import os\n\n\ndef f(x):\n    return x\n", "\n\ndef f(x):\n    return x\n", "Remove unused import: `os`"),
 ])
@@ -83,6 +87,15 @@ def test_a_name_nothing_is_close_to_gets_no_fix() -> None:
 ])
 def test_a_receiver_is_added_only_where_the_method_takes_that_one(code: str) -> None:
     assert not any("first parameter" in f.title for f in fixes(code))
+
+
+def test_an_attribute_is_reached_through_self_only_in_a_method_of_the_class_that_sets_it() -> None:
+    code = ("class A:\n    def __init__(self):\n        self.count = 0\n\n    def inc(self):\n        return count\n\n\n"
+            "def g():\n    return count\n")
+    found = [f for f in fixes(code) if f.title == "Replace 'count' with 'self.count'"]
+    assert len(found) == 1 and found[0].text.endswith("        return self.count\n\n\ndef g():\n    return count\n")
+    assert not any("self.count" in f.title for f in fixes("def g():\n    return count\n"))
+    assert not any("self." in f.title for f in fixes("class A:\n    def inc(self):\n        return count\n"))
 
 
 def test_a_distance_counts_a_swap_as_one_edit() -> None:

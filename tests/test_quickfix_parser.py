@@ -75,6 +75,21 @@ def best(code: str, path: str = "case.py", language: str = "python"):
     ("def f(i, p, v):\n    if i=p: v.append(i)\n", "def f(i, p, v):\n    if i==p: v.append(i)\n", "Replace '=' with '=='"),
     ("def f(p, q):\n    if (p\n            and q() = 0):\n        return 1\n",
      "def f(p, q):\n    if (p\n            and q() == 0):\n        return 1\n", "Replace '=' with '=='"),
+    # a dict's key without its ':' (a set's item gets the comma)
+    ("d = {'a' 1, 'b': 2}\n", "d = {'a': 1, 'b': 2}\n", "Insert missing ':'"),
+    ("s = {1 2}\n", "s = {1, 2}\n", "Insert missing ','"),
+    # other languages' spellings and Python 2's statements
+    ("def f(x):\n    if x > 0:\n        return 1\n    else if x < 0:\n        return -1\n    return 0\n",
+     "def f(x):\n    if x > 0:\n        return 1\n    elif x < 0:\n        return -1\n    return 0\n",
+     "Replace 'else if' with 'elif'"),
+    ("def f(x):\n    print \"value\", x  # shown\n    return x\n",
+     "def f(x):\n    print(\"value\", x)  # shown\n    return x\n", "Call print(...)"),
+    ("def f(x):\n    try:\n        return int(x)\n    except ValueError, error:\n        return error\n",
+     "def f(x):\n    try:\n        return int(x)\n    except ValueError as error:\n        return error\n",
+     "Replace ', error' with ' as error'"),
+    ("def f(x):\n    try:\n        return x[0]\n    except KeyError, IndexError:\n        return None\n",
+     "def f(x):\n    try:\n        return x[0]\n    except (KeyError, IndexError):\n        return None\n",
+     "Parenthesize the exception types"),
 ])
 def test_syntax_errors_are_fixed_where_they_belong(broken: str, fixed: str, title: str) -> None:
     fix = best(broken)

@@ -6,12 +6,14 @@
   the imports that would bind it as written (:mod:`glm5_lsp.quickfix.imports`: "Add 'import os'").
   ``self`` or ``cls`` in a method that does not take it gets it as the first parameter ("Add 'self'
   as the first parameter of 'get'"), where the method's kind (plain, ``classmethod``) asks for it.
+  A bare name that is an attribute of the instance, in a method, gets its receiver ("Replace 'count'
+  with 'self.count'": ``pynames.members.self_attributes`` reads what the class sets).
 - **An attribute a module does not have** (``os.path.joni``, ``json.lods``): the checkers never
   see these, so :func:`attribute_problems` finds them. The module's attributes come from jedi (its
   completions after ``module.``, each module loaded once per process and bounded in time); a module
   with a ``__getattr__`` of its own, or a name the code binds again, is never judged. An attribute of
   ``self`` that no method of its class sets, and that the class body does not define, is judged
-  from the file's text (``repair.members.self_attributes``).
+  from the file's text (``pynames.members.self_attributes``).
 
 Both kinds give a :class:`~glm5_lsp.quickfix.edits.Candidate` per plausible name, every use of the
 same undefined name replaced at once.
@@ -33,6 +35,7 @@ from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.positions import byte_col_to_char
 from glm5_lsp.pynames.jedi import members_known, module_members
+from glm5_lsp.pynames.members import self_attributes
 from glm5_lsp.pynames.scope import ALWAYS, names_in_scope
 from glm5_lsp.quickfix import imports
 from glm5_lsp.quickfix.edits import ADDED_LINE_COST, Candidate, Edit, word_distance
@@ -125,6 +128,8 @@ def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | No
                                  order=len(out), targets=lines))
         if name in _RECEIVERS:
             out += _receiver_candidates(code, name, first, lines)
+        else:
+            out += _attribute_candidates(code, name, first, lines)
         for rank, suggestion in enumerate(imports.suggestions(name, code, path)):
             cost = ADDED_LINE_COST if suggestion.strong else WEAK_IMPORT_COST
             out.append(Candidate(f"Add {suggestion.statement!r}", (imports.import_edit(code, suggestion),), "import",
@@ -134,17 +139,16 @@ def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | No
 
 _RECEIVERS = {"self": "instance", "cls": "class"}  # the first parameter a method's kind names
 RECEIVER_COST = 0.5  # one missing parameter: likelier than any respelling or import
+SELF_ATTRIBUTE_COST = 0.5  # ``count`` where the instance has a ``count``: likelier than a respelling
 
 
-def _receiver_candidates(code: str, name: str, at: int, lines: tuple[int, ...]) -> list[Candidate]:
-    """``self`` (or ``cls``) used in a method that does not take it (``def get():`` in a class
-    body): the parameter added first. Not for a ``staticmethod`` (it takes none), nor ``self`` in a
-    ``classmethod`` or ``cls`` in a plain method (the kind and the name disagree)."""
+def _enclosing_method(code: str, index: LineIndex, at: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function defined directly in a class body whose lines hold offset ``at`` (None
+    where there is none, or the code does not parse)."""
     try:
         tree = pyparse.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    index = LineIndex(code)
+        return None
     use_line = index.position(at)[0] + 1  # as ast counts
     method = None
     for node in ast.walk(tree):  # outer classes first: the innermost method holding the use wins
@@ -153,6 +157,15 @@ def _receiver_candidates(code: str, name: str, at: int, lines: tuple[int, ...]) 
                 if (isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
                         and child.lineno <= use_line <= (child.end_lineno or child.lineno)):
                     method = child
+    return method
+
+
+def _receiver_candidates(code: str, name: str, at: int, lines: tuple[int, ...]) -> list[Candidate]:
+    """``self`` (or ``cls``) used in a method that does not take it (``def get():`` in a class
+    body): the parameter added first. Not for a ``staticmethod`` (it takes none), nor ``self`` in a
+    ``classmethod`` or ``cls`` in a plain method (the kind and the name disagree)."""
+    index = LineIndex(code)
+    method = _enclosing_method(code, index, at)
     if method is None:
         return []
     decorators = {d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else ""
@@ -174,6 +187,36 @@ def _receiver_candidates(code: str, name: str, at: int, lines: tuple[int, ...]) 
     text = f"{name}, " if takes_any else name
     return [Candidate(f"Add {name!r} as the first parameter of {method.name!r}", (Edit(opening, opening, text),),
                       "name", SOURCE, cost=RECEIVER_COST, targets=lines)]
+
+
+def _attribute_candidates(code: str, name: str, first: int, lines: tuple[int, ...]) -> list[Candidate]:
+    """A bare name that is an attribute of ``self`` in the method using it (``count += 1`` where
+    ``__init__`` sets ``self.count``; ``first``: its first reported use): ``self.`` before each use
+    of it in that method."""
+    index = LineIndex(code)
+    method = _enclosing_method(code, index, first)
+    if method is None or not method.args.args:
+        return []
+    receiver = method.args.args[0].arg
+    attributes = self_attributes(code[:first], code[first:], receiver)
+    if not attributes or name not in attributes:
+        return []
+    # Every use in the method, not only those reported: ``count += 1`` binds ``count`` as a local,
+    # so a later ``return count`` is not undefined, and would be once the first became ``self.count``.
+    uses = [node for node in ast.walk(method) if isinstance(node, ast.Name) and node.id == name]
+    if any(isinstance(node.ctx, ast.Store) and not _augmented(method, node) for node in uses):
+        return []  # assigned as a local somewhere: not the instance's
+    edits = tuple(Edit(at, at, f"{receiver}.") for at in sorted(
+        index.offset(node.lineno - 1, byte_col_to_char(code, node.lineno - 1, node.col_offset)) for node in uses))
+    if not edits:
+        return []
+    return [Candidate(f"Replace {name!r} with '{receiver}.{name}'", edits, "name", SOURCE, cost=SELF_ATTRIBUTE_COST,
+                      targets=lines)]
+
+
+def _augmented(scope: ast.AST, name: ast.Name) -> bool:
+    """Whether ``name`` is the target of an augmented assignment (``count += 1``) in ``scope``."""
+    return any(isinstance(node, ast.AugAssign) and node.target is name for node in ast.walk(scope))
 
 
 _FOR_TARGETS = re.compile(r"\bfor\s+([\w\s,()\[\]]+?)\s+in\b")

@@ -50,6 +50,9 @@ _STRING_PREFIX = "rRbBuUfF"
 # What may follow a string literal's closing quote and a dot: one of its methods (``"".join``).
 _STRING_METHOD = re.compile(r"\.(?:" + "|".join(sorted(n for n in dir(str) + dir(bytes) if not n.startswith("_"))) + r")\b")
 _ENDS_BLOCK = re.compile(r"\s*(?:return|raise|break|continue)\b")
+_ELSE_IF = re.compile(r"^\s*(else\s+if)\b")
+_PY2_CALL = re.compile(r"^Missing parentheses in call to '(\w+)'")
+_EXCEPT_LIST = re.compile(r"^(\s*except\s+)([^:()\n#]+?,[^:()\n#]+?)\s*:")
 
 
 def syntax_candidates(code: str, diagnostics: Iterable[Diagnostic], language: str) -> list[Candidate]:
@@ -72,7 +75,11 @@ def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
     message = d.message
     targets = (d.line,)
     if message.startswith("expected ':'"):
-        return _insert_after_code(code, lines, index, ":", d.line, d.col, targets)
+        return _else_if(lines, index, d.line) + _insert_after_code(code, lines, index, ":", d.line, d.col, targets)
+    if (found := _PY2_CALL.match(message)) is not None:
+        return _py2_call(code, lines, index, d, found.group(1))
+    if message == "multiple exception types must be parenthesized":
+        return _except_comma(lines, index, d.line)
     if (found := _EXPECTED.match(message)) is not None and found.group(1) in _INSERTABLE:
         if found.group(1) == ":" and message.endswith("found `=`"):
             return []  # ``if i=pivot:``: a ':' there makes a walrus; the '==' is the compiler's to suggest
@@ -335,9 +342,58 @@ def _commas(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
     end_line, end_col = (d.end_line, d.end_col) if (d.end_line, d.end_col) > (d.line, d.col) else (d.line, len(lines[d.line]))
     start, stop = index.offset(d.line, d.col), index.offset(end_line, end_col)
     segment = code[start:stop]
-    for column, char in code_chars(segment, "python"):
-        if char in " \t\n" and column > 0 and segment[column - 1] not in " \t\n,":
-            out.append(insertion("Insert missing ','", start + column, ",", order=len(out), targets=(d.line,)))
+    gaps = [column for column, char in code_chars(segment, "python")
+            if char in " \t\n" and column > 0 and segment[column - 1] not in " \t\n,:"]
+    for column in gaps:
+        out.append(insertion("Insert missing ','", start + column, ",", order=len(out), targets=(d.line,)))
+    if (open_brackets(code[:start], "python") or [""])[-1] == "{":  # a dict display's key without its ':'
+        for column in gaps:
+            out.append(insertion("Insert missing ':'", start + column, ":", order=len(out), targets=(d.line,)))
+    return out
+
+
+def _else_if(lines: list[str], index: LineIndex, line: int) -> list[Candidate]:
+    """``else if x:`` (C's and JavaScript's spelling): ``elif x:``."""
+    found = _ELSE_IF.match(lines[line])
+    if found is None:
+        return []
+    at = index.starts[line] + found.start(1)
+    return [Candidate("Replace 'else if' with 'elif'", (Edit(at, index.starts[line] + found.end(1), "elif"),),
+                      "syntax", "parser", targets=(line,))]
+
+
+def _py2_call(code: str, lines: list[str], index: LineIndex, d: Diagnostic, name: str) -> list[Candidate]:
+    """``print "x", y`` (Python 2's statement): ``print("x", y)``, the statement's arguments up to its
+    comment or its end (a statement on one line; a backslash-continued one is left alone)."""
+    text = lines[d.line]
+    found = re.compile(rf"\b{name}\b[ \t]*").search(text, d.col)
+    if found is None or text[:code_end(text)].endswith("\\"):
+        return []
+    end = code_end(text)
+    arguments = text[found.end():end]
+    if not arguments or arguments.startswith(("(", "=", ".")):
+        return []
+    start = index.starts[d.line] + found.start()
+    return [Candidate(f"Call {name}(...)", (Edit(start, index.starts[d.line] + end, f"{name}({arguments.rstrip()})"),),
+                      "syntax", "parser", targets=(d.line,))]
+
+
+def _except_comma(lines: list[str], index: LineIndex, line: int) -> list[Candidate]:
+    """``except ValueError, e:`` (Python 2's binding): ``except ValueError as e:``; and the types
+    parenthesized (``except (KeyError, ValueError):``), the likelier first by the last name's case."""
+    found = _EXCEPT_LIST.match(lines[line])
+    if found is None:
+        return []
+    names = [n.strip() for n in found.group(2).split(",")]
+    if not all(re.fullmatch(r"[A-Za-z_][\w.]*", n) for n in names):
+        return []
+    start, end = index.starts[line] + found.start(2), index.starts[line] + found.end(2)
+    out = [Candidate("Parenthesize the exception types", (Edit(start, end, f"({', '.join(names)})"),),
+                     "syntax", "parser", order=0 if names[-1][:1].isupper() else 1, targets=(line,))]
+    if len(names) == 2 and names[1].isidentifier():
+        out.append(Candidate(f"Replace ', {names[1]}' with ' as {names[1]}'",
+                             (Edit(start, end, f"{names[0]} as {names[1]}"),), "syntax", "parser",
+                             order=1 if names[-1][:1].isupper() else 0, targets=(line,)))
     return out
 
 
