@@ -59,6 +59,9 @@ def fixes(code: str, path: str = "case.py"):
     ("class A:\n    def __init__(self):\n        self.count = 0\n\n    def inc(self):\n        count += 1\n        return count\n",
      "class A:\n    def __init__(self):\n        self.count = 0\n\n    def inc(self):\n        self.count += 1\n        return self.count\n",
      "Replace 'count' with 'self.count'"),
+    # another language's word for None
+    ("def f(a):\n    if a is null:\n        return 0\n    return a\n", "def f(a):\n    if a is None:\n        return 0\n    return a\n",
+     "Replace 'null' with 'None'"),
     # ruff's own fix
     ("import os\n\n\ndef f(x):\n    return x\n", "\n\ndef f(x):\n    return x\n", "Remove unused import: `os`"),
 ])

@@ -90,6 +90,28 @@ def best(code: str, path: str = "case.py", language: str = "python"):
     ("def f(x):\n    try:\n        return x[0]\n    except KeyError, IndexError:\n        return None\n",
      "def f(x):\n    try:\n        return x[0]\n    except (KeyError, IndexError):\n        return None\n",
      "Parenthesize the exception types"),
+    # a misspelled keyword, and another language's word for one
+    ("improt os\n\nprint(os.sep)\n", "import os\n\nprint(os.sep)\n", "Replace 'improt' with 'import'"),
+    ("def f(x):\n    retrun x + 1\n", "def f(x):\n    return x + 1\n", "Replace 'retrun' with 'return'"),
+    ("def f(x):\n    if x:\n        return 1\n    esle:\n        return 2\n",
+     "def f(x):\n    if x:\n        return 1\n    else:\n        return 2\n", "Replace 'esle' with 'else'"),
+    ("def f(xs):\n    fro x in xs:\n        print(x)\n", "def f(xs):\n    for x in xs:\n        print(x)\n",
+     "Replace 'fro' with 'for'"),
+    ("deff f(x):\n    return x\n", "def f(x):\n    return x\n", "Replace 'deff' with 'def'"),
+    ("function f(x):\n    return x\n", "def f(x):\n    return x\n", "Replace 'function' with 'def'"),
+    # other languages' operators
+    ("def f(a, b):\n    if a && b:\n        return 1\n    return 0\n",
+     "def f(a, b):\n    if a and b:\n        return 1\n    return 0\n", "Replace '&&' with 'and'"),
+    ("def f(a, b):\n    return a || b  # '||' in a comment stays\n",
+     "def f(a, b):\n    return a or b  # '||' in a comment stays\n", "Replace '||' with 'or'"),
+    ("def f(a):\n    if !a:\n        return 1\n    return 0\n", "def f(a):\n    if not a:\n        return 1\n    return 0\n",
+     "Replace '!' with 'not '"),
+    ("def f(n):\n    i = 0\n    while i < n:\n        i++\n    return i\n",
+     "def f(n):\n    i = 0\n    while i < n:\n        i += 1\n    return i\n", "Replace 'x++' with 'x += 1'"),
+    ("def f(x):\n    y := x + 1\n    return y\n", "def f(x):\n    y = x + 1\n    return y\n", "Replace ':=' with '='"),
+    ("def f(x):\n    let y = x + 1\n    return y\n", "def f(x):\n    y = x + 1\n    return y\n", "Remove the declaration keyword"),
+    # an f-string's brace
+    ('def f(name):\n    return f"hello {name"\n', 'def f(name):\n    return f"hello {name}"\n', "Insert missing '}'"),
 ])
 def test_syntax_errors_are_fixed_where_they_belong(broken: str, fixed: str, title: str) -> None:
     fix = best(broken)

@@ -120,6 +120,10 @@ def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | No
         visible = (names_in_scope(code[:first], code[first + len(name):]) | _comprehension_names(code, index, places[0][1]))
         visible -= undefined | _NOT_NAMES
         outer = module_names | ALWAYS
+        if name in _FOREIGN_NAMES:  # another language's word for a Python constant
+            meant = _FOREIGN_NAMES[name]
+            out.append(Candidate(f"Replace {name!r} with {meant!r}", tuple(Edit(at, at + len(name), meant) for at, _ in places),
+                                 "name", SOURCE, cost=RECEIVER_COST, targets=lines))
         for distance, other in close_names(name, visible, counts=counts):
             edits = tuple(Edit(at, at + len(name), other) for at, _ in places)
             # A local of the enclosing function is a likelier meaning than a builtin or a module's name.
@@ -137,6 +141,7 @@ def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | No
     return out
 
 
+_FOREIGN_NAMES = {"null": "None", "NULL": "None", "nil": "None", "undefined": "None", "nullptr": "None"}
 _RECEIVERS = {"self": "instance", "cls": "class"}  # the first parameter a method's kind names
 RECEIVER_COST = 0.5  # one missing parameter: likelier than any respelling or import
 SELF_ATTRIBUTE_COST = 0.5  # ``count`` where the instance has a ``count``: likelier than a respelling

@@ -20,6 +20,7 @@ Strings and comments are told apart from code by ``postprocess.code_chars``.
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -28,7 +29,7 @@ from glm5_lsp.checks.introduced import LineIndex, is_syntax_error
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.postprocess import CLOSERS, COMMENT, OPENERS, code_chars, open_brackets
 from glm5_lsp.pynames.scope import names_in_scope, top_level_pieces
-from glm5_lsp.quickfix.edits import Candidate, Edit, insertion
+from glm5_lsp.quickfix.edits import Candidate, Edit, insertion, word_distance
 
 MAX_CLOSER_LINES = 30  # lines after an unclosed bracket or string where its closer may go
 MAX_PER_ERROR = 40  # candidates proposed for one error (the cheap compile check then filters them)
@@ -50,6 +51,21 @@ _STRING_PREFIX = "rRbBuUfF"
 # What may follow a string literal's closing quote and a dot: one of its methods (``"".join``).
 _STRING_METHOD = re.compile(r"\.(?:" + "|".join(sorted(n for n in dir(str) + dir(bytes) if not n.startswith("_"))) + r")\b")
 _ENDS_BLOCK = re.compile(r"\s*(?:return|raise|break|continue)\b")
+# Keywords a misspelling may mean (the expression-only ones too: ``retrun x if y esle z``).
+_KEYWORDS = tuple(k for k in keyword.kwlist if k not in ("True", "False", "None"))
+_FOREIGN_KEYWORDS = {"function": "def", "func": "def", "elsif": "elif", "elseif": "elif", "catch": "except"}
+_FOREIGN_OPERATORS = (
+    (re.compile(r"\s*(?P<op>&&)\s*"), " and ", "Replace '&&' with 'and'"),
+    (re.compile(r"\s*(?P<op>\|\|)\s*"), " or ", "Replace '||' with 'or'"),
+    (re.compile(r"(?P<op>!)(?!=)\s*"), "not ", "Replace '!' with 'not '"),
+    (re.compile(r"(?P<target>[A-Za-z_][\w.]*(?:\[[^\]\n]*\])?)[ \t]*(?P<op>\+)\+[ \t]*$"),
+     r"\g<target> \g<op>= 1", "Replace 'x++' with 'x += 1'"),
+    (re.compile(r"(?P<target>[A-Za-z_][\w.]*(?:\[[^\]\n]*\])?)[ \t]*(?P<op>-)-[ \t]*$"),
+     r"\g<target> \g<op>= 1", "Replace 'x--' with 'x -= 1'"),
+    (re.compile(r"^(?P<target>[ \t]*[A-Za-z_][\w.]*[ \t]*)(?P<op>:=)"), r"\g<target>=", "Replace ':=' with '='"),
+    (re.compile(r"^(?P<target>[ \t]*)(?P<op>var|let|const)[ \t]+(?=[A-Za-z_]\w*[ \t]*(?::[^=\n]*)?=)"),
+     r"\g<target>", "Remove the declaration keyword"),
+)
 _ELSE_IF = re.compile(r"^\s*(else\s+if)\b")
 _PY2_CALL = re.compile(r"^Missing parentheses in call to '(\w+)'")
 _EXCEPT_LIST = re.compile(r"^(\s*except\s+)([^:()\n#]+?,[^:()\n#]+?)\s*:")
@@ -117,7 +133,11 @@ def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
         return _retab(code, lines, index, d.line)
     if "Perhaps you forgot a comma" in message:
         return _commas(code, lines, index, d)
+    if message == "f-string: expecting '}'":
+        return _fstring_brace(lines, index, d)
     out = []
+    if message == "invalid syntax":
+        out += _misspelled_keywords(lines, index, d.line) + _foreign_operators(lines, index, d.line)
     if message == "invalid syntax" and _CLAUSE.match(lines[d.line]) and d.col == _indent(lines[d.line]):
         out += _reindent(code, lines, index, d.line, "clause")  # ``elif`` at no ``if``'s indentation
     at_equals = lines[d.line][d.col:d.col + 2][:1] == "=" and lines[d.line][d.col:d.col + 2] != "=="
@@ -395,6 +415,58 @@ def _except_comma(lines: list[str], index: LineIndex, line: int) -> list[Candida
                              (Edit(start, end, f"{names[0]} as {names[1]}"),), "syntax", "parser",
                              order=1 if names[-1][:1].isupper() else 0, targets=(line,)))
     return out
+
+
+def _code_words(text: str) -> Iterable[re.Match[str]]:
+    """The words of a line outside its strings and comments."""
+    code = {column for column, char in code_chars(text, "python") if char != COMMENT}
+    return (m for m in re.finditer(r"[A-Za-z_]\w*", text) if m.start() in code)
+
+
+def _misspelled_keywords(lines: list[str], index: LineIndex, line: int) -> list[Candidate]:
+    """A word of the line one or two edits from a keyword (``retrun``, ``improt``, ``esle``) or from
+    another language's word for one (``function``, ``elsif``, ``catch``): the keyword, nearest first."""
+    out = []
+    for found in _code_words(lines[line]):
+        word = found.group()
+        if keyword.iskeyword(word) or keyword.issoftkeyword(word):
+            continue
+        limit = 1 if len(word) < 6 else 2
+        near = sorted((word_distance(word, k), k) for k in (*_KEYWORDS, *_FOREIGN_KEYWORDS)
+                      if abs(len(k) - len(word)) <= limit and len(word) >= 2)
+        at = index.starts[line] + found.start()
+        for distance, meant in near:
+            if 0 < distance <= limit or (distance == 0 and meant in _FOREIGN_KEYWORDS):
+                target = _FOREIGN_KEYWORDS.get(meant, meant)
+                out.append(Candidate(f"Replace {word!r} with {target!r}", (Edit(at, at + len(word), target),),
+                                     "syntax", "parser", order=distance, targets=(line,)))
+    return out
+
+
+def _foreign_operators(lines: list[str], index: LineIndex, line: int) -> list[Candidate]:
+    """Other languages' operators: ``&&`` and ``||`` (``and``, ``or``), ``!x`` (``not x``), ``i++`` /
+    ``i--`` as a statement (``i += 1``), ``x := 1`` as one (``x = 1``), and a declaration's ``var``,
+    ``let`` or ``const`` (dropped); each kind its own fix, every use on the line."""
+    text = lines[line]
+    code = {column for column, char in code_chars(text, "python") if char != COMMENT}
+    start = index.starts[line]
+    out = []
+    for pattern, replacement, title in _FOREIGN_OPERATORS:
+        edits = tuple(Edit(start + m.start(), start + m.end(), m.expand(replacement))
+                      for m in pattern.finditer(text) if m.start("op") in code)
+        if edits:
+            out.append(Candidate(title, edits, "syntax", "parser", targets=(line,)))
+    return out
+
+
+def _fstring_brace(lines: list[str], index: LineIndex, d: Diagnostic) -> list[Candidate]:
+    """``f"hello {name"``: the ``}`` before the quote that ends the string (the last one at or
+    before the reported column)."""
+    text = lines[d.line]
+    quote = max(text.rfind('"', 0, d.col + 1), text.rfind("'", 0, d.col + 1))
+    if quote <= 0:
+        return []
+    return [insertion("Insert missing '}'", index.starts[d.line] + quote, "}", targets=(d.line,))]
 
 
 def _equals(code: str, lines: list[str], index: LineIndex, line: int, col: int) -> list[Candidate]:
