@@ -59,6 +59,12 @@ def fixes(code: str, path: str = "case.py"):
     ("class A:\n    def __init__(self):\n        self.count = 0\n\n    def inc(self):\n        count += 1\n        return count\n",
      "class A:\n    def __init__(self):\n        self.count = 0\n\n    def inc(self):\n        self.count += 1\n        return self.count\n",
      "Replace 'count' with 'self.count'"),
+    # a misspelled imported name, and the file's uses of it
+    ("from collections import OrderedDict, defualtdict\n\nd = defualtdict(list)\ne = OrderedDict(d)\n",
+     "from collections import OrderedDict, defaultdict\n\nd = defaultdict(list)\ne = OrderedDict(d)\n",
+     "Replace 'defualtdict' with 'defaultdict'"),
+    ("from collections import defualtdict as dd\n\nd = dd(list)\n", "from collections import defaultdict as dd\n\nd = dd(list)\n",
+     "Replace 'defualtdict' with 'defaultdict'"),
     # another language's word for None
     ("def f(a):\n    if a is null:\n        return 0\n    return a\n", "def f(a):\n    if a is None:\n        return 0\n    return a\n",
      "Replace 'null' with 'None'"),
@@ -110,6 +116,8 @@ def test_a_distance_counts_a_swap_as_one_edit() -> None:
 
 
 def test_attributes_are_judged_only_where_the_text_can_tell() -> None:
+    assert attribute_problems("from os import path, sep\nfrom json import JSONDecodeError\nfrom . import x\n",
+                              seconds=30.0) == []  # a submodule, names the modules have, a relative import
     assert attribute_problems("import json\njson.loads('1')\n", seconds=30.0) == []
     assert attribute_problems("import json\njson.__dict__\n", seconds=30.0) == []  # dunders: every module has them
     assert attribute_problems("import json\njson = 1\njson.nope\n", seconds=30.0) == []  # rebound

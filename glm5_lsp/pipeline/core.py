@@ -467,7 +467,7 @@ class Pipeline:
         budget = time_budget_s if time_budget_s is not None else self.repair.settings.time_budget_s
         given = [diagnostic_dict(d) for d in diagnostics] if diagnostics is not None else None
         if self.settings.unhurried and language == "python":
-            warm_quick_fixes(code, path)  # batch and eval: nobody waits, so jedi and the import index get their time
+            warm_quick_fixes(code, path, imported_from=True)  # batch and eval: nobody waits, so jedi and the import index get their time
         fixer = QuickFixer(runner, path, language, seconds=min(QUICK_FIX_SECONDS, budget), severities=severities,
                            should_cancel=should_cancel)
         quick = fixer.best(code, lines=_asked_lines(given)) if model_free else None

@@ -25,12 +25,12 @@ from glm5_lsp.quickfix.rank import Fix
 __all__ = ["Fix", "QuickFixer", "warm"]
 
 
-def warm(code: str = "", path: str | None = None, seconds: float = 10.0) -> None:
+def warm(code: str = "", path: str | None = None, seconds: float = 10.0, imported_from: bool = False) -> None:
     """What the first fix of ``code`` (the file at ``path``) would otherwise wait for, done now (a
     front end calls this when a file opens, beside ``pynames.jedi.warm_jedi``): the standard
     library's import index (about 0.3 s), the imports of the packages the file belongs to and imports
     from, and the attributes of the modules ``code`` reads attributes of (jedi, 0.1-2 s a module the
-    first time)."""
+    first time; with ``imported_from``, of the modules it imports names from too)."""
     imports.warm(code, path)
     if code:
-        names.warm(code, seconds)
+        names.warm(code, seconds, imported_from)

@@ -249,6 +249,7 @@ def attribute_problems(code: str, path: str | None = None, seconds: float = 1.0)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     found = _module_attribute_problems(code, tree, seconds)
+    found += _imported_name_problems(code, tree, seconds)
     found += _self_attribute_problems(code, tree)
     return sorted(found, key=lambda d: (d.line, d.col))
 
@@ -330,6 +331,29 @@ def _module_attribute_problems(code: str, tree: ast.AST, seconds: float) -> list
     return found
 
 
+def _imported_name_problems(code: str, tree: ast.AST, seconds: float) -> list[Diagnostic]:
+    """``from collections import defualtdict``: a name imported from a module that has no such
+    attribute and no such submodule (judged as module attributes are: jedi's listing, no module
+    ``__getattr__``)."""
+    found: list[Diagnostic] = []
+    started = time.monotonic()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        for alias in node.names:
+            if alias.name == "*" or imports.is_module(f"{node.module}.{alias.name}"):
+                continue
+            members = _members(node.module, max(0.0, seconds - (time.monotonic() - started)))
+            if not members or "__getattr__" in members or alias.name in members:
+                continue
+            line = alias.lineno - 1
+            col = byte_col_to_char(code, line, alias.col_offset)
+            found.append(Diagnostic(line, col, line, col + len(alias.name),
+                                    f"module '{node.module}' has no attribute '{alias.name}'", "error", SOURCE,
+                                    ATTRIBUTE_CODE))
+    return found
+
+
 _SLOW: dict[str, float] = {}  # module -> the time its listing ran out of: not tried again with as little
 
 
@@ -351,17 +375,21 @@ def _members(module: str, seconds: float, retry: bool = False) -> frozenset[str]
     return listed
 
 
-def warm(code: str, seconds: float = 10.0) -> int:
+def warm(code: str, seconds: float = 10.0, imported_from: bool = False) -> int:
     """List the attributes of the modules ``code`` imports and reads attributes of, so that the
-    first fix does not wait for jedi (the server does this when a file opens). Returns how many."""
+    first fix does not wait for jedi (the server does this when a file opens); with
+    ``imported_from``, of the modules it imports names from too (``from m import x``: where nobody
+    waits, as in batch; the editor lists those when a fix asks). Returns how many."""
     try:
         tree = pyparse.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return 0
-    modules = sorted({module for _, module, _ in _module_reads(tree)})
+    modules = {module for _, module, _ in _module_reads(tree)}
+    if imported_from:
+        modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
     listed = 0
     started = time.monotonic()
-    for module in modules:
+    for module in sorted(modules):
         left = seconds - (time.monotonic() - started)
         if left <= 0:
             break
@@ -487,7 +515,26 @@ def attribute_candidates(code: str, problems: Sequence[Diagnostic], seconds: flo
             pool: Iterable[str] = _members(module, seconds) or ()
         else:
             pool = _members_of_class(code, _class or "")
+        # An imported name (``from m import defualtdict``) is also respelled where the file uses it.
+        places = [at, *_uses_of_imported(code, index, problem, attribute)] if module else [at]
         for distance, other in close_names(attribute, pool, counts=counts):
-            out.append(Candidate(f"Replace {attribute!r} with {other!r}", (Edit(at, at + len(attribute), other),),
+            edits = tuple(Edit(place, place + len(attribute), other) for place in sorted(set(places)))
+            out.append(Candidate(f"Replace {attribute!r} with {other!r}", edits,
                                  "attribute", SOURCE, cost=float(distance), order=len(out), targets=(problem.line,)))
     return out
+
+
+def _uses_of_imported(code: str, index: LineIndex, problem: Diagnostic, name: str) -> list[int]:
+    """Where the file uses ``name`` when ``problem`` is at a ``from ... import`` binding it under its
+    own name (none otherwise: an attribute read, or ``import ... as`` another name)."""
+    try:
+        tree = pyparse.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    bound = any(isinstance(node, ast.ImportFrom) and any(
+        a.name == name and a.asname is None and a.lineno - 1 == problem.line for a in node.names)
+        for node in ast.walk(tree))
+    if not bound:
+        return []
+    return [index.offset(node.lineno - 1, byte_col_to_char(code, node.lineno - 1, node.col_offset))
+            for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == name]
