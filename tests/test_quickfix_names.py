@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from glm5_lsp.checks.providers import default_runner
-from glm5_lsp.quickfix import QuickFixer, imports
+from glm5_lsp.quickfix import QuickFixer, imports, names
 from glm5_lsp.quickfix.edits import word_distance
 from glm5_lsp.quickfix.names import attribute_problems, close_names
 
@@ -13,6 +13,7 @@ RUNNER = default_runner("python")
 
 
 def fixes(code: str, path: str = "case.py"):
+    names.warm(code, 30.0, imported_from=True)  # as batch does: the modules it imports names from listed
     return QuickFixer(RUNNER, path, "python", seconds=30.0, attribute_seconds=30.0).fixes(code)
 
 
@@ -116,8 +117,9 @@ def test_a_distance_counts_a_swap_as_one_edit() -> None:
 
 
 def test_attributes_are_judged_only_where_the_text_can_tell() -> None:
-    assert attribute_problems("from os import path, sep\nfrom json import JSONDecodeError\nfrom . import x\n",
-                              seconds=30.0) == []  # a submodule, names the modules have, a relative import
+    listed = "from os import path, sep\nfrom json import JSONDecodeError\nfrom . import x\n"
+    names.warm(listed, 30.0, imported_from=True)
+    assert attribute_problems(listed, seconds=30.0) == []  # a submodule, names the modules have, a relative import
     assert attribute_problems("import json\njson.loads('1')\n", seconds=30.0) == []
     assert attribute_problems("import json\njson.__dict__\n", seconds=30.0) == []  # dunders: every module has them
     assert attribute_problems("import json\njson = 1\njson.nope\n", seconds=30.0) == []  # rebound

@@ -249,7 +249,7 @@ def attribute_problems(code: str, path: str | None = None, seconds: float = 1.0)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     found = _module_attribute_problems(code, tree, seconds)
-    found += _imported_name_problems(code, tree, seconds)
+    found += _imported_name_problems(code, tree)
     found += _self_attribute_problems(code, tree)
     return sorted(found, key=lambda d: (d.line, d.col))
 
@@ -331,19 +331,20 @@ def _module_attribute_problems(code: str, tree: ast.AST, seconds: float) -> list
     return found
 
 
-def _imported_name_problems(code: str, tree: ast.AST, seconds: float) -> list[Diagnostic]:
+def _imported_name_problems(code: str, tree: ast.AST) -> list[Diagnostic]:
     """``from collections import defualtdict``: a name imported from a module that has no such
     attribute and no such submodule (judged as module attributes are: jedi's listing, no module
-    ``__getattr__``)."""
+    ``__getattr__``). Only modules already listed are judged (``warm(imported_from=True)`` lists
+    them where nobody waits): this runs for every candidate a fix judges, and a file imports from
+    many modules."""
     found: list[Diagnostic] = []
-    started = time.monotonic()
     for node in ast.walk(tree):
-        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module or not members_known(node.module):
             continue
         for alias in node.names:
             if alias.name == "*" or imports.is_module(f"{node.module}.{alias.name}"):
                 continue
-            members = _members(node.module, max(0.0, seconds - (time.monotonic() - started)))
+            members = module_members(node.module)
             if not members or "__getattr__" in members or alias.name in members:
                 continue
             line = alias.lineno - 1

@@ -93,7 +93,7 @@ def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
     if message.startswith("expected ':'"):
         return _else_if(lines, index, d.line) + _insert_after_code(code, lines, index, ":", d.line, d.col, targets)
     if (found := _PY2_CALL.match(message)) is not None:
-        return _py2_call(code, lines, index, d, found.group(1))
+        return _py2_call(lines, index, d, found.group(1))
     if message == "multiple exception types must be parenthesized":
         return _except_comma(lines, index, d.line)
     if (found := _EXPECTED.match(message)) is not None and found.group(1) in _INSERTABLE:
@@ -382,7 +382,7 @@ def _else_if(lines: list[str], index: LineIndex, line: int) -> list[Candidate]:
                       "syntax", "parser", targets=(line,))]
 
 
-def _py2_call(code: str, lines: list[str], index: LineIndex, d: Diagnostic, name: str) -> list[Candidate]:
+def _py2_call(lines: list[str], index: LineIndex, d: Diagnostic, name: str) -> list[Candidate]:
     """``print "x", y`` (Python 2's statement): ``print("x", y)``, the statement's arguments up to its
     comment or its end (a statement on one line; a backslash-continued one is left alone)."""
     text = lines[d.line]
