@@ -110,6 +110,9 @@ def best(code: str, path: str = "case.py", language: str = "python"):
      "def f(n):\n    i = 0\n    while i < n:\n        i += 1\n    return i\n", "Replace 'x++' with 'x += 1'"),
     ("def f(x):\n    y := x + 1\n    return y\n", "def f(x):\n    y = x + 1\n    return y\n", "Replace ':=' with '='"),
     ("def f(x):\n    let y = x + 1\n    return y\n", "def f(x):\n    y = x + 1\n    return y\n", "Remove the declaration keyword"),
+    # a C-like block: its braces, not a set display after a ':'
+    ("def f(xs):\n    for x in xs {\n        print(x)\n    }\n    return len(xs)\n",
+     "def f(xs):\n    for x in xs:\n        print(x)\n    return len(xs)\n", "Replace the braces with ':'"),
     # an f-string's brace
     ('def f(name):\n    return f"hello {name"\n', 'def f(name):\n    return f"hello {name}"\n', "Insert missing '}'"),
 ])

@@ -66,6 +66,8 @@ _FOREIGN_OPERATORS = (
     (re.compile(r"^(?P<target>[ \t]*)(?P<op>var|let|const)[ \t]+(?=[A-Za-z_]\w*[ \t]*(?::[^=\n]*)?=)"),
      r"\g<target>", "Remove the declaration keyword"),
 )
+_BLOCK_HEADER = re.compile(r"^\s*(?:if|elif|else|for|while|def|class|try|except|finally|with)\b")
+BRACE_BLOCK_COST = 0.5  # below the plain ':' (1.0): the braces meant a block, not a set display
 _ELSE_IF = re.compile(r"^\s*(else\s+if)\b")
 _PY2_CALL = re.compile(r"^Missing parentheses in call to '(\w+)'")
 _EXCEPT_LIST = re.compile(r"^(\s*except\s+)([^:()\n#]+?,[^:()\n#]+?)\s*:")
@@ -91,7 +93,8 @@ def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
     message = d.message
     targets = (d.line,)
     if message.startswith("expected ':'"):
-        return _else_if(lines, index, d.line) + _insert_after_code(code, lines, index, ":", d.line, d.col, targets)
+        return (_else_if(lines, index, d.line) + _brace_block(lines, index, d.line)
+                + _insert_after_code(code, lines, index, ":", d.line, d.col, targets))
     if (found := _PY2_CALL.match(message)) is not None:
         return _py2_call(lines, index, d, found.group(1))
     if message == "multiple exception types must be parenthesized":
@@ -99,7 +102,8 @@ def _python(code: str, lines: list[str], index: LineIndex, d: Diagnostic) -> lis
     if (found := _EXPECTED.match(message)) is not None and found.group(1) in _INSERTABLE:
         if found.group(1) == ":" and message.endswith("found `=`"):
             return []  # ``if i=pivot:``: a ':' there makes a walrus; the '==' is the compiler's to suggest
-        return _insert_after_code(code, lines, index, found.group(1), d.line, d.col, targets)
+        braces = _brace_block(lines, index, d.line) if message.endswith("found `{`") else []
+        return braces + _insert_after_code(code, lines, index, found.group(1), d.line, d.col, targets)
     if (found := _NEVER_CLOSED.match(message)) is not None:
         return _close_bracket(code, lines, index, found.group(1), d.line, d.col)
     if (found := _MISMATCH.match(message)) is not None:
@@ -380,6 +384,29 @@ def _else_if(lines: list[str], index: LineIndex, line: int) -> list[Candidate]:
     at = index.starts[line] + found.start(1)
     return [Candidate("Replace 'else if' with 'elif'", (Edit(at, index.starts[line] + found.end(1), "elif"),),
                       "syntax", "parser", targets=(line,))]
+
+
+def _brace_block(lines: list[str], index: LineIndex, line: int) -> list[Candidate]:
+    """``if x == 1 {`` ... ``}`` (a C-like block): ``:`` for the ``{``, and the line holding only the
+    matching ``}`` (the first at the header's indentation) removed. Before a plain ``:`` inserted
+    (``if x == 1: {``, a set display, compiles too): ``BRACE_BLOCK_COST``."""
+    text = lines[line]
+    end = code_end(text)
+    if not _BLOCK_HEADER.match(text) or not text[:end].endswith("{"):
+        return []
+    indent = _indent(text)
+    for row in range(line + 1, min(len(lines), line + 1 + MAX_CLOSER_LINES * 10)):
+        if lines[row].strip() == "}" and _indent(lines[row]) == indent:
+            brace = len(text[:end - 1].rstrip())
+            start = index.starts[line]
+            closer = index.starts[row]
+            closer_end = index.starts[row + 1] if row + 1 < len(index.starts) else len(index.text)
+            return [Candidate("Replace the braces with ':'", (Edit(start + brace, start + end, ":"),
+                                                                              Edit(closer, closer_end, "")),
+                              "syntax", "parser", cost=BRACE_BLOCK_COST, targets=(line,))]
+        if lines[row].strip() and _indent(lines[row]) <= indent:
+            return []
+    return []
 
 
 def _py2_call(lines: list[str], index: LineIndex, d: Diagnostic, name: str) -> list[Candidate]:
