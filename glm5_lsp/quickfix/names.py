@@ -113,6 +113,7 @@ def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | No
     undefined = set(uses)
     counts = word_counts(code)
     module_names = names_in_scope(code) - ALWAYS  # what the end of the file sees: the module's own names
+    tree = _parsed(code)  # for the methods holding the uses (the receiver and attribute fixes)
     out: list[Candidate] = []
     for name, places in uses.items():
         first = places[0][0]
@@ -130,10 +131,11 @@ def name_candidates(code: str, diagnostics: Sequence[Diagnostic], path: str | No
             cost = distance + (NOT_LOCAL_COST if other in outer else 0.0)
             out.append(Candidate(f"Replace {name!r} with {other!r}", edits, "name", SOURCE, cost=cost,
                                  order=len(out), targets=lines))
-        if name in _RECEIVERS:
-            out += _receiver_candidates(code, name, first, lines)
-        else:
-            out += _attribute_candidates(code, name, first, lines)
+        method = _enclosing_method(tree, index, first) if tree is not None else None
+        if method is not None and name in _RECEIVERS:
+            out += _receiver_candidates(code, index, method, name, lines)
+        elif method is not None:
+            out += _attribute_candidates(code, index, method, name, first, lines)
         for rank, suggestion in enumerate(imports.suggestions(name, code, path)):
             cost = ADDED_LINE_COST if suggestion.strong else WEAK_IMPORT_COST
             out.append(Candidate(f"Add {suggestion.statement!r}", (imports.import_edit(code, suggestion),), "import",
@@ -147,13 +149,26 @@ RECEIVER_COST = 0.5  # one missing parameter: likelier than any respelling or im
 SELF_ATTRIBUTE_COST = 0.5  # ``count`` where the instance has a ``count``: likelier than a respelling
 
 
-def _enclosing_method(code: str, index: LineIndex, at: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    """The innermost function defined directly in a class body whose lines hold offset ``at`` (None
-    where there is none, or the code does not parse)."""
+def _parsed(code: str) -> ast.Module | None:
+    """``code``'s tree, or None where it does not parse."""
     try:
-        tree = pyparse.parse(code)
+        return pyparse.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def _offset(code: str, index: LineIndex, lineno: int, col_offset: int) -> int:
+    """The offset in ``code`` of an ``ast`` position (1-based line, UTF-8 byte column), reading only
+    that line."""
+    row = lineno - 1
+    start = index.starts[row]
+    end = index.starts[row + 1] if row + 1 < len(index.starts) else len(code)
+    return start + byte_col_to_char(code[start:end], 0, col_offset)
+
+
+def _enclosing_method(tree: ast.AST, index: LineIndex, at: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function defined directly in a class body whose lines hold offset ``at`` (None
+    where there is none)."""
     use_line = index.position(at)[0] + 1  # as ast counts
     method = None
     for node in ast.walk(tree):  # outer classes first: the innermost method holding the use wins
@@ -165,14 +180,11 @@ def _enclosing_method(code: str, index: LineIndex, at: int) -> ast.FunctionDef |
     return method
 
 
-def _receiver_candidates(code: str, name: str, at: int, lines: tuple[int, ...]) -> list[Candidate]:
-    """``self`` (or ``cls``) used in a method that does not take it (``def get():`` in a class
+def _receiver_candidates(code: str, index: LineIndex, method: ast.FunctionDef | ast.AsyncFunctionDef, name: str,
+                         lines: tuple[int, ...]) -> list[Candidate]:
+    """``self`` (or ``cls``) used in ``method``, which does not take it (``def get():`` in a class
     body): the parameter added first. Not for a ``staticmethod`` (it takes none), nor ``self`` in a
     ``classmethod`` or ``cls`` in a plain method (the kind and the name disagree)."""
-    index = LineIndex(code)
-    method = _enclosing_method(code, index, at)
-    if method is None:
-        return []
     decorators = {d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else ""
                   for d in method.decorator_list}
     kind = "class" if "classmethod" in decorators else "static" if "staticmethod" in decorators else "instance"
@@ -181,8 +193,7 @@ def _receiver_candidates(code: str, name: str, at: int, lines: tuple[int, ...]) 
     arguments = method.args
     if any(a.arg == name for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)):
         return []
-    line = method.lineno - 1
-    def_at = index.offset(line, byte_col_to_char(code, line, method.col_offset))
+    def_at = _offset(code, index, method.lineno, method.col_offset)
     named = re.compile(rf"def\s+{re.escape(method.name)}\s*(?:\[[^\]]*\]\s*)?\(").search(code, def_at)
     if named is None:
         return []
@@ -194,13 +205,12 @@ def _receiver_candidates(code: str, name: str, at: int, lines: tuple[int, ...]) 
                       "name", SOURCE, cost=RECEIVER_COST, targets=lines)]
 
 
-def _attribute_candidates(code: str, name: str, first: int, lines: tuple[int, ...]) -> list[Candidate]:
-    """A bare name that is an attribute of ``self`` in the method using it (``count += 1`` where
+def _attribute_candidates(code: str, index: LineIndex, method: ast.FunctionDef | ast.AsyncFunctionDef, name: str,
+                          first: int, lines: tuple[int, ...]) -> list[Candidate]:
+    """A bare name that is an attribute of ``self`` in ``method``, which uses it (``count += 1`` where
     ``__init__`` sets ``self.count``; ``first``: its first reported use): ``self.`` before each use
     of it in that method."""
-    index = LineIndex(code)
-    method = _enclosing_method(code, index, first)
-    if method is None or not method.args.args:
+    if not method.args.args:
         return []
     receiver = method.args.args[0].arg
     attributes = self_attributes(code[:first], code[first:], receiver)
@@ -211,8 +221,7 @@ def _attribute_candidates(code: str, name: str, first: int, lines: tuple[int, ..
     uses = [node for node in ast.walk(method) if isinstance(node, ast.Name) and node.id == name]
     if any(isinstance(node.ctx, ast.Store) and not _augmented(method, node) for node in uses):
         return []  # assigned as a local somewhere: not the instance's
-    edits = tuple(Edit(at, at, f"{receiver}.") for at in sorted(
-        index.offset(node.lineno - 1, byte_col_to_char(code, node.lineno - 1, node.col_offset)) for node in uses))
+    edits = tuple(Edit(at, at, f"{receiver}.") for at in sorted(_offset(code, index, n.lineno, n.col_offset) for n in uses))
     if not edits:
         return []
     return [Candidate(f"Replace {name!r} with '{receiver}.{name}'", edits, "name", SOURCE, cost=SELF_ATTRIBUTE_COST,
@@ -503,6 +512,7 @@ def attribute_candidates(code: str, problems: Sequence[Diagnostic], seconds: flo
     """For each unknown attribute: the close attributes its module or class has."""
     index = LineIndex(code)
     counts = word_counts(code)
+    tree: ast.AST | None = None  # parsed for the first imported name
     out: list[Candidate] = []
     for problem in problems:
         found = _ATTRIBUTE.match(problem.message) if problem.code == ATTRIBUTE_CODE else None
@@ -517,7 +527,10 @@ def attribute_candidates(code: str, problems: Sequence[Diagnostic], seconds: flo
         else:
             pool = _members_of_class(code, _class or "")
         # An imported name (``from m import defualtdict``) is also respelled where the file uses it.
-        places = [at, *_uses_of_imported(code, index, problem, attribute)] if module else [at]
+        places = [at]
+        if module:
+            tree = tree or _parsed(code)
+            places += _uses_of_imported(code, index, tree, problem, attribute) if tree is not None else []
         for distance, other in close_names(attribute, pool, counts=counts):
             edits = tuple(Edit(place, place + len(attribute), other) for place in sorted(set(places)))
             out.append(Candidate(f"Replace {attribute!r} with {other!r}", edits,
@@ -525,17 +538,13 @@ def attribute_candidates(code: str, problems: Sequence[Diagnostic], seconds: flo
     return out
 
 
-def _uses_of_imported(code: str, index: LineIndex, problem: Diagnostic, name: str) -> list[int]:
-    """Where the file uses ``name`` when ``problem`` is at a ``from ... import`` binding it under its
-    own name (none otherwise: an attribute read, or ``import ... as`` another name)."""
-    try:
-        tree = pyparse.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
+def _uses_of_imported(code: str, index: LineIndex, tree: ast.AST, problem: Diagnostic, name: str) -> list[int]:
+    """Where the file (``tree``) uses ``name`` when ``problem`` is at a ``from ... import`` binding it
+    under its own name (none otherwise: an attribute read, or ``import ... as`` another name)."""
     bound = any(isinstance(node, ast.ImportFrom) and any(
         a.name == name and a.asname is None and a.lineno - 1 == problem.line for a in node.names)
         for node in ast.walk(tree))
     if not bound:
         return []
-    return [index.offset(node.lineno - 1, byte_col_to_char(code, node.lineno - 1, node.col_offset))
+    return [_offset(code, index, node.lineno, node.col_offset)
             for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == name]

@@ -444,9 +444,14 @@ def _except_comma(lines: list[str], index: LineIndex, line: int) -> list[Candida
     return out
 
 
+def _code_columns(text: str) -> set[int]:
+    """The columns of a line outside its strings and comments."""
+    return {column for column, char in code_chars(text, "python") if char != COMMENT}
+
+
 def _code_words(text: str) -> Iterable[re.Match[str]]:
     """The words of a line outside its strings and comments."""
-    code = {column for column, char in code_chars(text, "python") if char != COMMENT}
+    code = _code_columns(text)
     return (m for m in re.finditer(r"[A-Za-z_]\w*", text) if m.start() in code)
 
 
@@ -475,7 +480,7 @@ def _foreign_operators(lines: list[str], index: LineIndex, line: int) -> list[Ca
     ``i--`` as a statement (``i += 1``), ``x := 1`` as one (``x = 1``), and a declaration's ``var``,
     ``let`` or ``const`` (dropped); each kind its own fix, every use on the line."""
     text = lines[line]
-    code = {column for column, char in code_chars(text, "python") if char != COMMENT}
+    code = _code_columns(text)
     start = index.starts[line]
     out = []
     for pattern, replacement, title in _FOREIGN_OPERATORS:
