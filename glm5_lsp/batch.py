@@ -266,6 +266,15 @@ def run_task(pipeline: Pipeline, task: dict[str, Any]) -> PipelineResult:
     raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
 
 
+def rooted(task: dict[str, Any], workspace: Path | None) -> dict[str, Any]:
+    """``task`` with a relative ``path`` read from the ``workspace`` folder (as the editor names a
+    workspace file: the memory and the context engine then know it as theirs)."""
+    path = task.get("path")
+    if workspace is None or not isinstance(path, str) or not path or os.path.isabs(path):
+        return task
+    return {**task, "path": str(workspace / path)}
+
+
 def _text(task: dict[str, Any], key: str, required: bool = True) -> str:
     value = task.get(key, None if required else "")
     if not isinstance(value, str):
@@ -353,6 +362,7 @@ def run_batch(
     processes: bool = False,
     torch_threads: int | None = None,
     retry_errors: bool = False,
+    workspace: Path | None = None,
 ) -> BatchSummary:
     """Run every task of ``input_path`` not yet in ``output_path`` (with ``retry_errors``, also those
     recorded with an error, whose records are dropped first).
@@ -362,18 +372,19 @@ def run_batch(
     Each worker has its own pipeline from ``pipeline_factory``. Workers are threads by default; with
     ``processes`` they are spawned processes (true parallelism, and nothing shared that is not
     thread-safe, such as jedi), which needs a picklable factory. ``torch_threads`` is set in each
-worker process, or in this process for thread workers.
-    Only this process writes the output.
+    worker process, or in this process for thread workers. A task's relative ``path`` is read from
+    ``workspace`` where one is given. Only this process writes the output.
     """
     if workers < 1:
         raise ValueError("--workers must be at least 1")
     with locked_output(output_path):  # before the output is read: a torn-line cut must not race a writer
         return _run_locked(input_path, output_path, pipeline_factory, workers, progress, processes, torch_threads,
-                           retry_errors)
+                           retry_errors, workspace)
 
 
 def _run_locked(input_path: Path, output_path: Path, pipeline_factory: Callable[[], Pipeline], workers: int,
-                progress: bool, processes: bool, torch_threads: int | None, retry_errors: bool) -> BatchSummary:
+                progress: bool, processes: bool, torch_threads: int | None, retry_errors: bool,
+                workspace: Path | None) -> BatchSummary:
     started = time.perf_counter()
     tasks, problems = read_tasks(input_path)
     for problem in problems:
@@ -386,7 +397,7 @@ def _run_locked(input_path: Path, output_path: Path, pipeline_factory: Callable[
             drop_records(output_path, retried)
             log.warning("%s: running %d tasks recorded with errors again", output_path, len(retried))
     done_ids = set(recorded) - retried
-    pending = [task for task in tasks if str(task["id"]) not in done_ids]
+    pending = [rooted(task, workspace) for task in tasks if str(task["id"]) not in done_ids]
     summary = BatchSummary(total=len(tasks), skipped=len(tasks) - len(pending), problems=problems,
                            retried=len(retried))
     pool: Executor
@@ -461,30 +472,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retry-errors", action="store_true",
                         help="run the tasks recorded with an error again (a rerun otherwise skips them as done)")
     parser.add_argument("--workspace", type=Path, default=None,
-                        help="project folder whose symbols and API docs the context engine adds to prompts")
+                        help="the project folder: its symbols and API docs go into prompts, its files and the "
+                             "libraries they import into the workspace memory, and a task's relative path is "
+                             "read from it")
     parser.add_argument("--no-context", action="store_true", help="plain prompts: only the code around the cursor")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="no workspace memory (by default, as in the editor, the workspace's files and its "
+                             "libraries, or the standard library without --workspace, are mixed into decoding)")
+    parser.add_argument("--no-libraries", action="store_true",
+                        help="the workspace memory holds the workspace's files only (no installed libraries, "
+                             "no standard library)")
     add_backend_arguments(parser)
 
 
 @dataclass
 class PipelineFactory:
-    """A picklable recipe for one worker's pipeline (its own backend, context engine, repair loop)."""
+    """A picklable recipe for one worker's pipeline, opened as the language server opens its own
+    (``pipeline.session.open_session``: the backend, the prompt budgets sized to the model, the
+    context engine, the repair loop) with the workspace memory built before the first task: the
+    ``workspace`` folder's files and the libraries they import, or without a folder the standard
+    library alone (``libraries`` False: neither). ``memory`` False: no memory."""
 
     backend: str = "local"
     backend_options: dict[str, Any] = field(default_factory=dict)
     settings: PipelineSettings = field(default_factory=PipelineSettings)
     context: bool = True
     workspace: Path | None = None
+    memory: bool = True
+    libraries: bool = True
 
     def __call__(self) -> Pipeline:
-        from glm5_lsp.pipeline.session import create_backend
+        from glm5_lsp.pipeline.memory import MemorySettings
+        from glm5_lsp.pipeline.session import open_session
 
-        context = None
-        if self.context:
-            from glm5_lsp.pipeline.session import context_engine
-
-            context = context_engine(self.workspace)
-        return Pipeline(create_backend(self.backend, **self.backend_options), settings=self.settings, context=context)
+        root = str(self.workspace) if self.workspace is not None else None
+        memory = MemorySettings(libraries=self.libraries, stdlib=self.libraries) if self.memory else None
+        session = open_session(self.backend, self.backend_options, self.settings, root=root, memory=memory)
+        pipeline = session.pipeline
+        if not self.context:
+            pipeline.context = None
+        if session.memory is not None:
+            if root is not None:
+                session.memory.index(root)
+            else:
+                session.memory.index_libraries()
+        return pipeline
 
 
 def make_pipeline_factory(args: argparse.Namespace) -> PipelineFactory:
@@ -498,8 +530,14 @@ def make_pipeline_factory(args: argparse.Namespace) -> PipelineFactory:
     from glm5_lsp.pipeline.session import backend_spec
 
     kind, options = backend_spec(args)  # ValueError: incomplete backend options
-    return PipelineFactory(kind, options, settings, not getattr(args, "no_context", False),
-                           getattr(args, "workspace", None))
+    workspace = getattr(args, "workspace", None)
+    if workspace is not None:
+        if not Path(workspace).is_dir():
+            raise ValueError(f"--workspace {workspace}: not a folder")
+        workspace = Path(workspace).resolve()
+    return PipelineFactory(kind, options, settings, not getattr(args, "no_context", False), workspace,
+                           memory=not getattr(args, "no_memory", False),
+                           libraries=not getattr(args, "no_libraries", False))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -521,7 +559,7 @@ def run(args: argparse.Namespace) -> int:
         summary = run_batch(args.input, args.output, factory, workers=args.workers,
                             progress=not args.no_progress, processes=args.workers > 1,
                             torch_threads=args.threads if args.backend == "local" else None,
-                            retry_errors=args.retry_errors)
+                            retry_errors=args.retry_errors, workspace=factory.workspace)
     except OutputLocked as held:
         print(f"glm5-lsp batch: {args.output} is being written by another batch run ({held}); "
               "wait for it to finish or stop it", file=sys.stderr)

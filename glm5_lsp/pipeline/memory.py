@@ -94,6 +94,18 @@ class SessionMemory:
                  stats.bytes / 1e6, time.perf_counter() - started)
         return stats.to_dict()
 
+    def index_libraries(self) -> dict[str, Any]:
+        """No workspace folder (a batch of loose tasks): the standard library alone, per the settings
+        (``stdlib``); the memory's stats as a dict."""
+        started = time.perf_counter()
+        if self.settings.stdlib:
+            self.memory.load_libraries((), distributions=False)
+        self.indexed = True
+        stats = self.memory.stats
+        log.info("workspace memory: no folder, %d library tokens (%s), built in %.1f s", stats.library_tokens,
+                 ", ".join(stats.libraries) or "no libraries", time.perf_counter() - started)
+        return stats.to_dict()
+
     def cancel(self) -> None:
         """Stop a build that is running (at its next progress step)."""
         with self._lock:
