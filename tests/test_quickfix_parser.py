@@ -147,3 +147,18 @@ def test_a_candidate_that_only_moves_the_error_earlier_is_not_kept() -> None:
     fixes = QuickFixer(RUNNER, "case.py", "python").fixes(code)
     assert all('"FizzBuzz)"' not in f.text for f in fixes)
     assert fixes[0].text == 'def f(a):\n    a.append("FizzBuzz")\n    a.append("Fizz")\n'
+
+
+@pytest.mark.parametrize("broken, fixed, title", [
+    # two errors on one line: mending either alone stops at the other on the same line, so neither
+    # got past the compile-only check and nothing was proposed
+    ("def f(total):\n    print('total: \n    return total\n", "def f(total):\n    print('total: ')\n    return total\n",
+     "Insert missing \"'\"; Insert missing ')'"),
+    ("def f(a, b):\n    if a = 0 and b = 1:\n        return 1\n    return 0\n",
+     "def f(a, b):\n    if a == 0 and b == 1:\n        return 1\n    return 0\n", "Replace '=' with '=='; Replace '=' with '=='"),
+])
+def test_two_errors_on_one_line_are_fixed_together(broken: str, fixed: str, title: str) -> None:
+    fix = best(broken)
+    assert fix.text == fixed
+    assert fix.title == title
+    assert fix.clean() and fix.kind == "syntax"

@@ -22,7 +22,7 @@ from glm5_lsp.checks.introduced import is_syntax_error
 from glm5_lsp.checks.providers.runner import DiagnosticRunner
 from glm5_lsp.diagnostics import Diagnostic
 from glm5_lsp.quickfix import imports, names
-from glm5_lsp.quickfix.edits import Candidate
+from glm5_lsp.quickfix.edits import Candidate, Edit
 from glm5_lsp.quickfix.parser import syntax_candidates
 from glm5_lsp.quickfix.rank import BLOCKING, Checks, Fix, rank_key, ranked
 from glm5_lsp.quickfix.ruff import ruff_candidates
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 DEFAULT_SECONDS = 2.0  # the fixer's whole time when the caller gives none
 MAX_STEPS = 6  # fixes chained one after another
 PREFILTER = 24  # syntax candidates that pass the compile-only check and are judged in full, at most
+FOLLOW_UPS = 6  # candidates stopped at a second error on their own line, followed by its fixes (``_followed``)
 
 
 class QuickFixer:
@@ -115,10 +116,13 @@ class QuickFixer:
     def _prefilter(self, code: str, candidates: list[Candidate]) -> list[Candidate]:
         """The syntax candidates whose text gets past the point of the error under the compiler alone
         (a fraction of a millisecond each, where the full checks take a few): it compiles, or its
-        first error lies after the candidate's last edited line. Other languages: all of them."""
+        first error lies after the candidate's last edited line. Where none does, the candidates that
+        stopped at a second error on their own line, each followed by a fix of that one
+        (:meth:`_followed`). Other languages: all of them."""
         if self._compile is None:
             return candidates
-        kept = []
+        kept: list[Candidate] = []
+        stuck: list[tuple[Candidate, str, list[Diagnostic]]] = []
         for candidate in candidates:
             if len(kept) >= PREFILTER or self._late():
                 break
@@ -126,16 +130,50 @@ class QuickFixer:
                 text = candidate.apply(code)
             except ValueError:
                 continue
-            try:
-                errors = self._compile.diagnose(text, self.path, self.language)
-            except Exception:  # the full check will say what is wrong; judge it there
-                log.debug("compile check failed", exc_info=True)
+            passed, errors = self._gets_past(candidate, text)
+            if passed:
                 kept.append(candidate)
-                continue
-            last_line = max(text.count("\n", 0, e.start + len(e.text)) for e in _shifted(candidate))
-            if not errors or all(e.line > last_line for e in errors):
-                kept.append(candidate)
-        return kept
+            elif errors and len(stuck) < FOLLOW_UPS:
+                stuck.append((candidate, text, errors))
+        return kept or self._followed(code, stuck)
+
+    def _gets_past(self, candidate: Candidate, text: str) -> tuple[bool, list[Diagnostic]]:
+        """Whether ``text`` (``candidate`` applied) compiles or first fails after the candidate's last
+        edited line; and the compiler's errors at or above that line. (A compiler that fails: passed,
+        for the full checks to judge.)"""
+        assert self._compile is not None
+        try:
+            errors = self._compile.diagnose(text, self.path, self.language)
+        except Exception:  # the full check will say what is wrong; judge it there
+            log.debug("compile check failed", exc_info=True)
+            return True, []
+        last_line = max(text.count("\n", 0, e.start + len(e.text)) for e in _shifted(candidate))
+        early = [e for e in errors if e.line <= last_line]
+        return not early, early
+
+    def _followed(self, code: str, stuck: list[tuple[Candidate, str, list[Diagnostic]]]) -> list[Candidate]:
+        """Two errors on one line, where mending either alone stops at the other (``print('total:``
+        leaves a string and a bracket open; ``if a = 0 and b = 1:`` has two ``=``): each candidate
+        that stopped so, followed by the syntax candidates for the error it stopped at, kept as one
+        candidate where the two together get past the line."""
+        out: list[Candidate] = []
+        seen: set[str] = set()
+        for first, text, errors in stuck:
+            for second in _proposed(syntax_candidates, text, errors, self.language):
+                if len(out) >= PREFILTER or self._late():
+                    return out
+                try:
+                    final = second.apply(text)
+                except ValueError:
+                    continue
+                if final in seen:
+                    continue
+                seen.add(final)
+                both = _merged(code, first, text, second, final)
+                passed, _ = self._gets_past(both, final)
+                if passed:
+                    out.append(both)
+        return out
 
     # ---- chains -------------------------------------------------------------------------------
 
@@ -196,6 +234,22 @@ def _proposed(generator: Callable[..., list[Candidate]], *args: object) -> list[
     except Exception:
         log.exception("%s failed; its fixes are left out", getattr(generator, "__name__", "a fix generator"))
         return []
+
+
+def _merged(code: str, first: Candidate, text: str, second: Candidate, final: str) -> Candidate:
+    """``first`` (``code`` -> ``text``) then ``second`` (``text`` -> ``final``) as one candidate on
+    ``code``: one edit over the span where ``code`` and ``final`` differ, costing what the two cost."""
+    head = 0
+    limit = min(len(code), len(final))
+    while head < limit and code[head] == final[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and code[len(code) - 1 - tail] == final[len(final) - 1 - tail]:
+        tail += 1
+    edit = Edit(head, len(code) - tail, final[head:len(final) - tail])
+    return Candidate(f"{first.title}; {second.title}", (edit,), first.kind,
+                     first.source, first.safe and second.safe, first.order + second.order,
+                     first.edit_cost(code) + second.edit_cost(text), tuple(sorted({*first.targets, *second.targets})))
 
 
 def _shifted(candidate: Candidate) -> list[_Placed]:
