@@ -50,6 +50,16 @@ def test_cursors_after_a_space(tmp_path: Path) -> None:
         cursor_cases(path, 1, random.Random(0), at="middle")
 
 
+def test_cursors_at_a_new_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("def f(a, b):\n    # not here\n    total = a + b\n    return  total\n")
+    cases = [c for seed in range(40) for c in cursor_cases(path, 10, random.Random(seed), at="line")]
+    cut = {(c.document[:c.offset].rsplit("\n", 1)[-1], c.rest, c.word, c.typed) for c in cases}
+    assert cut == {("", "def f(a, b):", "def", 0), ("    ", "total = a + b", "total", 0),
+                   ("    ", "return  total", "return", 0)}, "code lines only, the cursor at the indentation's end"
+    assert all(c.document[c.offset:].startswith("\n") for c in cases), "the whole line's code is cut"
+
+
 def test_edit_similarity() -> None:
     assert edit_similarity("", "") == 1.0 and edit_similarity("abc", "") == 0.0
     assert edit_similarity("kitten", "sitting") == pytest.approx(1 - 3 / 7)

@@ -5,7 +5,8 @@
 copied into its own folder, as a user's checkout would be, and cursors are seeded in its files the
 way the editor benchmarks place them: two characters into an identifier of a code line (``at="word"``)
 or right after a space that follows code on the line (``at="space"``: ``return |``, ``total = |``,
-``f(a, |``, where typing pauses between words), the rest of that line cut off, the lines below kept.
+``f(a, |``, where typing pauses between words), or at a code line's indentation (``at="line"``: a new
+line, its whole code to come), the rest of that line cut off, the lines below kept.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{3,}")
 _NEXT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[^\sA-Za-z0-9_]+|[0-9]+")
-CURSORS = ("word", "space")
+CURSORS = ("word", "space", "line")
 
 
 def package_files(name: str) -> list[tuple[str, Path]]:
@@ -61,8 +62,9 @@ class Case:
 
 def cursor_cases(path: Path, count: int, rng: random.Random, at: str = "word") -> list[Case]:
     """Up to ``count`` cases in one file, on code lines (not a comment or a string-only line): cut two
-    characters into one of the line's identifiers (``at="word"``), or right after one of its single
-    spaces that follows code and comes before more code (``at="space"``)."""
+    characters into one of the line's identifiers (``at="word"``), right after one of its single
+    spaces that follows code and comes before more code (``at="space"``), or at its indentation's end
+    (``at="line"``: the whole line's code is the rest)."""
     if at not in CURSORS:
         raise ValueError(f"unknown cursor kind {at!r} (one of {', '.join(CURSORS)})")
     text = path.read_text(encoding="utf-8")
@@ -73,7 +75,8 @@ def cursor_cases(path: Path, count: int, rng: random.Random, at: str = "word") -
         if not stripped or stripped.startswith(("#", '"', "'")):
             continue
         indent = len(line) - len(line.lstrip())
-        columns = _word_columns(line, indent) if at == "word" else _space_columns(line, indent)
+        columns = (_word_columns(line, indent) if at == "word" else _space_columns(line, indent) if at == "space"
+                   else _line_columns(line, indent))
         if columns:
             candidates.append((number, columns))
     cases = []
@@ -89,6 +92,11 @@ def cursor_cases(path: Path, count: int, rng: random.Random, at: str = "word") -
 def _word_columns(line: str, indent: int) -> list[tuple[int, str]]:
     return [(m.start() + 2, m.group(0)) for m in _IDENTIFIER.finditer(line)
             if m.start() >= indent and "#" not in line[:m.start()]]
+
+
+def _line_columns(line: str, indent: int) -> list[tuple[int, str]]:
+    match = _NEXT_WORD.match(line, indent)
+    return [(indent, match.group(0))] if match else []
 
 
 def _space_columns(line: str, indent: int) -> list[tuple[int, str]]:
