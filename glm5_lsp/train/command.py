@@ -122,6 +122,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--min-gain", type=float, default=0.0,
                        help="--promote: the relative perplexity gain needed (default 0: any improvement)")
     group.add_argument("--dry-run", action="store_true", help="--promote: measure only")
+    group.add_argument("--clone", type=Path, default=None, metavar="RUN",
+                       help="a second run of RUN's model in --out, reading the stream in its own order (the "
+                            "run's seed plus one), to be averaged with it by --merge (train/merge.py)")
+    group.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RUN",
+                       help="average the checkpoints of these runs (one cloned from the other, both stopped) "
+                            "into each of them")
     group.add_argument("--minutes", type=float, default=None,
                        help="stop the continued run after this many minutes (default: until SIGTERM/SIGINT)")
     group.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in this call")
@@ -151,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
         guard.save(args.write_guard)
         print(f"wrote {len(guard.digests)} HumanEval fingerprints to {args.write_guard}")
         return 0
+    if args.clone is not None or args.merge is not None:
+        return run_pair(args)
     if args.continue_from is not None or args.resume is not None or args.promote is not None:
         return run_continued(args)
     if args.out is None:
@@ -265,6 +273,29 @@ def run_continued(args: argparse.Namespace) -> int:
         return 1
     print(f"{run_dir}: {state.run_step} steps in this run, {state.tokens_total:,} tokens seen in all, "
           f"last loss {state.last_loss}; checkpoint in {run_dir / 'checkpoint'}")
+    return 0
+
+
+def run_pair(args: argparse.Namespace) -> int:
+    """``--clone`` and ``--merge``: two runs of one model on the two cores, averaged now and then."""
+    from glm5_lsp.model.loading import CheckpointError
+    from glm5_lsp.train.merge import RunBusy, clone_run, merge_runs
+
+    try:
+        if args.clone is not None:
+            if args.out is None:
+                print("glm5-lsp train: --clone needs --out (the second run's folder)", file=sys.stderr)
+                return 2
+            clone_run(args.clone, args.out)
+            print(f"{args.out}: a second run of {args.clone}'s model; start it with "
+                  f"GLM5_RUN={args.out} scripts/cpu_train.sh, average the two with --merge {args.clone} {args.out}")
+            return 0
+        merged = merge_runs(args.merge)
+    except (CheckpointError, FileExistsError, FileNotFoundError, RunBusy, ValueError) as exc:
+        print(f"glm5-lsp train: {exc}", file=sys.stderr)
+        return 1
+    print(f"averaged {merged.tensors} tensors of {', '.join(merged.runs)} into each: "
+          f"{merged.tokens_total:,} tokens seen in all")
     return 0
 
 

@@ -141,6 +141,7 @@ class TrainState:
     position: dict = field(default_factory=lambda: Position().to_dict())
     last_loss: float | None = None
     wall_seconds: float = 0.0  # training time in this run, across resumes
+    merge_base: int | None = None  # tokens_total where this run last agreed with its pair (``merge.py``)
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainState:

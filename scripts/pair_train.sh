@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One model trained on both cores: the continued run (runs/continued) and a second run of the same
+# model reading the corpus in its own order (runs/continued-b, cloned from the first on first use),
+# averaged every GLM5_MERGE_MINUTES (default 60) by a small loop in the background
+# (glm5_lsp/train/merge.py: local SGD; the averaged weights are what --promote then measures).
+#
+#   scripts/pair_train.sh             start both runs and the merging loop (or resume them)
+#   scripts/pair_train.sh --merge     stop both, average them now, start both again
+#   scripts/pair_train.sh --stop      stop the loop and both runs (each writes its checkpoint)
+#   scripts/pair_train.sh --status    the loop and both runs
+#
+# Before scripts/promote.sh: `scripts/pair_train.sh --merge`, so that the run promoted holds both.
+# Each run is started and stopped by scripts/cpu_train.sh (GLM5_RUN), nice 19, one thread each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+FIRST="${GLM5_RUN:-runs/continued}"
+SECOND="${GLM5_PAIR_RUN:-runs/continued-b}"
+MINUTES="${GLM5_MERGE_MINUTES:-60}"
+LOOP_PID="$FIRST/pair.pid"
+LOG="$FIRST/pair.log"
+
+loop_running() { [[ -f "$LOOP_PID" ]] && kill -0 "$(cat "$LOOP_PID")" 2>/dev/null; }
+
+both() { GLM5_RUN="$FIRST" scripts/cpu_train.sh "$@"; GLM5_RUN="$SECOND" scripts/cpu_train.sh "$@"; }
+
+merge_now() {
+    both --stop || true  # (a run that will not stop is refused by the merge, which says so)
+    if "$PY" -m glm5_lsp.cli train --merge "$FIRST" "$SECOND"; then
+        echo "$(date -u +%FT%TZ) merged"
+    else
+        echo "$(date -u +%FT%TZ) the merge failed; both runs go on from their own weights" >&2
+    fi
+    both
+}
+
+case "${1:-}" in
+    --status)
+        if loop_running; then echo "merging loop: running (pid $(cat "$LOOP_PID"), every $MINUTES min)"
+        else echo "merging loop: not running"; fi
+        echo "$FIRST: $(GLM5_RUN="$FIRST" scripts/cpu_train.sh --status | sed -n 1p)"
+        echo "$SECOND: $(GLM5_RUN="$SECOND" scripts/cpu_train.sh --status | sed -n 1p)"
+        ;;
+    --stop)
+        if loop_running; then kill "$(cat "$LOOP_PID")"; rm -f "$LOOP_PID"; fi
+        both --stop
+        ;;
+    --merge)
+        merge_now
+        ;;
+    --loop)  # the background loop itself
+        while true; do
+            sleep "$((MINUTES * 60))"
+            merge_now
+        done
+        ;;
+    "")
+        if [[ ! -f "$SECOND/run.json" ]]; then
+            GLM5_RUN="$FIRST" scripts/cpu_train.sh --stop
+            "$PY" -m glm5_lsp.cli train --clone "$FIRST" --out "$SECOND"
+        fi
+        both
+        if loop_running; then
+            echo "pair_train.sh: merging loop already running (pid $(cat "$LOOP_PID"))"
+        else
+            setsid nohup "$0" --loop >>"$LOG" 2>&1 < /dev/null &
+            echo $! > "$LOOP_PID"
+            echo "pair_train.sh: merging every $MINUTES min (pid $!, log $LOG)"
+        fi
+        ;;
+    *)
+        echo "usage: scripts/pair_train.sh [--status | --stop | --merge]" >&2
+        exit 2
+        ;;
+esac
