@@ -9,7 +9,9 @@
 #   scripts/pair_train.sh --stop      stop the loop and both runs (each writes its checkpoint)
 #   scripts/pair_train.sh --status    the loop and both runs
 #
-# Before scripts/promote.sh: `scripts/pair_train.sh --merge`, so that the run promoted holds both.
+# To promote: `scripts/pair_train.sh --stop` (the loop must not merge mid-promotion), then
+# `python -m glm5_lsp.cli train --merge runs/continued runs/continued-b` (the run promoted holds both),
+# `scripts/promote.sh`, and `scripts/pair_train.sh` to start the pair and the loop again.
 # Each run is started and stopped by scripts/cpu_train.sh (GLM5_RUN), nice 19, one thread each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
