@@ -44,7 +44,9 @@ case "${1:-}" in
         echo "$SECOND: $(GLM5_RUN="$SECOND" scripts/cpu_train.sh --status | sed -n 1p)"
         ;;
     --stop)
-        if loop_running; then kill "$(cat "$LOOP_PID")"; rm -f "$LOOP_PID"; fi
+        if loop_running; then  # the loop, then its sleep (bash acts on the signal once the sleep ends)
+            pid="$(cat "$LOOP_PID")"; kill "$pid"; pkill -P "$pid" || true; rm -f "$LOOP_PID"
+        fi
         both --stop
         ;;
     --merge)
