@@ -26,6 +26,7 @@ from glm5_lsp.quickfix.edits import Candidate, Edit
 from glm5_lsp.quickfix.parser import syntax_candidates
 from glm5_lsp.quickfix.rank import BLOCKING, Checks, Fix, rank_key, ranked
 from glm5_lsp.quickfix.ruff import ruff_candidates
+from glm5_lsp.textdiff import diff_region
 
 log = logging.getLogger(__name__)
 
@@ -239,14 +240,7 @@ def _proposed(generator: Callable[..., list[Candidate]], *args: object) -> list[
 def _merged(code: str, first: Candidate, text: str, second: Candidate, final: str) -> Candidate:
     """``first`` (``code`` -> ``text``) then ``second`` (``text`` -> ``final``) as one candidate on
     ``code``: one edit over the span where ``code`` and ``final`` differ, costing what the two cost."""
-    head = 0
-    limit = min(len(code), len(final))
-    while head < limit and code[head] == final[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and code[len(code) - 1 - tail] == final[len(final) - 1 - tail]:
-        tail += 1
-    edit = Edit(head, len(code) - tail, final[head:len(final) - tail])
+    edit = Edit(*diff_region(code, final))
     return Candidate(f"{first.title}; {second.title}", (edit,), first.kind,
                      first.source, first.safe and second.safe, first.order + second.order,
                      first.edit_cost(code) + second.edit_cost(text), tuple(sorted({*first.targets, *second.targets})))
