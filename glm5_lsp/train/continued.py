@@ -158,9 +158,7 @@ def save_checkpoint(
     slow_ema: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write a checkpoint beside the current one, then swap it in (never a torn checkpoint)."""
-    final = run / CHECKPOINT
     fresh = run / (CHECKPOINT + ".new")
-    old = run / (CHECKPOINT + ".old")
     shutil.rmtree(fresh, ignore_errors=True)
     save_model(model, fresh, max_shard_bytes=1 << 40)
     shutil.copy2(run / "tokenizer.json", fresh / "tokenizer.json")
@@ -168,9 +166,21 @@ def save_checkpoint(
     if slow_ema is not None:
         save_file({k: v.contiguous() for k, v in slow_ema.items()}, str(fresh / SLOW_EMA))
     save_file(_optimizer_tensors(model, optimizer), str(fresh / "optimizer.safetensors"))
-    (fresh / "state.json").write_text(
-        json.dumps({"version": STATE_VERSION, **asdict(state)}, indent=1) + "\n", encoding="utf-8"
-    )
+    write_state(fresh, state)
+    return swap_in(run)
+
+
+def write_state(folder: Path, state: TrainState) -> None:
+    """``state`` as ``folder``'s ``state.json``."""
+    (folder / "state.json").write_text(json.dumps({"version": STATE_VERSION, **asdict(state)}, indent=1) + "\n",
+                                       encoding="utf-8")
+
+
+def swap_in(run: Path) -> Path:
+    """The checkpoint written beside the current one (``checkpoint.new``) takes its place; returns it."""
+    final = run / CHECKPOINT
+    fresh = run / (CHECKPOINT + ".new")
+    old = run / (CHECKPOINT + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
         final.rename(old)

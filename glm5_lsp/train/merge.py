@@ -26,17 +26,18 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 from glm5_lsp.model.loading import CheckpointError, load_model, save_model
 from glm5_lsp.train.continued import (
     CHECKPOINT,
     SLOW_EMA,
-    STATE_VERSION,
     ContinueConfig,
     TrainState,
+    _load_ema,
     read_state,
+    swap_in,
+    write_state,
 )
 from glm5_lsp.train.runlog import RunLog
 
@@ -74,8 +75,8 @@ def clone_run(source: Path, target: Path, seed: int | None = None) -> Path:
     (target / "run.json").write_text(json.dumps(config.to_dict(), indent=1) + "\n", encoding="utf-8")
     position = {**state.position, "shard_start": -1, "batch": 0}  # the epoch again, in this seed's order
     base = state.tokens_total
-    _write_state(target / CHECKPOINT, TrainState(**{**asdict(state), "position": position, "merge_base": base}))
-    _write_state(source / CHECKPOINT, TrainState(**{**asdict(state), "merge_base": base}))
+    write_state(target / CHECKPOINT, TrainState(**{**asdict(state), "position": position, "merge_base": base}))
+    write_state(source / CHECKPOINT, TrainState(**{**asdict(state), "merge_base": base}))
     log = RunLog(target / "train_log.jsonl")
     log.write("clone", source=str(source), seed=seed, tokens_total=base, position=position)
     log.close()
@@ -106,11 +107,11 @@ def merge_runs(runs: Sequence[Path]) -> Merged:
         if any(present) and not all(present):
             raise CheckpointError(f"{name} is in some of the checkpoints only: {[str(f) for f, p in zip(files, present)]}")
         if all(present):
-            averages[name] = _mean([_tensors(f) for f in files], [str(f) for f in files])
+            averages[name] = _mean([_load_ema(m, f) for m, f in zip(models, files)], [str(f) for f in files])
     models[0].load_state_dict(weights)
     for run, state in zip(runs, states):
-        _swap_in(run / CHECKPOINT, models[0], averages, TrainState(**{**asdict(state), "tokens_total": total,
-                                                                      "merge_base": total}))
+        merged = TrainState(**{**asdict(state), "tokens_total": total, "merge_base": total})
+        _swap_in(run, models[0], averages, merged)
         log = RunLog(run / "train_log.jsonl")
         log.write("merge", runs=[str(r) for r in runs], tokens_total=total, own_tokens=state.tokens_total)
         log.close()
@@ -131,14 +132,6 @@ def _idle(run: Path) -> None:
             pass
         raise RunBusy(f"{run} is training (pid {pid_file.read_text().strip()}): stop it first "
                       f"(GLM5_RUN={run} scripts/cpu_train.sh --stop)")
-
-
-def _tensors(file: Path) -> dict[str, torch.Tensor]:
-    try:
-        with safe_open(str(file), framework="pt", device="cpu") as handle:
-            return {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
-    except Exception as exc:  # noqa: BLE001 - safetensors raises its own types for a corrupt file
-        raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from None
 
 
 def _mean(dicts: list[dict[str, torch.Tensor]], names: list[str]) -> dict[str, torch.Tensor]:
@@ -164,24 +157,16 @@ def _mean(dicts: list[dict[str, torch.Tensor]], names: list[str]) -> dict[str, t
     return out
 
 
-def _swap_in(checkpoint: Path, model: torch.nn.Module, averages: dict[str, dict[str, torch.Tensor]],
+def _swap_in(run: Path, model: torch.nn.Module, averages: dict[str, dict[str, torch.Tensor]],
              state: TrainState) -> None:
-    """The merged tensors into ``checkpoint`` (optimizer kept), written beside it and swapped in."""
-    fresh = checkpoint.with_name(CHECKPOINT + ".new")
-    old = checkpoint.with_name(CHECKPOINT + ".old")
+    """The merged tensors into ``run``'s checkpoint (its optimizer kept), written beside it and swapped in."""
+    checkpoint = run / CHECKPOINT
+    fresh = run / (CHECKPOINT + ".new")
     shutil.rmtree(fresh, ignore_errors=True)
     save_model(model, fresh, max_shard_bytes=1 << 40)
     for name in ("tokenizer.json", "optimizer.safetensors"):
         shutil.copy2(checkpoint / name, fresh / name)
     for name, tensors in averages.items():
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(fresh / name))
-    _write_state(fresh, state)
-    shutil.rmtree(old, ignore_errors=True)
-    checkpoint.rename(old)
-    fresh.rename(checkpoint)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _write_state(checkpoint: Path, state: TrainState) -> None:
-    (checkpoint / "state.json").write_text(json.dumps({"version": STATE_VERSION, **asdict(state)}, indent=1) + "\n",
-                                           encoding="utf-8")
+    write_state(fresh, state)
+    swap_in(run)
