@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from lines import Tally, checkout_commit, weights_commit
+from lines import Tally, checkout_commit, table_head, weights_commit
 
 from glm5_lsp.memory.heldout import Case, copy_package, seeded_cases
 from glm5_lsp.train.corpus import BENCHMARK_FIT, BENCHMARK_REPORT
@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.details:
         Path(args.details).write_text("".join(json.dumps(r) + "\n" for r in details), encoding="utf-8")
     print()
-    print("| system | shown | exact rest of line | right word | edit similarity | precision | p50 ms | p95 ms | wall s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(table_head("wall s"))
     labels = {"batch": "glm5-lsp batch --workspace (defaults)", "no memory": "the same, --no-memory",
               "baseline": f"batch at {args.baseline} ({checkout_commit(args.baseline) or '?'})"}
     for name in systems:

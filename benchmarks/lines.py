@@ -114,6 +114,15 @@ class Tally:
                 f"{statistics.median(ms):.0f} | {p95:.0f} |")
 
 
+COLUMNS = ("system", "shown", "exact rest of line", "right word", "edit similarity", "precision", "p50 ms", "p95 ms")
+
+
+def table_head(*extra: str) -> str:
+    """The table's two header lines for :meth:`Tally.row`'s columns, then ``extra`` ones."""
+    names = (*COLUMNS, *extra)
+    return "| " + " | ".join(names) + " |\n" + "|---" * len(names) + "|"
+
+
 def copy_baseline(case: Case, lines_by_file: dict[Path, list[str]]) -> str:
     typed = case.document[:case.offset].rsplit("\n", 1)[-1].lstrip()
     counts: collections.Counter[str] = collections.Counter()
@@ -317,8 +326,7 @@ async def main(args: argparse.Namespace) -> int:
     if args.details:
         Path(args.details).write_text("".join(json.dumps(r) + "\n" for r in details), encoding="utf-8")
     print()
-    print("| system | shown | exact rest of line | right word | edit similarity | precision | p50 ms | p95 ms |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(table_head())
     labels = {"model": "model alone (glm5-lsp serve, memory.enabled false)", "memory": "memory alone (no model)",
               "mixed": "model + memory (glm5-lsp serve, defaults: what ships)", "copy": "copy baseline",
               "jedi": "jedi-language-server (first item, word)",
