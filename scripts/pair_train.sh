@@ -18,13 +18,22 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 FIRST="${GLM5_RUN:-runs/continued}"
 SECOND="${GLM5_PAIR_RUN:-runs/continued-b}"
-MINUTES="${GLM5_MERGE_MINUTES:-60}"
+MINUTES="${GLM5_MERGE_MINUTES:-60}"  # (GLM5_PAIR_POLL: seconds between looks for the first checkpoint)
 LOOP_PID="$FIRST/pair.pid"
 LOG="$FIRST/pair.log"
 
 loop_running() { [[ -f "$LOOP_PID" ]] && kill -0 "$(cat "$LOOP_PID")" 2>/dev/null; }
 
 both() { GLM5_RUN="$FIRST" scripts/cpu_train.sh "$@"; GLM5_RUN="$SECOND" scripts/cpu_train.sh "$@"; }
+
+# The second run is a clone of the first's checkpoint: on a new checkout the first run has none until
+# its first checkpoint interval (5 minutes) has passed, so the clone waits for it.
+second_ready() {
+    [[ -f "$SECOND/run.json" ]] && return 0
+    [[ -f "$FIRST/checkpoint/state.json" ]] || return 1
+    GLM5_RUN="$FIRST" scripts/cpu_train.sh --stop
+    "$PY" -m glm5_lsp.cli train --clone "$FIRST" --out "$SECOND"
+}
 
 merge_now() {
     both --stop || true  # (a run that will not stop is refused by the merge, which says so)
@@ -53,17 +62,23 @@ case "${1:-}" in
         merge_now
         ;;
     --loop)  # the background loop itself
+        if ! second_ready; then
+            until second_ready; do sleep "${GLM5_PAIR_POLL:-60}"; done
+            echo "$(date -u +%FT%TZ) cloned $FIRST into $SECOND"
+            both
+        fi
         while true; do
             sleep "$((MINUTES * 60))"
             merge_now
         done
         ;;
     "")
-        if [[ ! -f "$SECOND/run.json" ]]; then
-            GLM5_RUN="$FIRST" scripts/cpu_train.sh --stop
-            "$PY" -m glm5_lsp.cli train --clone "$FIRST" --out "$SECOND"
+        if second_ready; then
+            both
+        else
+            GLM5_RUN="$FIRST" scripts/cpu_train.sh
+            echo "pair_train.sh: $SECOND is cloned from $FIRST's first checkpoint, once written (the loop does it)"
         fi
-        both
         if loop_running; then
             echo "pair_train.sh: merging loop already running (pid $(cat "$LOOP_PID"))"
         else

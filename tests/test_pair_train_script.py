@@ -1,0 +1,74 @@
+"""scripts/pair_train.sh on a new checkout: the first run has no checkpoint yet, so the second run
+(a clone of it) is made by the merging loop once the first checkpoint is written. A stand-in for
+Python plays the training runs, so nothing here trains."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "pair_train.sh"
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# -m glm5_lsp.cli train ...: a run that writes its checkpoint after a second and stops on TERM
+if [[ "$1" == "-c" ]]; then exec "{python}" "$@"; fi
+shift 3
+echo "$*" >> "{calls}"
+case "$1" in
+    --clone)
+        mkdir -p "$4"; echo '{{}}' > "$4/run.json"; exit 0 ;;
+    --continue-from) run="$4" ;;
+    --resume) run="$2" ;;
+esac
+trap 'exit 0' TERM
+sleep 1
+mkdir -p "$run/checkpoint"; echo '{{}}' > "$run/checkpoint/state.json"; echo '{{}}' > "$run/run.json"
+while true; do sleep 0.1; done
+"""
+
+
+def _alive(pidfile: Path) -> bool:
+    if not pidfile.is_file():
+        return False
+    try:
+        os.kill(int(pidfile.read_text()), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    return True
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the scripts are for Linux (setsid, /proc)")
+def test_a_new_checkout_starts_the_first_run_and_clones_the_second_once_it_has_a_checkpoint(tmp_path):
+    fake = tmp_path / "python"
+    calls = tmp_path / "calls.txt"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable, calls=calls))
+    fake.chmod(0o755)
+    first, second = tmp_path / "first", tmp_path / "second"
+    env = {**os.environ, "PYTHON": str(fake), "GLM5_RUN": str(first), "GLM5_PAIR_RUN": str(second),
+           "GLM5_PAIR_POLL": "0.2", "GLM5_EXTRA_SITE": str(tmp_path / "none")}
+
+    def script(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(SCRIPT), *args], check=False, env=env, capture_output=True, text=True, timeout=60)
+
+    try:
+        started = script()
+        assert started.returncode == 0, started.stderr
+        assert _alive(first / "train.pid") and not (second / "run.json").exists()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _alive(second / "train.pid"):
+            time.sleep(0.2)
+        assert _alive(second / "train.pid"), (first / "pair.log").read_text()
+        assert _alive(first / "train.pid")  # stopped for the clone, then started again
+        lines = calls.read_text().splitlines()
+        assert [line.split()[0] for line in lines] == ["--continue-from", "--clone", "--resume", "--resume"]
+    finally:
+        stopped = script("--stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not _alive(first / "train.pid") and not _alive(second / "train.pid")
+    assert not _alive(first / "pair.pid")
