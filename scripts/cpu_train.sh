@@ -54,15 +54,16 @@ train_cmd() {
 start() {
     if running; then echo "cpu_train.sh: already running (pid $(cat "$PIDFILE"))"; return 0; fi
     mkdir -p "$RUN"
-    # shellcheck disable=SC2046
-    setsid nohup $(lowest) $(train_cmd) >>"$RUN/console.log" 2>&1 < /dev/null &
-    local pid=$!
-    echo $pid > "$PIDFILE"
     # setsid gives it a scheduling group of its own (Linux autogroups), which gets a fair share of the
     # CPU against each other session whatever the task's nice value: the group's own nice sets that
     # share (GLM5_GROUP_NICE, default 5: about a quarter of a contended core against one busy
-    # session; 19 would starve it whenever anything else runs).
-    echo "${GLM5_GROUP_NICE:-5}" > "/proc/$pid/autogroup" 2>/dev/null || true
+    # session; 19 would starve it whenever anything else runs). The run sets it from inside its new
+    # session: written from here, it could land before setsid and renice the caller's own group.
+    # shellcheck disable=SC2016,SC2046
+    setsid nohup bash -c 'echo "$1" > /proc/self/autogroup 2>/dev/null; shift; exec "$@"' group-nice \
+        "${GLM5_GROUP_NICE:-5}" $(lowest) $(train_cmd) >>"$RUN/console.log" 2>&1 < /dev/null &
+    local pid=$!
+    echo $pid > "$PIDFILE"
     echo "cpu_train.sh: training in the background (pid $!, log $RUN/console.log, steps $RUN/train_log.jsonl)"
 }
 

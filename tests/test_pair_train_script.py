@@ -33,6 +33,14 @@ while true; do sleep 0.1; done
 """
 
 
+def _group_nice(pid: str) -> int | None:
+    """The nice value of process ``pid``'s autogroup (None where the kernel has none)."""
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _alive(pidfile: Path) -> bool:
     if not pidfile.is_file():
         return False
@@ -51,15 +59,23 @@ def test_a_new_checkout_starts_the_first_run_and_clones_the_second_once_it_has_a
     fake.chmod(0o755)
     first, second = tmp_path / "first", tmp_path / "second"
     env = {**os.environ, "PYTHON": str(fake), "GLM5_RUN": str(first), "GLM5_PAIR_RUN": str(second),
-           "GLM5_PAIR_POLL": "0.2", "GLM5_EXTRA_SITE": str(tmp_path / "none")}
+           "GLM5_PAIR_POLL": "0.2", "GLM5_EXTRA_SITE": str(tmp_path / "none"), "GLM5_GROUP_NICE": "7"}
 
     def script(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(SCRIPT), *args], check=False, env=env, capture_output=True, text=True, timeout=60)
 
+    own_group = _group_nice("self")
     try:
         started = script()
         assert started.returncode == 0, started.stderr
         assert _alive(first / "train.pid") and not (second / "run.json").exists()
+        if own_group is not None:  # the run's own scheduling group is reniced, never the caller's
+            run = (first / "train.pid").read_text().strip()
+            deadline = time.monotonic() + 10  # (set by the run itself, once its session has begun)
+            while time.monotonic() < deadline and _group_nice(run) != 7:
+                time.sleep(0.1)
+            assert _group_nice(run) == 7
+            assert _group_nice("self") == own_group
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not _alive(second / "train.pid"):
             time.sleep(0.2)
