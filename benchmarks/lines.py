@@ -5,7 +5,9 @@ Each package of ``BENCHMARK_REPORT`` (never trained on, never tuned on) is copie
 workspace folder. Cursors are seeded two characters into an identifier of a code line (``--at space``:
 right after a space that follows code, ``return |``), the rest of that line cut off and the lines below
 kept (``glm5_lsp.memory.heldout``). At each cursor, one after
-the other (never concurrently):
+the other (never concurrently; after each answer, and after the file is restored, the benchmark waits
+for that server's diagnostics of the change, ``--quiet``, so one server's background work does not
+land on the next one's request: without it, whichever was asked second was about 30 ms slower):
 
 - **model** : ``glm5-lsp serve`` (a subprocess, this repository's code) with the workspace memory
   turned off (``memory.enabled`` false), everything else at its defaults, asked for an inline
@@ -137,7 +139,7 @@ def copy_baseline(case: Case, lines_by_file: dict[Path, list[str]]) -> str:
 
 
 async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, tallies: dict[str, Tally],
-                      details: list[dict]) -> None:
+                      details: list[dict], unsettled: collections.Counter) -> None:
     from glm5_lsp.memory.mixing import continuation_text
     from glm5_lsp.memory.workspace import WorkspaceMemory, as_key
 
@@ -193,8 +195,10 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
             if number % 2 and "mixed" in servers and "baseline" in servers:  # each first on every other cursor
                 i, j = order.index("mixed"), order.index("baseline")
                 order[i], order[j] = order[j], order[i]
+            row["first"] = next((key for key in order if key in ("mixed", "baseline")), None)
             for key in order:
                 server = servers[key]
+                published = server.published_count(uri)
                 server.replace(uri, case.document)
                 started = time.perf_counter()
                 try:
@@ -203,6 +207,9 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
                     answer = ""
                     row[f"{key}_error"] = type(error).__name__
                 seconds = time.perf_counter() - started
+                # What the change started in the background (its diagnostics) ends before the next
+                # system is asked: else whichever is asked second pays for it (about 30 ms here).
+                await _quiet(server, uri, published, args.quiet, unsettled)
                 if key == "jedi":
                     row[key] = tally[key].add(answer, case, seconds, word_only=True, right=answer == case.word)
                 else:
@@ -217,8 +224,11 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
                 answer = copy_baseline(case, lines_by_file)
                 row["copy"] = tally["copy"].add(answer, case, time.perf_counter() - started)
             memory.update(as_key(case.path), originals[case.path])  # the file as it was, for the next cursor
+            published = {key: server.published_count(uri) for key, server in servers.items()}
             for server in servers.values():
                 server.replace(uri, originals[case.path])
+            await asyncio.gather(*(_quiet(server, uri, published[key], args.quiet, unsettled)
+                                   for key, server in servers.items()))
             if warming:
                 continue
             details.append(row)
@@ -228,6 +238,13 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
     finally:
         for server in servers.values():
             await server.stop()
+
+
+async def _quiet(server: Server, uri: str, published: int, seconds: float, unsettled: collections.Counter) -> None:
+    """Wait (up to ``seconds``; 0: not at all) for ``server``'s diagnostics of its latest change of
+    ``uri``: its background work for that change is over. Counts the waits that ran out."""
+    if seconds > 0 and not await server.settled(uri, published, seconds):
+        unsettled[server.name] += 1
 
 
 async def _memory_ready(server: Server, seconds: float) -> bool:
@@ -289,6 +306,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mixed-options", default="", help="initializationOptions (JSON) of the mixed server "
                         "(default: none, what ships); for tuning on --fit packages only")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds after a document opens before its first request")
+    parser.add_argument("--quiet", type=float, default=3.0,
+                        help="after each answer and each restored file, wait up to this long for the "
+                             "server's diagnostics of that change, so no system's background work "
+                             "lands on the next one's request (0: do not wait)")
     parser.add_argument("--details", default="", help="write each cursor's answers to this JSON-lines file")
     parser.add_argument("--fit", action="store_true", help="allow BENCHMARK_FIT packages (for tuning; never report them)")
     parser.add_argument("--baseline", default="", metavar="CHECKOUT",
@@ -321,8 +342,12 @@ async def main(args: argparse.Namespace) -> int:
           f"weights from commit {commit or '?'}; drafts {'off' if args.no_drafts else 'on'}")
     tallies = {name: Tally() for name in SYSTEMS}
     details: list[dict] = []
+    unsettled: collections.Counter[str] = collections.Counter()
     for name in args.packages:
-        await run_package(name, args, tokenizer, tallies, details)
+        await run_package(name, args, tokenizer, tallies, details, unsettled)
+    if unsettled:
+        print("waits for a server's diagnostics that ran out (--quiet "
+              f"{args.quiet:g} s): {', '.join(f'{k} {v}' for k, v in sorted(unsettled.items()))}")
     if args.details:
         Path(args.details).write_text("".join(json.dumps(r) + "\n" for r in details), encoding="utf-8")
     print()
@@ -355,6 +380,18 @@ async def main(args: argparse.Namespace) -> int:
             print(f"baseline - mixed, paired: median {statistics.median(gaps):+.1f} ms, mean {statistics.mean(gaps):+.1f} ms, "
                   f"median over the baseline's slower half {statistics.median(upper):+.1f} ms; "
                   f"the same answer at {same} of {len(pairs)} cursors")
+            # Each asked first at every other cursor: where the order itself costs time, the gaps
+            # fall in two groups and their median lands in either; the mean of the two groups'
+            # medians cancels the order's cost (a crossover design).
+            by_first = {first: [r["baseline"]["ms"] - r["mixed"]["ms"] for r in details
+                                if "baseline" in r and "mixed" in r and r.get("first") == first]
+                        for first in ("mixed", "baseline")}
+            if all(by_first.values()):
+                medians = {first: statistics.median(g) for first, g in by_first.items()}
+                print(f"baseline - mixed by order: median {medians['mixed']:+.1f} ms where mixed was asked first, "
+                      f"{medians['baseline']:+.1f} ms where the baseline was; their mean "
+                      f"{statistics.mean(medians.values()):+.1f} ms (the order's own cost "
+                      f"{(medians['mixed'] - medians['baseline']) / 2:+.1f} ms for the one asked second)")
     return 0
 
 

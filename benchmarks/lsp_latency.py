@@ -46,6 +46,7 @@ import random
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -131,12 +132,37 @@ def finishes_word(answer: str, rest: str) -> bool:
     return answer.startswith(rest) and not (answer[len(rest):len(rest) + 1].isalnum() or answer[len(rest):len(rest) + 1] == "_")
 
 
+def native_built(checkout: Path) -> bool:
+    """Whether ``checkout`` holds the compiled ``glm5_lsp._native`` (built by its install, in place)."""
+    return any(p.suffix in (".so", ".pyd") for p in (Path(checkout) / "glm5_lsp").glob("_native*"))
+
+
+def same_paths(checkout: Path) -> bool:
+    """Build ``checkout``'s ``glm5_lsp._native`` in place where this repository has its own built and
+    that checkout has the source but not the module (a ``git worktree`` holds no build outputs):
+    else its server runs the TorchScript step and the numpy memory searches, and a comparison of
+    two checkouts measures those paths, not the change. True when both sides run the same paths."""
+    checkout = Path(checkout)
+    if native_built(checkout) or not native_built(REPO) or not (checkout / "glm5_lsp" / "native.c").is_file():
+        return native_built(checkout) == native_built(REPO)
+    print(f"building {checkout}'s native module in place (as its install would), so both sides run it", flush=True)
+    built = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=checkout,
+                           capture_output=True, text=True, check=False)
+    if not native_built(checkout):
+        print(f"warning: {checkout}'s native module did not build ({built.stderr.strip()[-300:]}): "
+              "it runs the scripted paths, this checkout the compiled ones", flush=True)
+        return False
+    return True
+
+
 def glm5_server(name: str, checkout: Path, threads: int, init_options: Any | None) -> Server:
     """``glm5-lsp serve`` running the code (and the embedded weights) of ``checkout``: the folder on
     PYTHONPATH and the server's working directory. ``python -m`` puts the working directory ahead of
     PYTHONPATH on ``sys.path``, so a server started from inside another checkout would import that
     checkout's package instead, and a comparison of two checkouts would compare one with itself."""
     checkout = Path(checkout).resolve()
+    if checkout != REPO.resolve():
+        same_paths(checkout)
     command = [sys.executable, "-m", "glm5_lsp.cli", "serve", "--threads", str(threads)]
     return Server(name, command, {**os.environ, "PYTHONPATH": str(checkout)}, init_options, cwd=str(checkout))
 
@@ -156,7 +182,13 @@ class Server:
         self.versions: dict[str, int] = {}
         self.logs: list[str] = []
         self.errors: list[str] = []
+        self.published: dict[str, tuple[int, int | None]] = {}  # uri -> (diagnostics published, last version)
         self._drain: asyncio.Task[None] | None = None
+
+        @self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        def diagnostics(params: types.PublishDiagnosticsParams) -> None:
+            count, _ = self.published.get(params.uri, (0, None))
+            self.published[params.uri] = (count + 1, params.version)
 
         @self.client.feature(types.WINDOW_LOG_MESSAGE)
         def log_message(params: types.LogMessageParams) -> None:
@@ -190,6 +222,21 @@ class Server:
         self.client.text_document_did_change(types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
             content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+
+    def published_count(self, uri: str) -> int:
+        return self.published.get(uri, (0, None))[0]
+
+    async def settled(self, uri: str, after: int, seconds: float) -> bool:
+        """Wait until the server has published diagnostics for ``uri`` since it had published
+        ``after`` times (of the current version, where it says which): the work a change starts in
+        the background is done. False after ``seconds`` (a server that publishes nothing for it)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            count, version = self.published.get(uri, (0, None))
+            if count > after and version in (None, self.versions.get(uri)):
+                return True
+            await asyncio.sleep(0.02)
+        return False
 
     async def request(self, uri: str, line: int, column: int, word: str, typed: int) -> tuple[bool, bool, str]:
         """One completion request: (the answer is non-empty, it finishes ``word`` of which ``typed``
