@@ -63,3 +63,14 @@ def test_a_checkout_from_before_the_native_module_is_left_as_it_is(tmp_path: Pat
     (old / "glm5_lsp").mkdir(parents=True)
     assert not lsp_latency.same_paths(old)  # nothing to build: the two differ, and say so by returning False
     assert not lsp_latency.native_built(old)
+
+
+def test_lines_default_command_parses_and_asks_the_baseline_only_with_a_checkout() -> None:
+    """``python benchmarks/lines.py`` (its docstring's first command) stopped at "the baseline
+    system needs --baseline CHECKOUT": the default systems held the baseline."""
+    import lines
+
+    default = lines.parse_args([])
+    assert "baseline" not in default.systems and {"mixed", "memory", "copy", "jedi", "model"} <= set(default.systems)
+    with_baseline = lines.parse_args(["--baseline", str(ROOT), "--systems", "mixed"])
+    assert with_baseline.systems == ["mixed", "baseline"]
