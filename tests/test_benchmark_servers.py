@@ -27,17 +27,23 @@ def test_a_server_for_another_checkout_imports_that_checkout_even_when_started_i
     assert Path(found).resolve() == (other / "glm5_lsp" / "__init__.py").resolve()
 
 
-def test_a_worktree_without_the_native_module_gets_it_built_before_its_server_runs(tmp_path: Path, monkeypatch) -> None:
-    """A ``git worktree`` holds no build outputs: its server ran the scripted step and the numpy
-    memory searches beside this checkout's compiled ones, and ``lines.py --baseline`` put about 25 ms
-    of p50 between two identical checkouts. Its module is now built in place first (here by a
-    stand-in ``setup.py``)."""
+def _this_checkout_built(tmp_path: Path, monkeypatch):
+    """``lsp_latency`` with a stand-in for this checkout that has its native module built."""
     import lsp_latency
 
     here = tmp_path / "here"
     (here / "glm5_lsp").mkdir(parents=True)
     (here / "glm5_lsp" / "_native.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
     monkeypatch.setattr(lsp_latency, "REPO", here)
+    return lsp_latency
+
+
+def test_a_worktree_without_the_native_module_gets_it_built_before_its_server_runs(tmp_path: Path, monkeypatch) -> None:
+    """A ``git worktree`` holds no build outputs: its server ran the scripted step and the numpy
+    memory searches beside this checkout's compiled ones, and ``lines.py --baseline`` put about 25 ms
+    of p50 between two identical checkouts. Its module is now built in place first (here by a
+    stand-in ``setup.py``)."""
+    lsp_latency = _this_checkout_built(tmp_path, monkeypatch)
     other = tmp_path / "other"
     (other / "glm5_lsp").mkdir(parents=True)
     (other / "glm5_lsp" / "__init__.py").write_text("", encoding="utf-8")
@@ -53,12 +59,7 @@ def test_a_worktree_without_the_native_module_gets_it_built_before_its_server_ru
 
 
 def test_a_checkout_from_before_the_native_module_is_left_as_it_is(tmp_path: Path, monkeypatch) -> None:
-    import lsp_latency
-
-    here = tmp_path / "here"
-    (here / "glm5_lsp").mkdir(parents=True)
-    (here / "glm5_lsp" / "_native.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
-    monkeypatch.setattr(lsp_latency, "REPO", here)
+    lsp_latency = _this_checkout_built(tmp_path, monkeypatch)
     old = tmp_path / "old"
     (old / "glm5_lsp").mkdir(parents=True)
     assert not lsp_latency.same_paths(old)  # nothing to build: the two differ, and say so by returning False
