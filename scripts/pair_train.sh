@@ -13,12 +13,13 @@
 # `python -m glm5_lsp.cli train --merge runs/continued runs/continued-b` (the run promoted holds both),
 # `scripts/promote.sh`, and `scripts/pair_train.sh` to start the pair and the loop again.
 # Each run is started and stopped by scripts/cpu_train.sh (GLM5_RUN), nice 19, one thread each.
+# GLM5_PAIR_POLL: seconds between the loop's looks for the first run's first checkpoint (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 FIRST="${GLM5_RUN:-runs/continued}"
 SECOND="${GLM5_PAIR_RUN:-runs/continued-b}"
-MINUTES="${GLM5_MERGE_MINUTES:-60}"  # (GLM5_PAIR_POLL: seconds between looks for the first checkpoint)
+MINUTES="${GLM5_MERGE_MINUTES:-60}"
 LOOP_PID="$FIRST/pair.pid"
 LOG="$FIRST/pair.log"
 
@@ -62,7 +63,7 @@ case "${1:-}" in
         merge_now
         ;;
     --loop)  # the background loop itself
-        if ! second_ready; then
+        if [[ ! -f "$SECOND/run.json" ]]; then
             until second_ready; do sleep "${GLM5_PAIR_POLL:-60}"; done
             echo "$(date -u +%FT%TZ) cloned $FIRST into $SECOND"
             both
