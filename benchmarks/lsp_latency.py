@@ -4,8 +4,9 @@ Both servers run as subprocesses over stdio, driven by the same client, on the s
 the same cursor positions: real standard-library modules (``argparse.py``, about 2,600 lines, among
 them). At each position the line is cut at the cursor, 2 characters into an identifier, as if the user
 were typing it; both servers get the same ``didChange`` and then one request each, one after the
-other (never concurrently, so they do not compete for the CPU). A few warm-up requests per server are
-not measured. glm5-lsp runs with its default settings and the default model unless ``--model``.
+other (never concurrently, so they do not compete for the CPU), each server's diagnostics of the
+change waited for before the next is asked (``--quiet``: so one's background work does not land on
+the other's request). A few warm-up requests per server are not measured. glm5-lsp runs with its default settings and the default model unless ``--model``.
 
     python benchmarks/lsp_latency.py                      # default model, 3 files x 20 positions
     python benchmarks/lsp_latency.py --model PATH --positions 40 --timeout 5
@@ -302,6 +303,24 @@ async def measure(server: Server, uri: str, line: int, column: int, word: tuple[
                             "right_word": right, "answer": shown})
 
 
+async def ask_in_turn(servers: list[Server], uri: str, text: str, line: int, column: int, word: tuple[str, int],
+                      tallies: dict[str, Tally] | None, args: argparse.Namespace,
+                      details: list[dict[str, Any]] | None, unsettled: dict[str, int]) -> None:
+    """Each server in turn gets the change to ``text`` and one request, timed; then, before the next
+    one is asked, its diagnostics of that change are waited for (``args.quiet`` seconds at most; the
+    waits that run out counted in ``unsettled``): the work a change starts in the background (the
+    checks, the document's warm-up) would otherwise land on the next server's request, and whichever
+    was asked second paid about 30 ms for it (``benchmarks/lines.py``, BENCHMARKS.md "Latency pairs").
+    With ``--typing`` too: a server's keystrokes are apart by the other's request anyway."""
+    for server in servers:
+        published = server.published_count(uri)
+        server.replace(uri, text)
+        await measure(server, uri, line, column, word, tallies[server.name] if tallies is not None else None,
+                      args.timeout, details)
+        if args.quiet > 0 and not await server.settled(uri, published, args.quiet):
+            unsettled[server.name] = unsettled.get(server.name, 0) + 1
+
+
 async def first_requests(args: argparse.Namespace, servers: list[Server]) -> int:
     """``--first N``: each server started N times on a fresh workspace, the file opened at once; the
     first and second request of each start timed (see the module's docstring)."""
@@ -364,6 +383,7 @@ async def main(args: argparse.Namespace) -> int:
         return await first_requests(args, servers)
     tallies = {server.name: Tally() for server in servers}
     details: list[dict[str, Any]] | None = [] if args.details else None
+    unsettled: dict[str, int] = {}
     rng = random.Random(args.seed)
     print(f"files: {', '.join(args.files)} (stdlib {STDLIB}); {args.positions} positions each; "
           f"timeout {args.timeout}s; model: {args.model or 'default'}; settings: {args.settings or 'defaults'}; "
@@ -392,12 +412,9 @@ async def main(args: argparse.Namespace) -> int:
                 for typed in range(len(rest) + 1 if args.typing else 1):
                     edited = document if not typed else "\n".join(
                         lines[:line] + [lines[line][:column + typed]] + lines[line + 1:])
-                    for server in servers:
-                        server.replace(uri, edited)
-                        tally = tallies[server.name] if index >= args.warmup else None
-                        typed_chars = column + typed - word_start(lines[line], column)
-                        await measure(server, uri, line, column + typed, (word, typed_chars), tally, args.timeout,
-                                      details)
+                    typed_chars = column + typed - word_start(lines[line], column)
+                    await ask_in_turn(servers, uri, edited, line, column + typed, (word, typed_chars),
+                                      tallies if index >= args.warmup else None, args, details, unsettled)
     finally:
         for server in servers:
             await server.stop()
@@ -407,6 +424,9 @@ async def main(args: argparse.Namespace) -> int:
         Path(args.details + ".log").write_text("".join(line + "\n" for line in ours.logs), encoding="utf-8")
         print(f"per-request details: {args.details} (glm5-lsp's log: {args.details}.log)")
     print()
+    if unsettled:
+        print("waits for a server's diagnostics that ran out (--quiet "
+              f"{args.quiet:g} s): {', '.join(f'{k} {v}' for k, v in sorted(unsettled.items()))}")
     print(f"{'server':<22} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'errors':>7} {'timeouts':>9} "
           f"{'non-empty':>10} {'right word':>11} {'requests':>9}")
     for name, tally in tallies.items():
@@ -454,6 +474,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle", type=float, default=2.0,
                         help="with --first: seconds between the model being ready and the first request")
     parser.add_argument("--details", default="", help="write each measured request (answer, ms) to this JSON-lines file")
+    parser.add_argument("--quiet", type=float, default=3.0,
+                        help="seconds to wait, after each answer, for that server's diagnostics of the change "
+                             "before the next server is asked (0: no wait)")
     return parser.parse_args(argv)
 
 

@@ -75,3 +75,63 @@ def test_lines_default_command_parses_and_asks_the_baseline_only_with_a_checkout
     assert "baseline" not in default.systems and {"mixed", "memory", "copy", "jedi", "model"} <= set(default.systems)
     with_baseline = lines.parse_args(["--baseline", str(ROOT), "--systems", "mixed"])
     assert with_baseline.systems == ["mixed", "baseline"]
+
+
+class _Stand:
+    """A stand-in ``lsp_latency.Server``: answers at once, its diagnostics published ``late`` seconds
+    after each change (the background work a change starts), what happens written to ``events``."""
+
+    def __init__(self, name: str, events: list, late: float) -> None:
+        self.name, self.events, self.late = name, events, late
+        self.count, self.changed = 0, 0.0
+
+    def published_count(self, uri: str) -> int:
+        return self.count
+
+    def replace(self, uri: str, text: str) -> None:
+        import time
+
+        self.changed = time.monotonic()
+        self.events.append((self.name, "change"))
+
+    async def request(self, uri, line, column, word, typed):
+        self.events.append((self.name, "request"))
+        return True, True, "x"
+
+    async def settled(self, uri: str, after: int, seconds: float) -> bool:
+        import asyncio
+        import time
+
+        wait = self.changed + self.late - time.monotonic()
+        if wait > seconds:
+            await asyncio.sleep(seconds)
+            return False
+        await asyncio.sleep(max(0.0, wait))
+        self.count += 1
+        self.events.append((self.name, "published"))
+        return True
+
+
+def test_latency_waits_for_each_servers_diagnostics_before_asking_the_next() -> None:
+    """``lsp_latency.py`` asked glm5-lsp, then jedi-language-server at once: jedi's request paid for
+    the work glm5-lsp's change started (the ~30 ms ``lines.py`` traced). Each server's diagnostics of
+    the change now come before the next server is asked; a wait that runs out is counted."""
+    import argparse
+    import asyncio
+
+    import lsp_latency
+
+    events: list = []
+    servers = [_Stand("ours", events, 0.05), _Stand("jedi", events, 0.0)]
+    tallies = {s.name: lsp_latency.Tally() for s in servers}
+    unsettled: dict[str, int] = {}
+    args = argparse.Namespace(timeout=1.0, quiet=1.0)
+    asyncio.run(lsp_latency.ask_in_turn(servers, "file:///x.py", "x", 0, 1, ("xy", 1), tallies, args, None, unsettled))
+    assert events == [("ours", "change"), ("ours", "request"), ("ours", "published"),
+                      ("jedi", "change"), ("jedi", "request"), ("jedi", "published")]
+    assert all(t.requests == 1 for t in tallies.values()) and not unsettled
+    events.clear()
+    short = argparse.Namespace(timeout=1.0, quiet=0.01)
+    asyncio.run(lsp_latency.ask_in_turn(servers, "file:///x.py", "x", 0, 1, ("xy", 1), None, short, None, unsettled))
+    assert unsettled == {"ours": 1}
+    assert lsp_latency.parse_args([]).quiet == 3.0
