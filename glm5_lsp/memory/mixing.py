@@ -175,8 +175,12 @@ class DraftSettings:
     """When the memory's continuation is offered as a draft."""
 
     enabled: bool = True
-    max_tokens: int = 8
-    min_length: int = 8  # the match must be at least this many ids long
+    # A draft that is cut short costs its whole verification; a match of 12 ids proposes fewer of
+    # them: on six files of the BENCHMARK_FIT packages (``memory.py drafts``' setup) drafts of up to
+    # 16 ids after a 12-id match were faster than up to 8 after an 8-id match on five, by 0.07x of
+    # the speed without drafts on average (BENCHMARKS.md, "Drafts: longer matches, longer drafts").
+    max_tokens: int = 16
+    min_length: int = 12  # the match must be at least this many ids long
     min_share: float = 0.75  # and its top next id this much of what followed
 
 
