@@ -97,6 +97,7 @@ class Generation:
     accepted_tokens: int = 0  # of those, kept
     forward_calls: int = 0  # model calls after the prefill (steps and verifications)
     guessed_steps: int = 0  # of the steps, those run ahead for the model's likeliest token (and kept)
+    crowded: bool = False  # a hand-over to the C worker found no idle core: the rest ran in this thread
     stats: StepStats | None = None  # with ``GenerationConfig.step_stats``: one entry per step
 
 
@@ -221,6 +222,13 @@ def spare_core() -> bool:
 
 OVERLAP_MIN_SECONDS = 0.0002  # a drafter faster than this runs before the step: handing the step to the C
 # worker and back costs about 0.05-0.1 ms (an empty memory's drafter: 2.8% slower with the hand-over)
+# A hand-over to the C worker that takes longer than this found no idle core: the woken worker took this
+# thread's core (about 20 microseconds where a core is idle, 0.3-1 ms where every core is busy). Running a
+# step beside the Python then only takes turns with it on the same core, and the hand-overs cost: with
+# both cores busy (the background training), steps run ahead made decoding 0.75x as fast. The rest of
+# the generation then runs its steps in this thread (``Generation.crowded``; BENCHMARKS.md, "Steps
+# beside the Python on a busy machine").
+HANDOFF_SLOW_SECONDS = 0.00025
 
 
 class Generator:
@@ -243,6 +251,7 @@ class Generator:
         self.native = native
         self._pending: c_step.Pending | None = None  # a prefill :meth:`prefetch` started
         self.guess_ahead = True  # run the next step ahead while the processors work (see generate)
+        self.crowded = False  # this generation found no idle core for the C worker (``HANDOFF_SLOW_SECONDS``)
         param = next(model.parameters())
         self.cache = KVCache(model.config, 1, dtype=param.dtype, device=param.device)
         model.prepare_inference()
@@ -300,7 +309,10 @@ class Generator:
         step = self.model.prepare_step(ids, cache=self.cache, roles=roles, policy=self.policy)
         if not in_c(self.model, ids, step):
             return None
-        return compiled.start(ids, step, every_row)
+        pending = compiled.start(ids, step, every_row)
+        if pending is not None and pending.handoff_seconds > HANDOFF_SLOW_SECONDS:
+            self.crowded = True
+        return pending
 
     def _prompt_tensors(self, prompt_ids: Sequence[int],
                         roles: Sequence[int] | torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -370,6 +382,7 @@ class Generator:
         t0 = time.perf_counter()
         probe = StatsProbe(scaling=self.model.config.routed_scaling_factor) if config.step_stats else None
         logits, reused = self.prefill(prompt_ids, roles, probe)
+        self.crowded = False  # the machine's load is judged afresh for each generation
         here = (0, 0)  # the (probe block, row) the current logits came from
         draft_rows: list[tuple[int, int]] = []
         used: list[tuple[int, int]] = []  # per step, where its logits came from
@@ -401,7 +414,7 @@ class Generator:
                 break
             used.append(here)
             scores = logits.float()
-            if guess_ahead and not draft and len(out) + 1 < config.max_new_tokens:
+            if guess_ahead and not self.crowded and not draft and len(out) + 1 < config.max_new_tokens:
                 likeliest = int(torch.argmax(scores))
                 if likeliest != eos:
                     pending = self._start_in_c(torch.tensor([[likeliest]], dtype=torch.long, device=self.cache.device))
@@ -472,7 +485,7 @@ class Generator:
             # it); a proposal is then verified by a second call over its own tokens.
             # (Only while the drafter takes long enough to hide the hand-over's cost: an empty memory's
             # drafter answers at once.)
-            if running is None and drafter is not None and overlap and probe is None:
+            if running is None and drafter is not None and overlap and not self.crowded and probe is None:
                 running = self._start_in_c(step_ids)
             try:
                 asked = time.perf_counter()
@@ -489,7 +502,7 @@ class Generator:
                     calls += 1
                     # Looking past the proposal pays where the drafts are being kept (repeated structure);
                     # where the last one was not, this one is likely cut short too, the look-ahead wasted.
-                    ahead = kept_whole and self._goes_on(out, proposal, text, config)
+                    ahead = kept_whole and not self.crowded and self._goes_on(out, proposal, text, config)
                     rows = self._verify(proposal, out, drafter if ahead else None, probe)
                     draft, draft_logits = proposal, list(rows[0])
                     drafted += len(proposal)
@@ -530,5 +543,6 @@ class Generator:
             accepted_tokens=accepted,
             forward_calls=calls,
             guessed_steps=guessed,
+            crowded=self.crowded,
             stats=stats,
         )

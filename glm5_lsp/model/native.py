@@ -22,6 +22,7 @@ import ctypes
 import logging
 import os
 import threading
+import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -244,18 +245,25 @@ class NativeStep:
         absent (nothing was started)."""
         with self._lock:
             args, logits, keep = self._call(input_ids, step, every_row)
+            started = time.perf_counter()
             if not _native.forward_start(*args):
                 return None
-        return Pending(input_ids, step, logits, keep)
+            handoff = time.perf_counter() - started
+        return Pending(input_ids, step, logits, keep, handoff)
 
 
 class Pending:
     """A call :meth:`NativeStep.start` handed to the worker: :meth:`finish` waits for it and commits
     its tokens to the cache (the caller must finish it before touching that cache again)."""
 
-    def __init__(self, input_ids: torch.Tensor, step: Step, logits: torch.Tensor, keep: tuple) -> None:
+    def __init__(self, input_ids: torch.Tensor, step: Step, logits: torch.Tensor, keep: tuple,
+                 handoff_seconds: float = 0.0) -> None:
         self.input_ids, self.step, self.logits, self._keep = input_ids, step, logits, keep
         self.done = False
+        # How long handing the call over took: about 20 microseconds where a core is idle; where every
+        # core is busy, the woken worker takes the caller's core and the hand-over lasts until the
+        # scheduler gives it back (0.3-1 ms: ``generate.HANDOFF_SLOW_SECONDS``).
+        self.handoff_seconds = handoff_seconds
 
     def drop(self) -> None:
         """Wait for the call and leave its tokens out of the cache (their rows are written over)."""
