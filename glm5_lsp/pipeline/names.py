@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from glm5_lsp.pynames.jedi import exclusive
 from glm5_lsp.pynames.jedi import script as jedi_script
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,12 @@ def _jedi_names(text: str, offset: int, path: str | None) -> list[Name] | None:
     line = text.count("\n", 0, offset) + 1
     column = offset - (text.rfind("\n", 0, offset) + 1)
     try:
-        script = jedi_script(text, path=path)
-        completions = script.complete(line, column)
+        with exclusive():  # (the names' type and description are read from jedi too)
+            script = jedi_script(text, path=path)
+            return [Name(c.name, c.type or "variable", c.description or "") for c in script.complete(line, column)]
     except Exception:  # jedi raises on some malformed input; the buffer fallback still answers
         log.debug("jedi completion failed", exc_info=True)
         return None
-    return [Name(c.name, c.type or "variable", c.description or "") for c in completions]
 
 
 def _buffer_names(text: str, offset: int) -> list[Name]:

@@ -5,19 +5,56 @@ decoding monitor allows after a dot, the fixer's module attributes, the exceptio
 exception filler names, the server's document symbols and the context engine's definitions. One
 environment means one set of inspected compiled modules and one cache of parsed modules, warmed
 once (:func:`warm_jedi`) when a file opens in the server, or before each Python task in batch and eval.
+
+jedi is not thread-safe, and the server asks it from several threads (the model worker's decoding
+monitor, the editor's list completions and code actions, a file's warm-up when it opens): each lookup,
+with whatever it reads of jedi's answers, runs inside :func:`exclusive`. Three threads asking for
+completions after ``os.`` and the like at once failed 1 to 5 times in 36 (``ValueError`` from deep in
+parso's tree), and the monitor, reading a failure as "nothing to check", let any name through.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import pickle
 import re
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from glm5_lsp.disk_cache import write_atomically
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_ONE_AT_A_TIME = threading.RLock()
+_POLL_S = 0.005
+
+
+@contextlib.contextmanager
+def exclusive() -> Iterator[None]:
+    """jedi to this thread alone while the block runs (re-entrant). The wait polls, so a lookup under
+    :func:`~glm5_lsp.deadline.call_with_timeout` is still stopped on time while another thread's
+    lookup runs (a plain blocking acquire would hold the stop off until it ends)."""
+    while not _ONE_AT_A_TIME.acquire(timeout=_POLL_S):
+        pass
+    try:
+        yield
+    finally:
+        _ONE_AT_A_TIME.release()
+
+
+def one_at_a_time(function: Callable[..., T]) -> Callable[..., T]:
+    """``function`` run inside :func:`exclusive` (for one that asks jedi and reads its answers)."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> T:
+        with exclusive():
+            return function(*args, **kwargs)
+
+    return run
 
 
 def _jedi() -> Any:
@@ -105,9 +142,10 @@ def module_members(module: str) -> frozenset[str] | None:
     if not re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", module):
         return None
     try:
-        completions = _jedi().Script(f"import {module}\n{module}.", environment=in_process_environment()) \
-            .complete(2, len(module) + 1)
-        listed: frozenset[str] | None = frozenset(c.name for c in completions)
+        with exclusive():
+            completions = _jedi().Script(f"import {module}\n{module}.", environment=in_process_environment()) \
+                .complete(2, len(module) + 1)
+            listed: frozenset[str] | None = frozenset(c.name for c in completions)
     except Exception:  # jedi fails in many ways on odd modules; such a module is not listed
         log.debug("jedi could not list %s", module, exc_info=True)
         listed = None
@@ -128,7 +166,8 @@ def warm_jedi(text: str, path: str | None = None, modules: int = 12) -> int:
     never get to keep it. Returns the modules listed by this call."""
     environment = in_process_environment()
     if "" not in _WARMED:
-        _jedi().Script("''.", environment=environment).complete(1, 3)
+        with exclusive():
+            _jedi().Script("''.", environment=environment).complete(1, 3)
         _WARMED.add("")
     names = list(dict.fromkeys(m.group(1) or m.group(2) for m in _IMPORTED.finditer(text)))
     loaded = 0
@@ -137,5 +176,6 @@ def warm_jedi(text: str, path: str | None = None, modules: int = 12) -> int:
             continue
         module_members(module)  # listed, or not listable: either way kept, not asked again
         loaded += 1
-    _jedi().Script(text, path=path, environment=environment).get_names()
+    with exclusive():
+        _jedi().Script(text, path=path, environment=environment).get_names()
     return loaded

@@ -105,6 +105,7 @@ class JediResolver:
             self._project = jedi.project(self.root)
         return jedi.script(code, project=self._project)
 
+    @jedi.one_at_a_time
     def _ask_jedi(self, target: str) -> ResolvedName:
         module = target.rpartition(".")[0]
         code = f"import {module}\n{target}" if module else f"import {target}\n{target}"
@@ -129,6 +130,7 @@ class JediResolver:
         path = definition.module_path
         return ResolvedName(target, name.type, signatures, doc, True, str(path) if path else "", definition.line or 0)
 
+    @jedi.one_at_a_time
     def _complete(self, target: str) -> list[str]:
         module = target.split(".")[0]
         code = f"import {module}\n{target}."

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Protocol
 
 from glm5_lsp import pyparse
+from glm5_lsp.pynames.jedi import one_at_a_time
 from glm5_lsp.pynames.jedi import script as jedi_script
 
 log = logging.getLogger(__name__)
@@ -264,6 +265,7 @@ class JediExceptions:
                 log.debug("jedi could not resolve %s", name, exc_info=True)
         return list(dict.fromkeys(found))
 
+    @one_at_a_time
     def _raised_by(self, code: str, called: str) -> list[str]:
         probe = code + "\n" + called
         lines = probe.split("\n")
@@ -296,6 +298,7 @@ def _raises_in_file(path: str, line: int) -> tuple[str, ...]:
     return ()
 
 
+@one_at_a_time
 def _resolves(code: str, dotted: str) -> bool:
     probe = code + "\n" + dotted
     lines = probe.split("\n")

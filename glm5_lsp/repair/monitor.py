@@ -58,7 +58,7 @@ from pathlib import Path
 
 from glm5_lsp.deadline import call_with_timeout
 from glm5_lsp.postprocess import IDENTIFIER_CHARS, ends_in_code, open_brackets
-from glm5_lsp.pynames.jedi import module_members
+from glm5_lsp.pynames.jedi import exclusive, module_members
 from glm5_lsp.pynames.jedi import script as jedi_script
 from glm5_lsp.pynames.members import self_attributes
 from glm5_lsp.pynames.scope import MODULE_ATTRIBUTES, scope_at
@@ -580,8 +580,9 @@ class JediAttributes:
 
     def __call__(self, text: str) -> list[str]:
         lines = text.split("\n")
-        script = jedi_script(text, path=self.path)
-        return [c.name for c in script.complete(len(lines), len(lines[-1]))]
+        with exclusive():
+            script = jedi_script(text, path=self.path)
+            return [c.name for c in script.complete(len(lines), len(lines[-1]))]
 
 
 class TextAttributes:
