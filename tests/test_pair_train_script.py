@@ -81,6 +81,11 @@ def test_a_new_checkout_starts_the_first_run_and_clones_the_second_once_it_has_a
             time.sleep(0.2)
         assert _alive(second / "train.pid"), (first / "pair.log").read_text()
         assert _alive(first / "train.pid")  # stopped for the clone, then started again
+        # A run's pid file is written as it is spawned; the stand-in writes its call once it runs (on
+        # a loaded machine, a moment later): read the calls once all four are there
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(calls.read_text().splitlines()) < 4:
+            time.sleep(0.2)
         lines = calls.read_text().splitlines()
         assert [line.split()[0] for line in lines] == ["--continue-from", "--clone", "--resume", "--resume"]
     finally:
