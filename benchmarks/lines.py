@@ -61,7 +61,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from lsp_latency import Server, _model_ready, glm5_server
+from lsp_latency import Server, _model_ready, glm5_server, print_unsettled, quiet
 
 from glm5_lsp.gate.labels import label
 from glm5_lsp.memory.heldout import CURSORS, Case, copy_package, seeded_cases
@@ -209,7 +209,7 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
                 seconds = time.perf_counter() - started
                 # What the change started in the background (its diagnostics) ends before the next
                 # system is asked: else whichever is asked second pays for it (about 30 ms here).
-                await _quiet(server, uri, published, args.quiet, unsettled)
+                await quiet(server, uri, published, args.quiet, unsettled)
                 if key == "jedi":
                     row[key] = tally[key].add(answer, case, seconds, word_only=True, right=answer == case.word)
                 else:
@@ -227,7 +227,7 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
             published = {key: server.published_count(uri) for key, server in servers.items()}
             for server in servers.values():
                 server.replace(uri, originals[case.path])
-            await asyncio.gather(*(_quiet(server, uri, published[key], args.quiet, unsettled)
+            await asyncio.gather(*(quiet(server, uri, published[key], args.quiet, unsettled)
                                    for key, server in servers.items()))
             if warming:
                 continue
@@ -238,13 +238,6 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
     finally:
         for server in servers.values():
             await server.stop()
-
-
-async def _quiet(server: Server, uri: str, published: int, seconds: float, unsettled: collections.Counter) -> None:
-    """Wait (up to ``seconds``; 0: not at all) for ``server``'s diagnostics of its latest change of
-    ``uri``: its background work for that change is over. Counts the waits that ran out."""
-    if seconds > 0 and not await server.settled(uri, published, seconds):
-        unsettled[server.name] += 1
 
 
 async def _memory_ready(server: Server, seconds: float) -> bool:
@@ -346,9 +339,7 @@ async def main(args: argparse.Namespace) -> int:
     unsettled: collections.Counter[str] = collections.Counter()
     for name in args.packages:
         await run_package(name, args, tokenizer, tallies, details, unsettled)
-    if unsettled:
-        print("waits for a server's diagnostics that ran out (--quiet "
-              f"{args.quiet:g} s): {', '.join(f'{k} {v}' for k, v in sorted(unsettled.items()))}")
+    print_unsettled(unsettled, args.quiet)
     if args.details:
         Path(args.details).write_text("".join(json.dumps(r) + "\n" for r in details), encoding="utf-8")
     print()

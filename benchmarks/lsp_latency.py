@@ -6,7 +6,8 @@ them). At each position the line is cut at the cursor, 2 characters into an iden
 were typing it; both servers get the same ``didChange`` and then one request each, one after the
 other (never concurrently, so they do not compete for the CPU), each server's diagnostics of the
 change waited for before the next is asked (``--quiet``: so one's background work does not land on
-the other's request). A few warm-up requests per server are not measured. glm5-lsp runs with its default settings and the default model unless ``--model``.
+the other's request). A few warm-up requests per server are not measured. glm5-lsp runs with its
+default settings and the default model unless ``--model``.
 
     python benchmarks/lsp_latency.py                      # default model, 3 files x 20 positions
     python benchmarks/lsp_latency.py --model PATH --positions 40 --timeout 5
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -305,7 +307,7 @@ async def measure(server: Server, uri: str, line: int, column: int, word: tuple[
 
 async def ask_in_turn(servers: list[Server], uri: str, text: str, line: int, column: int, word: tuple[str, int],
                       tallies: dict[str, Tally] | None, args: argparse.Namespace,
-                      details: list[dict[str, Any]] | None, unsettled: dict[str, int]) -> None:
+                      details: list[dict[str, Any]] | None, unsettled: collections.Counter) -> None:
     """Each server in turn gets the change to ``text`` and one request, timed; then, before the next
     one is asked, its diagnostics of that change are waited for (``args.quiet`` seconds at most; the
     waits that run out counted in ``unsettled``): the work a change starts in the background (the
@@ -317,8 +319,22 @@ async def ask_in_turn(servers: list[Server], uri: str, text: str, line: int, col
         server.replace(uri, text)
         await measure(server, uri, line, column, word, tallies[server.name] if tallies is not None else None,
                       args.timeout, details)
-        if args.quiet > 0 and not await server.settled(uri, published, args.quiet):
-            unsettled[server.name] = unsettled.get(server.name, 0) + 1
+        await quiet(server, uri, published, args.quiet, unsettled)
+
+
+async def quiet(server: Server, uri: str, published: int, seconds: float, unsettled: collections.Counter) -> None:
+    """Wait (up to ``seconds``; 0: not at all) for ``server``'s diagnostics of its latest change of
+    ``uri`` (it had published ``published`` times before it): its background work for that change is
+    over. Counts the waits that ran out in ``unsettled``, by server."""
+    if seconds > 0 and not await server.settled(uri, published, seconds):
+        unsettled[server.name] += 1
+
+
+def print_unsettled(unsettled: collections.Counter, seconds: float) -> None:
+    """The waits for a server's diagnostics that ran out (:func:`quiet`), where any did."""
+    if unsettled:
+        print(f"waits for a server's diagnostics that ran out (--quiet {seconds:g} s): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(unsettled.items())))
 
 
 async def first_requests(args: argparse.Namespace, servers: list[Server]) -> int:
@@ -383,7 +399,7 @@ async def main(args: argparse.Namespace) -> int:
         return await first_requests(args, servers)
     tallies = {server.name: Tally() for server in servers}
     details: list[dict[str, Any]] | None = [] if args.details else None
-    unsettled: dict[str, int] = {}
+    unsettled: collections.Counter[str] = collections.Counter()
     rng = random.Random(args.seed)
     print(f"files: {', '.join(args.files)} (stdlib {STDLIB}); {args.positions} positions each; "
           f"timeout {args.timeout}s; model: {args.model or 'default'}; settings: {args.settings or 'defaults'}; "
@@ -424,9 +440,7 @@ async def main(args: argparse.Namespace) -> int:
         Path(args.details + ".log").write_text("".join(line + "\n" for line in ours.logs), encoding="utf-8")
         print(f"per-request details: {args.details} (glm5-lsp's log: {args.details}.log)")
     print()
-    if unsettled:
-        print("waits for a server's diagnostics that ran out (--quiet "
-              f"{args.quiet:g} s): {', '.join(f'{k} {v}' for k, v in sorted(unsettled.items()))}")
+    print_unsettled(unsettled, args.quiet)
     print(f"{'server':<22} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'errors':>7} {'timeouts':>9} "
           f"{'non-empty':>10} {'right word':>11} {'requests':>9}")
     for name, tally in tallies.items():

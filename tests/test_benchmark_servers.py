@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import collections
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,8 +93,6 @@ class _Stand:
         return self.count
 
     def replace(self, uri: str, text: str) -> None:
-        import time
-
         self.changed = time.monotonic()
         self.events.append((self.name, "change"))
 
@@ -99,9 +101,6 @@ class _Stand:
         return True, True, "x"
 
     async def settled(self, uri: str, after: int, seconds: float) -> bool:
-        import asyncio
-        import time
-
         wait = self.changed + self.late - time.monotonic()
         if wait > seconds:
             await asyncio.sleep(seconds)
@@ -116,15 +115,12 @@ def test_latency_waits_for_each_servers_diagnostics_before_asking_the_next() -> 
     """``lsp_latency.py`` asked glm5-lsp, then jedi-language-server at once: jedi's request paid for
     the work glm5-lsp's change started (the ~30 ms ``lines.py`` traced). Each server's diagnostics of
     the change now come before the next server is asked; a wait that runs out is counted."""
-    import argparse
-    import asyncio
-
     import lsp_latency
 
     events: list = []
     servers = [_Stand("ours", events, 0.05), _Stand("jedi", events, 0.0)]
     tallies = {s.name: lsp_latency.Tally() for s in servers}
-    unsettled: dict[str, int] = {}
+    unsettled: collections.Counter[str] = collections.Counter()
     args = argparse.Namespace(timeout=1.0, quiet=1.0)
     asyncio.run(lsp_latency.ask_in_turn(servers, "file:///x.py", "x", 0, 1, ("xy", 1), tallies, args, None, unsettled))
     assert events == [("ours", "change"), ("ours", "request"), ("ours", "published"),
