@@ -65,14 +65,14 @@ def test_lookups_from_several_threads_never_overlap(overlapping_jedi) -> None:
     ]
     errors: list[BaseException] = []
 
-    def run(asker) -> None:
+    def run(k: int, asker) -> None:
         try:
             for i in range(6):
-                asker(i + 100 * askers.index(asker))
+                asker(100 * k + i)  # (a module name of its own each time: module_members keeps its answers)
         except BaseException as error:  # noqa: BLE001 - reported below
             errors.append(error)
 
-    threads = [threading.Thread(target=run, args=(asker,)) for asker in askers]
+    threads = [threading.Thread(target=run, args=(k, asker)) for k, asker in enumerate(askers)]
     for thread in threads:
         thread.start()
     for thread in threads:
