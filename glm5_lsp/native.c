@@ -13,8 +13,9 @@
  * which may take over at any token.
  *
  * One row (a decoding step) reads each weight once with dot products: the read is the step's whole
- * cost. Several rows (a prefill) use transposed copies of the weights (``native.py`` makes them) and
- * outer products, four rows and 32 outputs at a time, with no sums across vector lanes.
+ * cost. Several rows (a prefill, a verification) use copies of the weights in panels of 32 outputs
+ * (``native.py`` makes them) and outer products, four rows and a panel at a time, with no sums across
+ * vector lanes.
  *
  * It covers what the editor runs: one sequence (the error context's forced keys and rows included),
  * no statistics' probe;
@@ -65,10 +66,10 @@ typedef struct {
     const float *gate_up, *down;         /* [E, 2 * Ie, hidden], [E, hidden, Ie] */
     float *latents;                      /* cache rows [capacity, kv_rank + rope] */
     float *index_keys;                   /* cache rows [capacity, i_dim] (full layers) */
-    /* The same products' weights transposed ([in, out]; NULL: none), for several tokens at once. */
+    /* The same products' weights in panels (``linear_rows_t``; NULL: none), for several tokens at once. */
     const float *w_x_t, *q_b_t, *o_proj_t, *gate_t, *up_t, *down_t, *router_t;
-    const float *gate_up_t, *down_e_t; /* [E, hidden, 2 * Ie], [E, Ie, hidden] */
-    const float *iq_w_t;               /* [q_lora, i_heads * i_dim] */
+    const float *gate_up_t, *down_e_t; /* per expert, its matrices' panels (each the size of the matrix) */
+    const float *iq_w_t;
 } Layer;
 
 typedef struct {
@@ -78,7 +79,7 @@ typedef struct {
     const float *embed, *norm_w, *lm_head;
     float norm_eps;
     Layer *layers;
-    const float *lm_head_t; /* [hidden, vocab] (NULL: none), for several rows' logits */
+    const float *lm_head_t; /* in panels (NULL: none), for several rows' logits */
 } Model;
 
 /* ---- kernels ------------------------------------------------------------------------------------ */
@@ -215,6 +216,11 @@ static int64_t max_inter(const Model *m) {
 
 static int64_t wide_max(const Model *m) { return m->q_lora + m->kv_rank + m->rope + m->i_dim + m->i_heads; }
 
+#define KEY_BLOCK 128 /* keys scored at once for every selecting row (``index_scores_rows``) */
+
+/* Queries padded to a multiple of 16 (``index_scores_rows``' panels: 32 wide, the last 16 or 32). */
+static inline int64_t padded_queries(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
 /* Floats of scratch a call of ``t`` tokens needs, with room for ``capacity`` keys and DSA selections
    of up to ``width`` keys a row (the top-k and the forced keys; 0: every key attended). */
 static int64_t scratch_floats(const Model *m, int64_t t, int64_t capacity, int64_t width) {
@@ -223,66 +229,68 @@ static int64_t scratch_floats(const Model *m, int64_t t, int64_t capacity, int64
     const int64_t per_row = 5 * m->hidden + wide_max(m) + m->q_lora + q_rows + m->heads * m->v_dim +
                             2 * m->n_experts + k + 2 * m->n_experts /* int64 member lists */ + 3 * max_inter(m) +
                             m->i_heads * m->i_dim + 2 * width /* int64 selections */ + 2;
+    const int64_t np = padded_queries(t * m->i_heads);
+    const int64_t selecting = width ? 2 * t + 1 /* int64 rows, aligned */ + t * capacity + KEY_BLOCK * np + np * m->i_dim : 0;
     return t * per_row + 2 * m->n_experts /* int64 counts */ + m->heads * lat_w + m->heads * m->kv_rank + m->i_dim +
-           (width ? 3 * capacity : capacity) + 64;
+           (width ? 3 * capacity : capacity) + selecting + 64;
 }
 
-/* Outputs r0 .. r0 + width - 1 of four rows of X against Wt, the sums held in registers (``width`` a
-   constant where it is inlined: 32 or 16). */
+/* One panel's ``width`` outputs (32 or 16, a constant where it is inlined) of ``nr`` (1 to 4) rows of
+   X: ``wp`` the panel ([cols, width], contiguous), ``y`` the first row's first output of the panel (row
+   stride ``rows``). The sums are held in registers. */
 static inline __attribute__((always_inline)) void outer_block(const float *restrict x0, int64_t cols,
-                                                              const float *restrict wt, float *restrict y,
-                                                              int64_t rows, int64_t r0, const int width) {
-    const float *x1 = x0 + cols, *x2 = x1 + cols, *x3 = x2 + cols;
-    float a0[32] = {0}, a1[32] = {0}, a2[32] = {0}, a3[32] = {0};
+                                                              const float *restrict wp, float *restrict y,
+                                                              int64_t rows, const int nr, const int width) {
+    float a[4][32] = {{0}};
     for (int64_t c = 0; c < cols; c++) {
-        const float *wr = wt + c * rows + r0;
-        const float v0 = x0[c], v1 = x1[c], v2 = x2[c], v3 = x3[c];
-        for (int k = 0; k < width; k++) {
-            const float w = wr[k];
-            a0[k] += v0 * w;
-            a1[k] += v1 * w;
-            a2[k] += v2 * w;
-            a3[k] += v3 * w;
-        }
+        const float *wr = wp + c * width;
+        for (int j = 0; j < nr; j++)
+            for (int k = 0; k < width; k++) a[j][k] += x0[j * cols + c] * wr[k];
     }
-    const size_t bytes = (size_t)width * sizeof(float);
-    memcpy(y + r0, a0, bytes);
-    memcpy(y + rows + r0, a1, bytes);
-    memcpy(y + 2 * rows + r0, a2, bytes);
-    memcpy(y + 3 * rows + r0, a3, bytes);
+    for (int j = 0; j < nr; j++) memcpy(y + j * rows, a[j], (size_t)width * sizeof(float));
 }
 
-/* Y[i, :] = X[i, :] . Wt for ``t`` rows (X [t, cols], Wt [cols, rows]: a weight transposed, Y [t, rows]):
-   outer products, four rows of X and 32 (then 16) outputs at a time, so no sum is reduced across
-   vector lanes (about 2.5x the row-by-row dot products' rate at the model's sizes). */
-CLONES static void linear_rows_t(const float *restrict x, const float *restrict wt, float *restrict y, int64_t t,
-                                 int64_t rows, int64_t cols) {
+/* One panel's outputs for every row of X: four rows at a time, then the last one to three. */
+static inline __attribute__((always_inline)) void outer_panel(const float *restrict x, const float *restrict wp,
+                                                              float *restrict y, int64_t t, int64_t rows,
+                                                              int64_t cols, const int width) {
     int64_t i = 0;
-    for (; i + 4 <= t; i += 4) {
-        int64_t r0 = 0;
-        for (; r0 + 32 <= rows; r0 += 32) outer_block(x + i * cols, cols, wt, y + i * rows, rows, r0, 32);
-        for (; r0 + 16 <= rows; r0 += 16) outer_block(x + i * cols, cols, wt, y + i * rows, rows, r0, 16);
-        for (; r0 < rows; r0++)
-            for (int j = 0; j < 4; j++) {
-                const float *xj = x + (i + j) * cols;
-                float acc = 0.0f;
-                for (int64_t c = 0; c < cols; c++) acc += xj[c] * wt[c * rows + r0];
-                y[(i + j) * rows + r0] = acc;
-            }
-    }
-    for (; i < t; i++) { /* the last rows, one at a time */
-        float *yi = y + i * rows;
-        const float *xi = x + i * cols;
-        memset(yi, 0, (size_t)rows * sizeof(float));
-        for (int64_t c = 0; c < cols; c++) {
-            const float v = xi[c];
-            const float *wr = wt + c * rows;
-            for (int64_t r = 0; r < rows; r++) yi[r] += v * wr[r];
-        }
+    for (; i + 4 <= t; i += 4) outer_block(x + i * cols, cols, wp, y + i * rows, rows, 4, width);
+    switch (t - i) {
+    case 3: outer_block(x + i * cols, cols, wp, y + i * rows, rows, 3, width); break;
+    case 2: outer_block(x + i * cols, cols, wp, y + i * rows, rows, 2, width); break;
+    case 1: outer_block(x + i * cols, cols, wp, y + i * rows, rows, 1, width); break;
+    default: break;
     }
 }
 
-/* Y = X W^T for ``t`` rows: the transposed weight's outer products where there is one and several
+/* Y[i, :] = X[i, :] W^T for ``t`` rows (X [t, cols], Y [t, rows]) from the weight in panels (``native.py``'s
+   ``panels``): outputs r0 .. r0 + 31 as one contiguous [cols, 32] block at ``wp + r0 * cols``, the last
+   panel as wide as what is left. Outer products, up to four rows and a panel's 32 outputs at a time in
+   registers, so no sum is reduced across vector lanes (about 2.5x the row-by-row dot products' rate at
+   the model's sizes). Each panel (24 KB at the hidden size) is read from memory once and stays in
+   cache for every row; and it is contiguous, where the plain transpose's 32 outputs lay one weight row
+   apart (16 KB for the output head: every line in one cache set). */
+CLONES static void linear_rows_t(const float *restrict x, const float *restrict wp, float *restrict y, int64_t t,
+                                 int64_t rows, int64_t cols) {
+    int64_t r0 = 0;
+    for (; r0 + 32 <= rows; r0 += 32) outer_panel(x, wp + r0 * cols, y + r0, t, rows, cols, 32);
+    const int64_t width = rows - r0; /* the last panel, [cols, width] */
+    if (width == 16) {
+        outer_panel(x, wp + r0 * cols, y + r0, t, rows, cols, 16);
+        return;
+    }
+    const float *last = wp + r0 * cols;
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t k = 0; k < width; k++) {
+            const float *xi = x + i * cols;
+            float acc = 0.0f;
+            for (int64_t c = 0; c < cols; c++) acc += xi[c] * last[c * width + k];
+            y[i * rows + r0 + k] = acc;
+        }
+}
+
+/* Y = X W^T for ``t`` rows: the weight's panels' outer products where there are panels and several
    rows, else one dot product per output (a decoding step: the weights' read is its whole cost). */
 static void linear_rows(const float *x, const float *w, const float *wt, float *y, int64_t t, int64_t rows,
                         int64_t cols) {
@@ -293,7 +301,7 @@ static void linear_rows(const float *x, const float *w, const float *wt, float *
     for (int64_t i = 0; i < t; i++) matvec(w, x + i * cols, y + i * rows, rows, cols);
 }
 
-/* A SwiGLU MLP on ``n`` rows ``x`` (gate and up [inter, hd], down [hd, inter]; ``*_t`` transposed):
+/* A SwiGLU MLP on ``n`` rows ``x`` (gate and up [inter, hd], down [hd, inter]; ``*_t`` in panels):
    ``y`` [n, hd]. */
 static void swiglu_rows(const float *gate_w, const float *gate_t, const float *up_w, const float *up_t,
                         const float *down_w, const float *down_t, int64_t inter, int64_t hd, const float *x, int64_t n,
@@ -305,7 +313,7 @@ static void swiglu_rows(const float *gate_w, const float *gate_t, const float *u
 }
 
 /* A routed expert on ``n`` rows: gate_up [2 * ie, hd] (gate rows, then up rows), down [hd, ie]
-   (``*_t`` transposed); ``gu`` [n, 2 * ie] and ``g`` [n, ie] scratch, ``y`` [n, hd]. */
+   (``*_t`` in panels); ``gu`` [n, 2 * ie] and ``g`` [n, ie] scratch, ``y`` [n, hd]. */
 static void expert_rows(const float *gate_up, const float *gate_up_t, const float *down, const float *down_t,
                         int64_t ie, int64_t hd, const float *x, int64_t n, float *gu, float *g, float *y) {
     linear_rows(x, gate_up, gate_up_t, gu, n, 2 * ie, hd);
@@ -356,13 +364,11 @@ static void attend(const Model *m, const Layer *L, const float *q, const float *
     }
 }
 
-/* The ``k`` largest of ``n`` scores (k < n): their indices into ``sel``, in no particular order (of
-   equal scores at the boundary, the first ones). ``work`` holds n floats. */
-static void top_k(const float *scores, int64_t n, int64_t k, float *work, int64_t *sel) {
-    memcpy(work, scores, (size_t)n * sizeof(float));
+/* Reorders ``work[0 .. n)`` so that its ``want``-th largest value is at ``work[want]`` (quickselect,
+   descending) and returns it. */
+static float kth_largest(float *work, int64_t n, int64_t want) {
     int64_t lo = 0, hi = n - 1;
-    const int64_t want = k - 1; /* the k-th largest's place once sorted descending */
-    while (lo < hi) { /* quickselect, descending */
+    while (lo < hi) {
         const float pivot = work[lo + (hi - lo) / 2];
         int64_t i = lo, j = hi;
         while (i <= j) {
@@ -380,7 +386,33 @@ static void top_k(const float *scores, int64_t n, int64_t k, float *work, int64_
         else if (want >= i) lo = i;
         else break;
     }
-    const float kth = work[want];
+    return work[want];
+}
+
+/* The ``k`` largest of ``n`` scores (k < n): their indices into ``sel``, in no particular order (of
+   equal scores at the boundary, the first ones). ``work`` holds n floats. The k-th largest is found
+   among the candidates at or above a threshold read off every fourth score (the (k/2)-th largest of
+   those: about 2k candidates, and never fewer than k but by a rare chance, where every score is
+   searched instead): the same value, found in about a third of the time past a few hundred keys. */
+static void top_k(const float *scores, int64_t n, int64_t k, float *work, int64_t *sel) {
+    const int64_t want = k - 1; /* the k-th largest's place once sorted descending */
+    float kth;
+    int64_t found = 0;
+    if (n >= 4 * k && k >= 8) {
+        int64_t m = 0;
+        for (int64_t j = 0; j < n; j += 4) work[m++] = scores[j];
+        const float bar = kth_largest(work, m, k / 2);
+        for (int64_t j = 0; j < n; j++) {
+            work[found] = scores[j];
+            found += scores[j] >= bar;
+        }
+    }
+    if (found >= k) {
+        kth = kth_largest(work, found, want);
+    } else {
+        memcpy(work, scores, (size_t)n * sizeof(float));
+        kth = kth_largest(work, n, want);
+    }
     int64_t above = 0;
     for (int64_t j = 0; j < n; j++) above += scores[j] > kth;
     int64_t at = 0, ties = k - above;
@@ -389,25 +421,13 @@ static void top_k(const float *scores, int64_t n, int64_t k, float *work, int64_
     for (int64_t j = n - 1; at < k; j--) sel[at++] = j; /* (NaN scores only: the newest keys) */
 }
 
-/* DSA's choice for one query of a full layer at key count ``kend`` > topk: the indexer's scores of
-   keys 0 .. kend - 1 (per head relu(scale * q . k), weighted by the head weights), the policy's key
-   bias scaled by their standard deviation, the ``topk`` best into ``sel``; with ``forced`` keys (the
-   error context), the ``topk`` best of the others, then every forced key. Returns how many were
-   chosen, or 0 where that is every key (no more than ``topk`` keys are not forced). */
-static int64_t dsa_select(const Model *m, const Layer *L, const float *iq, const float *head_w, const float *key_bias,
-                          const uint8_t *forced, int64_t kend, int64_t topk, float *scores, float *work,
-                          int64_t *sel) {
-    const int64_t di = m->i_dim;
-    const float head_scale = 1.0f / sqrtf((float)m->i_heads);
-    memset(scores, 0, (size_t)kend * sizeof(float));
-    for (int64_t hh = 0; hh < m->i_heads; hh++) {
-        const float w = head_w[hh] * head_scale;
-        matvec(L->index_keys, iq + hh * di, work, kend, di);
-        for (int64_t j = 0; j < kend; j++) {
-            const float v = work[j] * m->i_scale;
-            scores[j] += w * (v > 0.0f ? v : 0.0f);
-        }
-    }
+/* DSA's choice for one query of a full layer at key count ``kend`` > topk, from the indexer's scores of
+   keys 0 .. kend - 1 (``scores``, changed here): the policy's key bias scaled by their standard
+   deviation, the ``topk`` best into ``sel``; with ``forced`` keys (the error context), the ``topk``
+   best of the others, then every forced key. Returns how many were chosen, or 0 where that is every
+   key (no more than ``topk`` keys are not forced). ``work`` holds kend floats. */
+static int64_t dsa_choose(float *scores, const float *key_bias, const uint8_t *forced, int64_t kend, int64_t topk,
+                          float *work, int64_t *sel) {
     if (key_bias != NULL) {
         double mean = 0.0, var = 0.0;
         for (int64_t j = 0; j < kend; j++) mean += scores[j];
@@ -431,6 +451,61 @@ static int64_t dsa_select(const Model *m, const Layer *L, const float *iq, const
     for (int64_t j = 0; j < kend; j++)
         if (forced[j]) sel[n++] = j;
     return n;
+}
+
+/* The indexer's score of keys 0 .. kend - 1 for one query (``iq``: its heads, RoPE applied): per head
+   relu(scale * q . k), weighted by the head weights. */
+static void index_scores_one(const Model *m, const Layer *L, const float *iq, const float *head_w, int64_t kend,
+                             float *scores, float *work) {
+    const int64_t di = m->i_dim;
+    const float head_scale = 1.0f / sqrtf((float)m->i_heads);
+    memset(scores, 0, (size_t)kend * sizeof(float));
+    for (int64_t hh = 0; hh < m->i_heads; hh++) {
+        const float w = head_w[hh] * head_scale;
+        matvec(L->index_keys, iq + hh * di, work, kend, di);
+        for (int64_t j = 0; j < kend; j++) {
+            const float v = work[j] * m->i_scale;
+            scores[j] += w * (v > 0.0f ? v : 0.0f);
+        }
+    }
+}
+
+/* ``index_scores_one`` for the ``n`` rows ``rows`` lists at once (row ``i`` scoring keys 0 .. pos + i),
+   into ``out`` (row ``s``'s scores at ``out + s * stride``): every row's heads are one set of queries in
+   panels (``qp``), and each block of ``KEY_BLOCK`` keys is read once for all of them by the outer
+   products of ``linear_rows_t`` (``block`` [KEY_BLOCK, padded queries]), where one row at a time reads
+   every key again for each row and head. ``iq`` [t, i_heads * i_dim] (RoPE applied), ``head_w(i)`` at
+   ``parts + i * wide + head_at``. */
+static void index_scores_rows(const Model *m, const Layer *L, const float *iq, const float *parts, int64_t wide,
+                              int64_t head_at, const int64_t *rows, int64_t n, int64_t pos, float *qp, float *block,
+                              float *out, int64_t stride) {
+    const int64_t di = m->i_dim, ih = m->i_heads, iw = ih * di, nq = n * ih, np = padded_queries(nq);
+    const float head_scale = 1.0f / sqrtf((float)ih);
+    for (int64_t q = 0; q < np; q++) {
+        const int64_t p0 = q / 32 * 32, width = np - p0 >= 32 ? 32 : np - p0, k = q - p0;
+        float *panel = qp + p0 * di;
+        const float *src = q < nq ? iq + rows[q / ih] * iw + (q % ih) * di : NULL;
+        for (int64_t c = 0; c < di; c++) panel[c * width + k] = src != NULL ? src[c] : 0.0f;
+    }
+    const int64_t kmax = pos + rows[n - 1] + 1;
+    for (int64_t j0 = 0; j0 < kmax; j0 += KEY_BLOCK) {
+        const int64_t nb = kmax - j0 < KEY_BLOCK ? kmax - j0 : KEY_BLOCK;
+        linear_rows_t(L->index_keys + j0 * di, qp, block, nb, np, di);
+        for (int64_t s = 0; s < n; s++) {
+            const int64_t kend = pos + rows[s] + 1;
+            const float *head_w = parts + rows[s] * wide + head_at;
+            float *scores = out + s * stride;
+            for (int64_t jj = 0; jj < nb && j0 + jj < kend; jj++) {
+                const float *v = block + jj * np + s * ih;
+                float total = 0.0f;
+                for (int64_t hh = 0; hh < ih; hh++) {
+                    const float x = v[hh] * m->i_scale;
+                    total += head_w[hh] * head_scale * (x > 0.0f ? x : 0.0f);
+                }
+                scores[j0 + jj] = total;
+            }
+        }
+    }
 }
 
 /* ``t`` tokens at positions pos .. pos + t - 1 (cos/sin [t, rope / 2]): their cache rows written, the
@@ -472,7 +547,16 @@ static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t po
     float *ik = s; s += m->i_dim;
     float *probs = s; s += pos + t;
     float *work = s; s += pos + t; /* the indexer's scores, and a copy to select from */
-    float *work2 = s;
+    float *work2 = s; s += pos + t;
+    int64_t *selecting = NULL; /* the rows that choose their keys, their scores, the queries' panels */
+    float *row_scores = NULL, *qp = NULL, *key_block = NULL;
+    if (width) {
+        s = scratch + ((s - scratch + 1) & ~(int64_t)1); /* 8-byte aligned */
+        selecting = (int64_t *)s; s += 2 * t;
+        row_scores = s; s += t * (pos + t);
+        qp = s; s += padded_queries(t * m->i_heads) * m->i_dim;
+        key_block = s;
+    }
     const int sparse = topk > 0 && pos + t > topk;
     memset(chosen_n, 0, (size_t)t * sizeof(int64_t));
 
@@ -502,6 +586,8 @@ static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t po
         if (sparse && L->has_index) { /* DSA: each row past the top-k chooses its keys (a shared layer reuses them) */
             const int64_t iw = m->i_heads * m->i_dim;
             linear_rows(qn, L->iq_w, L->iq_w_t, iq, t, iw, m->q_lora);
+            const int64_t head_at = m->q_lora + kvr + r + m->i_dim; /* a row's head weights in ``parts`` */
+            int64_t n_sel = 0;
             for (int64_t i = 0; i < t; i++) {
                 const int64_t kend = pos + i + 1;
                 chosen_n[i] = 0;
@@ -513,8 +599,16 @@ static void forward(const Model *m, const int64_t *tokens, int64_t t, int64_t po
                     rope(head, cos_ + i * half, sin_ + i * half, rot, r);
                     memcpy(head, rot, (size_t)r * sizeof(float));
                 }
-                const float *head_w = parts + i * wide + m->q_lora + kvr + r + m->i_dim;
-                chosen_n[i] = dsa_select(m, L, qi, head_w, key_bias, forced, kend, topk, work, work2, sel + i * width);
+                selecting[n_sel++] = i;
+            }
+            if (n_sel > 1) /* several rows: each block of keys read once for all of them */
+                index_scores_rows(m, L, iq, parts, wide, head_at, selecting, n_sel, pos, qp, key_block, row_scores,
+                                  pos + t);
+            for (int64_t j = 0; j < n_sel; j++) {
+                const int64_t i = selecting[j], kend = pos + i + 1;
+                float *scores = n_sel > 1 ? row_scores + j * (pos + t) : work;
+                if (n_sel == 1) index_scores_one(m, L, iq + i * iw, parts + i * wide + head_at, kend, scores, work2);
+                chosen_n[i] = dsa_choose(scores, key_bias, forced, kend, topk, work2, sel + i * width);
             }
         }
         for (int64_t i = 0; i < t; i++)

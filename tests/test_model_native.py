@@ -143,6 +143,7 @@ def test_with_a_probe_or_a_long_prompt_past_the_top_k_torch_runs(monkeypatch) ->
         ([6, 1, 1, 4, 1, 5, 1, 1], {"indexer_types": ["full", "shared", "full"]}, None),  # a shared layer reuses
         ([7, 13, 1, 6, 1], {}, "biased"),  # the policy's key bias (its top-k: 16), the second call crossing it
         ([30, 1, 3], {"num_hidden_layers": 2, "first_k_dense_replace": 0}, None),  # a prefill past it
+        ([60, 60, 20, 5, 1], {}, None),  # several rows' keys scored in blocks of 128 (native.c's KEY_BLOCK)
         ([12, 9, 1, 6, 1, 1], {}, "error"),  # error-context keys forced in, an error-context row attending to all
         ([12, 9, 1, 6, 1], {"indexer_types": ["full", "shared", "full"]}, "error"),
     ],

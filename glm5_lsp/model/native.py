@@ -41,10 +41,11 @@ _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _F = ctypes.c_float
 
-SELECTING_MAX_ROWS = 64  # at most this many rows of a call past DSA's top-k: each scores its keys with
-# dot products, where torch scores many rows in one product (past 400 keys of the embedded model,
-# `python benchmarks/runtime.py --part native-dsa --threads 1`: C 2.43x as fast at 8 rows, 1.42x at 32,
-# 1.11x at 64, 0.89x at 128)
+SELECTING_MAX_ROWS = 448  # at most this many rows of a call past DSA's top-k (past that, torch's batched
+# products may win; C scores every selecting row's keys in blocks, ``index_scores_rows``). Past 400 keys
+# of the embedded model (`python benchmarks/runtime.py --part native-dsa --threads 1`, and its
+# ``native_dsa_compare(rows=(128, 256, 448))``): C 4.40x as fast at 8 rows, 2.03x at 64, 1.59x at 128,
+# 1.30x at 256, 1.16x at 448 (1.11x at 64 and 0.89x at 128 when each row read every key on its own)
 MAX_EXPERTS = 256  # native.c's fixed arrays
 MAX_GROUPS = 64
 
@@ -75,6 +76,21 @@ class _Model(ctypes.Structure):
     ]
 
 
+PANEL = 32  # outputs per panel (native.c's ``linear_rows_t``)
+
+
+def panels(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` ``[..., out, in]`` as ``native.c``'s ``linear_rows_t`` reads it: for each matrix, the
+    outputs in panels of :data:`PANEL`, each panel ``[in, PANEL]`` (the last as wide as what is left)
+    laid out one after another, so a panel is one contiguous block (the size of the matrix in all)."""
+    out = weight.shape[-2]
+    if out <= PANEL:  # one panel: the plain transpose
+        return weight.transpose(-1, -2).contiguous()
+    lead = weight.shape[:-2]
+    pieces = [weight[..., r0:r0 + PANEL, :].transpose(-1, -2).reshape(*lead, -1) for r0 in range(0, out, PANEL)]
+    return torch.cat(pieces, dim=-1).contiguous()
+
+
 def available() -> bool:
     """Whether the compiled step is installed, matches this side's layout, and is not turned off."""
     if _native is None or os.environ.get("GLM5_NATIVE", "1") == "0":
@@ -98,9 +114,10 @@ class NativeStep:
         router = moes[0].gate if moes else None
         self.n_layers = len(layers)
         self._layers = (_Layer * self.n_layers)()
-        # For several tokens at once (a prompt's prefill) the products read their weights transposed
-        # (outer products, no sums across vector lanes: about 2.5x the rate): copies, made on first
-        # use and again when a weight changed in place (its version moved).
+        # For several tokens at once (a prompt's prefill, a draft's verification) the products read
+        # their weights in panels (:func:`panels`; outer products, no sums across vector lanes: about
+        # 2.5x the rate): copies, made on first use and again when a weight changed in place (its
+        # version moved).
         self._transposed: list[tuple[ctypes.Structure, str, torch.Tensor, int, torch.Tensor | None]] = []  # (the
         # struct, its field, the source, the version copied, the copy)
         for i, layer in enumerate(layers):
@@ -174,11 +191,11 @@ class NativeStep:
             self._transpose()
 
     def _transpose(self) -> None:
-        """Make the transposed copies of the weights that changed since they were last made."""
+        """Make the panel copies of the weights that changed since they were last made."""
         for n, (struct, name, source, version, _) in enumerate(self._transposed):
             if source._version == version:
                 continue
-            copy = source.transpose(-1, -2).contiguous()  # [E, out, in] -> [E, in, out] for the experts
+            copy = panels(source)
             setattr(struct, name, copy.data_ptr())
             self._transposed[n] = (struct, name, source, source._version, copy)
 
