@@ -781,6 +781,84 @@ static PyObject *py_sa_narrow(PyObject *self, PyObject *const *args, Py_ssize_t 
    ``n_out`` rows, 1 <= n_out <= t; ``topk`` 0: every key; an address 0: none; ``width`` >= topk).
    Runs without the interpreter lock. */
 #define N_ARGS 14
+/* Whether some occurrence sa[lo:hi] of a ``length``-id sequence is live: the position after it not
+   dead (``alive``, 1 byte a position, or NULL: all live) and outside [ex_lo, ex_hi). More occurrences
+   than ``spare`` (positions that could be skipped) are live without a look. */
+static int any_live(const Shard *s, int64_t lo, int64_t hi, int64_t length, const uint8_t *alive, int64_t ex_lo,
+                    int64_t ex_hi, int64_t spare) {
+    if (hi <= lo) return 0;
+    if (hi - lo > spare) return 1;
+    for (int64_t i = lo; i < hi; i++) {
+        const int64_t after = suffix_at(s, i) + length;
+        if ((alive == NULL || alive[after]) && (after < ex_lo || after >= ex_hi)) return 1;
+    }
+    return 0;
+}
+
+/* The range of the last ``length`` of the ``count`` ids at ``pattern``, or an empty one where it has no
+   live occurrence. */
+static int probe_suffix(const Shard *s, const int64_t *pattern, int64_t count, int64_t length, const uint8_t *alive,
+                        int64_t ex_lo, int64_t ex_hi, int64_t spare, int64_t *lo, int64_t *hi) {
+    int64_t a = 0, b = s->n;
+    const int64_t *p = pattern + count - length;
+    for (int64_t i = 0; i < length && a < b; i++) narrow_range(s, &a, &b, i, p[i]);
+    if (!any_live(s, a, b, length, alive, ex_lo, ex_hi, spare)) return 0;
+    *lo = a;
+    *hi = b;
+    return 1;
+}
+
+/* sa_longest(tokens, tokens_size, n, sa, sa_size, pattern, count, alive, ex_lo, ex_hi, spare) ->
+   (length, lo, hi): the longest suffix of the ``count`` int64 ids at ``pattern`` with a live occurrence
+   (``any_live``; ``alive`` an address or 0) and its range; (0, 0, n) where none. A search over the
+   length (a suffix that occurs has every shorter one occurring too), galloping up first: most
+   matches are short and a probe costs in its length (``SuffixIndex.longest``). */
+static PyObject *py_sa_longest(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "sa_longest() takes 11 integer arguments");
+        return NULL;
+    }
+    Shard s;
+    if (read_shard(args, &s) < 0) return NULL;
+    long long v[6];
+    for (int i = 0; i < 6; i++) {
+        v[i] = PyLong_AsLongLong(args[5 + i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    const int64_t *pattern = (const int64_t *)(intptr_t)v[0];
+    const int64_t count = v[1];
+    const uint8_t *alive = (const uint8_t *)(intptr_t)v[2];
+    const int64_t ex_lo = v[3], ex_hi = v[4], spare = v[5];
+    if (count < 0 || (count && !pattern)) {
+        PyErr_SetString(PyExc_ValueError, "sa_longest(): no pattern");
+        return NULL;
+    }
+    int64_t best = 0, best_lo = 0, best_hi = s.n, lo, hi;
+    int64_t good = 0, bad = count + 1, probe = 1;
+    while (probe < bad) {
+        if (!probe_suffix(&s, pattern, count, probe, alive, ex_lo, ex_hi, spare, &lo, &hi)) {
+            bad = probe;
+            break;
+        }
+        best = good = probe;
+        best_lo = lo;
+        best_hi = hi;
+        probe = probe < count ? (probe * 2 < count ? probe * 2 : count) : bad;
+    }
+    while (bad - good > 1) {
+        const int64_t mid = (good + bad) / 2;
+        if (probe_suffix(&s, pattern, count, mid, alive, ex_lo, ex_hi, spare, &lo, &hi)) {
+            best = good = mid;
+            best_lo = lo;
+            best_hi = hi;
+        } else {
+            bad = mid;
+        }
+    }
+    return Py_BuildValue("(LLL)", (long long)best, (long long)best_lo, (long long)best_hi);
+}
+
 static int read_call(PyObject *const *args, Py_ssize_t nargs, long long *v, const Model **m);
 
 static PyObject *py_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -979,6 +1057,7 @@ static PyMethodDef methods[] = {
     {"layout", py_layout, METH_NOARGS, "sizeof(Model), sizeof(Layer)."},
     {"sa_find", (PyCFunction)(void (*)(void))py_sa_find, METH_FASTCALL, "A suffix-array range narrowed by ids."},
     {"sa_narrow", (PyCFunction)(void (*)(void))py_sa_narrow, METH_FASTCALL, "A suffix-array range narrowed by one id."},
+    {"sa_longest", (PyCFunction)(void (*)(void))py_sa_longest, METH_FASTCALL, "The longest live suffix's range."},
     {NULL, NULL, 0, NULL},
 };
 

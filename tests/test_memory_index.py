@@ -388,3 +388,38 @@ def test_the_c_searches_give_the_numpy_searches_ranges(token_type, sa_type, monk
     assert same(with_c.find([sep]), in_numpy.find([sep]))  # the separators' own range
     assert with_c.find([sep])[1] > with_c.find([sep])[0]
     assert same(with_c.find([3, sep - 1]), in_numpy.find([3, sep - 1]))
+
+
+def test_the_longest_live_suffix_in_c_is_the_numpy_searches(monkeypatch) -> None:
+    """``longest`` as one C call (``sa_longest``) against the search over the length in numpy: the
+    same length and range for contexts from the shards' own text and changed ones, with documents
+    dead and a range of positions excluded (an occurrence followed only by those does not count)."""
+    import glm5_lsp.memory.index as index_module
+
+    if index_module._native is None:
+        pytest.skip("the C searches were not built (no compiler)")
+    rng = np.random.default_rng(11)
+    docs = [(str(i), rng.integers(0, 5, size=int(rng.integers(1, 300))).astype(np.uint16)) for i in range(25)]
+    with_c = SuffixIndex.build(docs, np.dtype(np.uint16))
+    monkeypatch.setenv("GLM5_NATIVE", "0")
+    in_numpy = SuffixIndex.build(docs, np.dtype(np.uint16))
+    assert with_c._shard is not None and in_numpy._shard is None
+    longer = 0
+    for trial in range(500):
+        if trial == 250:  # some documents dead from here on
+            for key in ("3", "7", "12"):
+                assert with_c.kill(key) and in_numpy.kill(key)
+        doc = docs[int(rng.integers(len(docs)))][1]
+        end = int(rng.integers(1, len(doc) + 1))
+        context = [int(t) for t in doc[max(0, end - int(rng.integers(1, 40))):end]]
+        if rng.random() < 0.3:
+            context[int(rng.integers(len(context)))] = int(rng.integers(0, 7))
+        exclude = None
+        if rng.random() < 0.5:
+            start = int(rng.integers(len(with_c.tokens)))
+            exclude = (start, start + int(rng.integers(1, 50)))
+        upper = int(rng.integers(0, len(context) + 1))
+        got, want = with_c.longest(context, upper, exclude), in_numpy.longest(context, upper, exclude)
+        assert (got.length, got.lo, got.hi) == (want.length, want.lo, want.hi), trial
+        longer += got.length > 3
+    assert longer > 100

@@ -379,11 +379,16 @@ class SuffixIndex:
             after = after[(after < exclude[0]) | (after >= exclude[1])]
         return after
 
+    def _spare(self, exclude: tuple[int, int] | None) -> int:
+        """Positions an occurrence could be followed by and not count (dead or excluded): a range
+        holding more occurrences than this has a live one."""
+        return self.dead_tokens + (exclude[1] - exclude[0] if exclude is not None else 0)
+
     def any_live(self, lo: int, hi: int, length: int, exclude: tuple[int, int] | None = None) -> bool:
         """Whether some occurrence ``sa[lo:hi]`` is live and not followed by an excluded position."""
         if hi <= lo:
             return False
-        spare = self.dead_tokens + (exclude[1] - exclude[0] if exclude is not None else 0)
+        spare = self._spare(exclude)
         if hi - lo > spare:
             return True  # more occurrences than positions that could be skipped
         return len(self.continuations(lo, hi, length, exclude)) > 0
@@ -430,6 +435,14 @@ class SuffixIndex:
         best = self.root()
         if upper <= 0:
             return best
+        if self._shard is not None and (self.alive is None or self.alive.flags.c_contiguous):  # in one C call
+            rest = np.asarray(context[len(context) - upper:], dtype=np.int64)
+            alive = self.alive
+            ex_lo, ex_hi = exclude if exclude is not None else (0, 0)
+            length, lo, hi = _native.sa_longest(*self._shard, rest.ctypes.data, upper,
+                                                0 if alive is None else alive.ctypes.data, ex_lo, ex_hi,
+                                                self._spare(exclude))
+            return ShardState(length, lo, hi) if length else best
         good, bad = 0, upper + 1
         probe = 1
         while probe < bad:
