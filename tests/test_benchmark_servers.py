@@ -131,3 +131,24 @@ def test_latency_waits_for_each_servers_diagnostics_before_asking_the_next() -> 
     asyncio.run(lsp_latency.ask_in_turn(servers, "file:///x.py", "x", 0, 1, ("xy", 1), None, short, None, unsettled))
     assert unsettled == {"ours": 1}
     assert lsp_latency.parse_args([]).quiet == 3.0
+
+
+def test_no_wait_for_diagnostics_glm5_lsp_does_not_publish_for_a_document_past_its_window() -> None:
+    """glm5-lsp reads a document longer than ``limits.windowChars`` as a window and publishes no
+    diagnostics for it: each wait for them ran out (8 in a REPORT run, pygls's 121 KB
+    ``_capabilities.py``). Its wait is skipped there, jedi-language-server's kept."""
+    import lsp_latency
+
+    events: list = []
+    ours, jedi = _Stand("glm5-lsp mixed", events, 5.0), _Stand("jedi-language-server", events, 0.0)
+    ours.init_options = jedi.init_options = None
+    unsettled: collections.Counter[str] = collections.Counter()
+    args = argparse.Namespace(timeout=1.0, quiet=0.05)
+    big = "x = 1\n" * 20_000  # 120,000 characters: past the default window of 100,000
+    asyncio.run(lsp_latency.ask_in_turn([ours, jedi], "file:///x.py", big, 0, 1, ("xy", 1), None, args, None, unsettled))
+    assert ("jedi-language-server", "published") in events and not unsettled
+    asyncio.run(lsp_latency.ask_in_turn([ours], "file:///x.py", "x = 1\n", 0, 1, ("xy", 1), None, args, None, unsettled))
+    assert unsettled == {"glm5-lsp mixed": 1}  # a document it checks: waited for (and here, ran out)
+    ours.init_options = {"glm5": {"limits": {"windowChars": 200_000}}}
+    asyncio.run(lsp_latency.ask_in_turn([ours], "file:///x.py", big, 0, 1, ("xy", 1), None, args, None, unsettled))
+    assert unsettled == {"glm5-lsp mixed": 2}  # a wider window: that one it checks too
