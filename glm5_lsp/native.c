@@ -720,22 +720,29 @@ static int read_shard(PyObject *const *args, Shard *s) {
     return 0;
 }
 
+/* A search's arguments: the shard (the first five) and the ``count`` integers after it, exactly. */
+static int read_shard_call(PyObject *const *args, Py_ssize_t nargs, const char *name, Shard *s, long long *v,
+                           int count) {
+    if (nargs != 5 + count) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %d integer arguments", name, 5 + count);
+        return -1;
+    }
+    if (read_shard(args, s) < 0) return -1;
+    for (int i = 0; i < count; i++) {
+        v[i] = PyLong_AsLongLong(args[5 + i]);
+        if (v[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
 /* sa_find(tokens, tokens_size, n, sa, sa_size, lo, hi, depth, pattern, count) -> (lo, hi): the
    suffixes of sa[lo:hi] (sharing ``depth`` ids already) narrowed by the ``count`` int64 ids at
    address ``pattern``, one depth each. */
 static PyObject *py_sa_find(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "sa_find() takes 10 integer arguments");
-        return NULL;
-    }
     Shard s;
-    if (read_shard(args, &s) < 0) return NULL;
     long long v[5];
-    for (int i = 0; i < 5; i++) {
-        v[i] = PyLong_AsLongLong(args[5 + i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (read_shard_call(args, nargs, "sa_find", &s, v, 5) < 0) return NULL;
     int64_t lo = v[0], hi = v[1], depth = v[2];
     const int64_t *pattern = (const int64_t *)(intptr_t)v[3];
     const int64_t count = v[4];
@@ -751,17 +758,9 @@ static PyObject *py_sa_find(PyObject *self, PyObject *const *args, Py_ssize_t na
 /* sa_narrow(tokens, tokens_size, n, sa, sa_size, lo, hi, depth, token) -> (lo, hi). */
 static PyObject *py_sa_narrow(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "sa_narrow() takes 9 integer arguments");
-        return NULL;
-    }
     Shard s;
-    if (read_shard(args, &s) < 0) return NULL;
     long long v[4];
-    for (int i = 0; i < 4; i++) {
-        v[i] = PyLong_AsLongLong(args[5 + i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (read_shard_call(args, nargs, "sa_narrow", &s, v, 4) < 0) return NULL;
     int64_t lo = v[0], hi = v[1];
     if (lo < 0 || hi > s.n || v[2] < 0) {
         PyErr_SetString(PyExc_ValueError, "sa_narrow(): a range out of bounds");
@@ -815,17 +814,9 @@ static int probe_suffix(const Shard *s, const int64_t *pattern, int64_t count, i
    matches are short and a probe costs in its length (``SuffixIndex.longest``). */
 static PyObject *py_sa_longest(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "sa_longest() takes 11 integer arguments");
-        return NULL;
-    }
     Shard s;
-    if (read_shard(args, &s) < 0) return NULL;
     long long v[6];
-    for (int i = 0; i < 6; i++) {
-        v[i] = PyLong_AsLongLong(args[5 + i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (read_shard_call(args, nargs, "sa_longest", &s, v, 6) < 0) return NULL;
     const int64_t *pattern = (const int64_t *)(intptr_t)v[0];
     const int64_t count = v[1];
     const uint8_t *alive = (const uint8_t *)(intptr_t)v[2];
