@@ -668,3 +668,19 @@ def test_on_a_busy_machine_the_steps_run_in_the_calling_thread(one_thread, monke
     idle = gen.generate(prompt, config, logits_processor=slow, drafter=drafter)
     assert idle.token_ids == truth and not idle.crowded
     assert len(started) > config.max_new_tokens // 2 and idle.guessed_steps > 0
+
+
+def test_the_weights_panels_hold_each_output_where_linear_rows_t_reads_it() -> None:
+    """``native.panels``: per matrix, outputs ``r0 .. r0 + 31`` as one contiguous ``[in, 32]`` block at
+    ``r0 * in``, the last panel as wide as what is left (here 70 outputs: 32, 32, then 6)."""
+    weight = torch.arange(2 * 70 * 5, dtype=torch.float32).reshape(2, 70, 5)  # [experts, out, in]
+    flat = native.panels(weight)
+    assert flat.shape == (2, 350) and flat.is_contiguous()
+    for e in range(2):
+        for r in range(70):
+            r0 = r // native.PANEL * native.PANEL
+            width = min(native.PANEL, 70 - r0)
+            for c in range(5):
+                assert flat[e, r0 * 5 + c * width + (r - r0)] == weight[e, r, c]
+    small = torch.randn(16, 5)  # one panel: the plain transpose
+    assert torch.equal(native.panels(small), small.t().contiguous())
