@@ -209,7 +209,7 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
                 seconds = time.perf_counter() - started
                 # What the change started in the background (its diagnostics) ends before the next
                 # system is asked: else whichever is asked second pays for it (about 30 ms here).
-                await quiet(server, uri, published, args.quiet, unsettled)
+                await quiet(server, uri, published, args.quiet, unsettled, case.document)
                 if key == "jedi":
                     row[key] = tally[key].add(answer, case, seconds, word_only=True, right=answer == case.word)
                 else:
@@ -227,7 +227,7 @@ async def run_package(name: str, args: argparse.Namespace, tokenizer: Any, talli
             published = {key: server.published_count(uri) for key, server in servers.items()}
             for server in servers.values():
                 server.replace(uri, originals[case.path])
-            await asyncio.gather(*(quiet(server, uri, published[key], args.quiet, unsettled)
+            await asyncio.gather(*(quiet(server, uri, published[key], args.quiet, unsettled, originals[case.path])
                                    for key, server in servers.items()))
             if warming:
                 continue

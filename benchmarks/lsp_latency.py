@@ -319,8 +319,7 @@ async def ask_in_turn(servers: list[Server], uri: str, text: str, line: int, col
         server.replace(uri, text)
         await measure(server, uri, line, column, word, tallies[server.name] if tallies is not None else None,
                       args.timeout, details)
-        if publishes_for(server, text):
-            await quiet(server, uri, published, args.quiet, unsettled)
+        await quiet(server, uri, published, args.quiet, unsettled, text)
 
 
 def publishes_for(server: Server, text: str) -> bool:
@@ -334,11 +333,13 @@ def publishes_for(server: Server, text: str) -> bool:
     return len(text) <= parse_settings(server.init_options or {})[0].limits.window_chars
 
 
-async def quiet(server: Server, uri: str, published: int, seconds: float, unsettled: collections.Counter) -> None:
+async def quiet(server: Server, uri: str, published: int, seconds: float, unsettled: collections.Counter,
+                text: str) -> None:
     """Wait (up to ``seconds``; 0: not at all) for ``server``'s diagnostics of its latest change of
-    ``uri`` (it had published ``published`` times before it): its background work for that change is
-    over. Counts the waits that ran out in ``unsettled``, by server."""
-    if seconds > 0 and not await server.settled(uri, published, seconds):
+    ``uri`` to ``text`` (it had published ``published`` times before it): its background work for that
+    change is over; no wait where it publishes none for such a text (:func:`publishes_for`). Counts
+    the waits that ran out in ``unsettled``, by server."""
+    if seconds > 0 and publishes_for(server, text) and not await server.settled(uri, published, seconds):
         unsettled[server.name] += 1
 
 
