@@ -393,7 +393,7 @@ static float kth_largest(float *work, int64_t n, int64_t want) {
    equal scores at the boundary, the first ones). ``work`` holds n floats. The k-th largest is found
    among the candidates at or above a threshold read off every fourth score (the (k/2)-th largest of
    those: about 2k candidates, and never fewer than k but by a rare chance, where every score is
-   searched instead): the same value, found in about a third of the time past a few hundred keys. */
+   searched instead): the same value, selected from about 2k candidates instead of every score. */
 static void top_k(const float *scores, int64_t n, int64_t k, float *work, int64_t *sel) {
     const int64_t want = k - 1; /* the k-th largest's place once sorted descending */
     float kth;
