@@ -318,7 +318,7 @@ def test_a_drafts_verification_in_c_gives_every_rows_logits_and_cache(dense, ove
 
 @needs_native
 def test_the_transposed_weights_follow_an_in_place_change(monkeypatch) -> None:
-    """A prefill reads transposed copies of the weights: changed in place, they are made again."""
+    """A prefill reads copies of the weights (in panels): changed in place, they are made again."""
     model = _model(index_topk=32)
     ids = _ids(9, seed=8)
 

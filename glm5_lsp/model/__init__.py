@@ -51,8 +51,8 @@ rules), ``stats.py`` (per-step statistics), ``loading.py`` (safetensors in and o
   fails, one log line and the Python lean paths run.
 - **The editor's calls in C.** ``native.c`` computes a decoding step, a prompt's prefill or a
   draft's verification (every row's logits) for one sequence, past DSA's top-k with the indexer's
-  choice, the policy's key bias and the error context's forced keys (no statistics' probe) in one call over the model's own weights (a prefill
-  over transposed copies) and cache rows, without the interpreter lock; the sums run in another
+  choice, the policy's key bias and the error context's forced keys (no statistics' probe) in one call over the model's own weights (several rows
+  over copies in panels of 32 outputs) and cache rows, without the interpreter lock; the sums run in another
   order, so logits agree to rounding (``tests/test_model_native.py``: 1e-4, the same greedy text).
   ``Generator.prefetch`` starts a prompt's prefill on the module's worker thread and returns: the
   language server's Python before the generation runs beside it. ``setup.py`` builds it where a C
